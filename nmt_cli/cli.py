@@ -1,0 +1,86 @@
+"""The ``nmt`` command line: global options, one line per command, errors to one-liners.
+
+Commands are registered here, in one visible place. Torch is imported lazily by the
+command modules, so ``nmt --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from . import __version__
+from .errors import NmtError
+
+app = typer.Typer(
+    name="nmt",
+    help="Transformer neural machine translation: prepare, train, translate, score.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def report_error(message: str) -> None:
+    """Print a user-facing error as one red line on stderr."""
+    _stderr.print(f"[bold red]error:[/] {message}", markup=True)
+
+
+def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn NmtError (and file-system errors) into a one-line message and an exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except NmtError as err:
+            report_error(str(err))
+            raise typer.Exit(err.exit_code) from None
+        except OSError as err:
+            where = f"{err.filename}: " if err.filename else ""
+            report_error(f"{where}{err.strerror or err}")
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            report_error("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"nmt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Transformer neural machine translation: prepare, train, translate, score."""
+
+
+def _register() -> None:
+    from .commands import average, config, prepare, score, train, translate
+
+    app.command("prepare")(friendly(prepare.run))
+    app.command("train")(friendly(train.run))
+    app.command("translate")(friendly(translate.run))
+    app.command("score")(friendly(score.run))
+    app.command("average")(friendly(average.run))
+    app.command("config")(friendly(config.run))
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(app())

@@ -1,0 +1,48 @@
+"""``nmt prepare RECIPE``: clean, learn the vocabulary, encode, bucket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from ..data.prepare import prepare
+from .common import RecipeArg, SetOption, console, recipe_from_cli
+
+
+def run(
+    recipe: Path = RecipeArg,
+    overrides: list[str] = SetOption,
+    force: bool = typer.Option(False, "--force", help="Redo every step, even those up to date."),
+    encoding_errors: str = typer.Option(
+        None, "--encoding-errors", help="On invalid UTF-8: strict (stop) or replace (go on).",
+        show_default=False),
+) -> None:
+    """Clean the corpora, learn a SentencePiece vocabulary, encode every split to binary arrays."""
+    if encoding_errors:
+        overrides = [*overrides, f"data.encoding_errors={encoding_errors}"]
+    resolved = recipe_from_cli(recipe, overrides)
+    meta = prepare(resolved, force=force, log=lambda msg: console.print(msg, markup=False))
+    _print_summary(meta, resolved.data_dir)
+
+
+def _print_summary(meta: dict[str, Any], out: Path) -> None:
+    splits = Table("split", "read", "kept", "dropped", "src tokens", "tgt tokens", title="corpus")
+    for name, info in meta["splits"].items():
+        dropped = ", ".join(f"{n:,} {why}" for why, n in info["dropped"].items()) or "-"
+        splits.add_row(name, f"{info['read']:,}", f"{info['kept']:,}", dropped,
+                       f"{info['src_tokens']:,}", f"{info['tgt_tokens']:,}")
+    buckets = Table("lengths", "pairs", "share", title="training length buckets (subword tokens + EOS)")
+    total = sum(row[2] for row in meta["buckets"]["table"]) or 1
+    for low, high, count in meta["buckets"]["table"]:
+        span = f"{low}" if low == high else f"{low}-{high}"
+        buckets.add_row(span, f"{count:,}", f"{100 * count / total:.1f}%")
+    console.print(splits)
+    console.print(buckets)
+    vocab = meta["vocab"]
+    console.print(f"vocabulary: {vocab['type']} {vocab['src_size']:,}"
+                  + ("" if vocab["joint"] else f" / {vocab['tgt_size']:,}")
+                  + (" joint" if vocab["joint"] else " per side")
+                  + f"; dataset written to [bold]{out}[/]")

@@ -1,0 +1,67 @@
+"""``nmt score HYP REF...``: sacreBLEU's BLEU, chrF and TER with signatures; paired tests."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from ..errors import NmtError
+
+
+def run(
+    files: list[str] = typer.Argument(..., help="HYP REF [REF...] (HYP may be - for stdin); "
+                                               "with --compare: HYP_A HYP_B REF [REF...]."),
+    metrics: str = typer.Option("bleu", "--metrics", "-m", help="Comma-separated: bleu,chrf,ter."),
+    tokenize: str = typer.Option(None, "--tokenize", "-tok", help="sacreBLEU tokenizer for BLEU (default 13a).",
+                                 show_default=False),
+    lowercase: bool = typer.Option(False, "--lowercase", "-lc", help="Case-insensitive BLEU and chrF."),
+    width: int = typer.Option(1, "--width", "-w", min=0, max=10, help="Decimals printed (as sacrebleu -w)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    paper_bleu: bool = typer.Option(
+        False, "--paper-bleu",
+        help="Also print the tokenized, compound-split BLEU the paper reported (labelled; never instead of sacreBLEU)."),
+    lang: str = typer.Option("de", "--lang", help="Target language for --paper-bleu's Moses tokenizer."),
+    compare: bool = typer.Option(False, "--compare", help="Paired bootstrap resampling: is HYP_B different from HYP_A?"),
+    samples: int = typer.Option(1000, "--samples", help="Bootstrap samples for --compare.", min=10),
+) -> None:
+    """Score translations with sacreBLEU (same numbers and signatures as the sacrebleu command)."""
+    from ..score import metrics as m
+
+    names = [n.strip().lower() for n in metrics.split(",") if n.strip()]
+    for name in names:
+        if name not in m.METRICS:
+            raise NmtError(f"--metrics: unknown metric '{name}'; choose from {', '.join(m.METRICS)}")
+    needed = 3 if compare else 2
+    if len(files) < needed:
+        raise NmtError(f"give {'HYP_A HYP_B REF' if compare else 'HYP REF'} [REF...]: {len(files)} file(s) given")
+    stdin_text = sys.stdin.read() if "-" in files else None
+    hyps = [m.read_lines(f, stdin_text) for f in files[: needed - 1]]
+    ref_files = files[needed - 1:]
+    refs = [m.read_lines(f) for f in ref_files]
+    for hyp, name in zip(hyps, files):
+        m.check_aligned(hyp, name, refs, ref_files)
+    if compare:
+        _print_comparison(m.compare(hyps[0], hyps[1], refs, names, samples), files, as_json)
+        return
+    results = m.score(hyps[0], refs, names, tokenize, lowercase, width)
+    if paper_bleu:
+        results.append(m.paper_bleu(hyps[0], refs, lang))
+    if as_json:
+        typer.echo(json.dumps([{"name": r.name, "score": round(r.score, 4), "signature": r.signature,
+                                "verbose_score": r.line} for r in results], indent=1, ensure_ascii=False))
+    else:
+        for result in results:
+            typer.echo(result.line)
+
+
+def _print_comparison(results: list, files: list[str], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps([vars(r) for r in results], indent=1))
+        return
+    for r in results:
+        verdict = "significant" if r.p_value < 0.05 else "not significant"
+        typer.echo(f"{r.metric}: A ({files[0]}) {r.score_a:.2f}  B ({files[1]}) {r.score_b:.2f} "
+                   f"(+/- {r.ci_b:.2f})  p = {r.p_value:.4f}: {verdict} at 0.05  [{r.signature}]")

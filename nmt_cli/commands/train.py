@@ -1,0 +1,43 @@
+"""``nmt train RECIPE``: train a Transformer (alone, or through torchrun with --nproc/--gpus)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from .common import RecipeArg, SetOption, console, recipe_from_cli
+
+
+def run(
+    recipe: Path = RecipeArg,
+    overrides: list[str] = SetOption,
+    resume: bool = typer.Option(
+        None, "--resume/--no-resume",
+        help="Continue from the newest checkpoint of the run folder (default: when one exists).",
+        show_default=False),
+    nproc: int = typer.Option(0, "--nproc", help="Launch N processes on this machine through torchrun (CPU: gloo).",
+                              min=0),
+    gpus: int = typer.Option(0, "--gpus", help="Launch one process per GPU through torchrun (NCCL).", min=0),
+) -> None:
+    """Train the model the recipe describes; the run folder holds checkpoints, metrics and model.pt."""
+    resolved = recipe_from_cli(recipe, overrides)  # validate before launching anything
+    processes = gpus or nproc
+    if processes > 1 and "WORLD_SIZE" not in os.environ:
+        from ..train.distributed import launch
+
+        args = [str(recipe), *[a for item in overrides for a in ("--set", item)]]
+        if resume is not None:
+            args.append("--resume" if resume else "--no-resume")
+        if gpus:
+            args += ["--set", "train.device=cuda"]
+        console.print(f"launching {processes} processes through torchrun", markup=False)
+        raise typer.Exit(launch(processes, args))
+    from ..train.loop import train
+
+    run_dir = train(resolved, resume=resume, log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    if int(os.environ.get("RANK", "0")) == 0:
+        console.print(f"done: translate with  [bold]nmt translate -m {run_dir}[/] < input.txt", soft_wrap=True)
+    sys.stdout.flush()

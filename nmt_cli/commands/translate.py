@@ -1,0 +1,130 @@
+"""``nmt translate -m MODEL``: text in, text out, one output line per input line, in order."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import typer
+
+from ..errors import NmtError
+from .common import console
+
+
+def run(
+    model: Path = typer.Option(..., "--model", "-m", help="Model folder (its model.pt) or any checkpoint file."),
+    input: Path = typer.Option(None, "--input", "-i", help="Input text file (default: stdin).", show_default=False),
+    output: Path = typer.Option(None, "--output", "-o", help="Output file (default: stdout); written atomically.",
+                                show_default=False),
+    beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy. [recipe: 4]", show_default=False),
+    alpha: float = typer.Option(None, "--alpha", min=0.0, help="Length penalty exponent; 0 disables. [recipe: 0.6]",
+                                show_default=False),
+    length_penalty: str = typer.Option(
+        None, "--length-penalty",
+        help="gnmt: ((5+|Y|)/6)^alpha, the paper's (Wu et al. 2016); average: |Y|^alpha, as fairseq, Marian "
+             "and CTranslate2 use. [recipe: gnmt]", show_default=False),
+    max_len_a: float = typer.Option(None, "--max-len-a", min=0.0, help="Max output length = a * source length + b.",
+                                    show_default=False),
+    max_len_b: int = typer.Option(None, "--max-len-b", min=0, help="See --max-len-a. [recipe: 50]", show_default=False),
+    nbest: int = typer.Option(1, "--nbest", "-n", min=1,
+                              help="Print the N best hypotheses as INDEX<tab>SCORE<tab>TEXT lines."),
+    batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch.",
+                                     show_default=False),
+    batch_size: int = typer.Option(None, "--batch-size", min=0, help="Sentences per batch (0: no limit).",
+                                   show_default=False),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
+    progress: bool = typer.Option(None, "--progress/--no-progress",
+                                  help="Progress on stderr (default: on when writing to a file).", show_default=False),
+) -> None:
+    """Translate lines with beam search (or greedy with --beam 1)."""
+    import torch
+
+    from ..decode.translator import Translator, load_model, with_overrides
+
+    if length_penalty not in (None, "gnmt", "average"):
+        raise NmtError(f"--length-penalty: '{length_penalty}' is not gnmt or average")
+    if input is not None and not input.is_file():
+        raise NmtError(f"{input}: input file not found")
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    target = _device(device)
+    loaded = load_model(model, target)
+    config = with_overrides(loaded.recipe.decode, beam=beam, alpha=alpha, length_penalty=length_penalty,
+                            max_len_a=max_len_a, max_len_b=max_len_b, batch_tokens=batch_tokens, batch_size=batch_size)
+    translator = Translator(loaded, config, target, nbest=nbest)
+    show = progress if progress is not None else output is not None
+    started = time.perf_counter()
+    with _lines(input) as lines, _sink(output) as sink:
+        for index, hyps in enumerate(_progress(translator.translate(lines), show)):
+            if nbest == 1:
+                sink.write(hyps[0][0] + "\n")
+            else:
+                for text, score in hyps:
+                    sink.write(f"{index}\t{score:.4f}\t{text}\n")
+    _report(translator.stats, time.perf_counter() - started, show, loaded.recipe.model.max_positions)
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NmtError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise NmtError(f"--device: '{name}' is not a device; use cpu, cuda, cuda:N or auto") from None
+
+
+@contextlib.contextmanager
+def _lines(path: Path | None) -> Iterator[Iterator[str]]:
+    if path is None:
+        yield _checked(sys.stdin.buffer, "<stdin>")
+        return
+    with open(path, "rb") as handle:
+        yield _checked(handle, str(path))
+
+
+def _checked(handle: IO[bytes], name: str) -> Iterator[str]:
+    for number, raw in enumerate(handle, start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NmtError(f"{name}:{number}: invalid UTF-8; convert the input to UTF-8") from None
+
+
+@contextlib.contextmanager
+def _sink(path: Path | None) -> Iterator[IO[str]]:
+    if path is None:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    from ..utils.files import atomic_open
+
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        yield handle
+
+
+def _progress(items: Iterator, show: bool) -> Iterator:
+    if not show:
+        yield from items
+        return
+    from tqdm import tqdm
+
+    yield from tqdm(items, desc="translate", unit=" sent", file=sys.stderr)
+
+
+def _report(stats, seconds: float, show: bool, max_positions: int) -> None:
+    if stats.truncated:
+        console.print(f"warning: {stats.truncated} input line(s) longer than the model's {max_positions - 1} "
+                      "tokens were truncated", markup=False, soft_wrap=True)
+    if show:
+        rate = stats.sentences / max(seconds, 1e-9)
+        console.print(f"translated {stats.sentences:,} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
+                      f"{stats.output_tokens / max(seconds, 1e-9):.0f} target tokens/s)", markup=False)

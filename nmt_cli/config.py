@@ -1,0 +1,408 @@
+"""The recipe: one typed, frozen configuration tree, loaded from YAML.
+
+A recipe describes data, vocabulary, model, training and decoding. Defaults are the
+Transformer base setup of Vaswani et al. (2017) and are declared here once, in the
+dataclasses below. A recipe may inherit another (``base: other.yaml``, resolved relative to
+the inheriting file) and any value may be overridden with dotted keys
+(``--set model.layers=3``). Every error names the recipe file and the key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .errors import RecipeError
+from .utils.timefmt import parse_duration
+
+
+def _opt(default: Any, help: str, **checks: Any) -> Any:
+    """A dataclass field with its help text and range checks (ge, gt, le) in metadata."""
+    if isinstance(default, (list, dict)):
+        raise TypeError("use tuples for defaults")  # guards against shared mutable defaults
+    return field(default=default, metadata={"help": help, **checks})
+
+
+def _sub(cls: type) -> Any:
+    return field(default_factory=cls, metadata={"help": cls.__doc__ or ""})
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """Filters applied to training pairs (Moses clean-corpus-n practice); valid/test are only stripped."""
+
+    min_tokens: int = _opt(1, "drop pairs with fewer whitespace tokens on either side", ge=0)
+    max_tokens: int = _opt(250, "drop pairs with more whitespace tokens on either side", ge=1)
+    max_ratio: float = _opt(1.5, "drop pairs whose token-count ratio exceeds this (0 disables)", ge=0)
+    dedup: bool = _opt(False, "drop exact duplicate pairs (keeps 8 bytes per distinct pair in memory)")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text is and where the prepared dataset goes."""
+
+    src_lang: str = _opt("", "source language suffix of the corpus files, e.g. en")
+    tgt_lang: str = _opt("", "target language suffix of the corpus files, e.g. de")
+    root: str = _opt(".", "folder that relative corpus prefixes are read from")
+    train: tuple[str, ...] = _opt((), "training corpus prefixes: PREFIX.SRC[.gz] and PREFIX.TGT[.gz]")
+    valid: tuple[str, ...] = _opt((), "validation corpus prefixes")
+    test: tuple[str, ...] = _opt((), "test corpus prefixes, each kept as its own split")
+    output: str = _opt("", "prepared dataset folder (default: data-bin/RECIPE_NAME)")
+    clean: CleanConfig = _sub(CleanConfig)
+    workers: int = _opt(0, "encoding worker processes (0: one per CPU core)", ge=0)
+    chunk_lines: int = _opt(20000, "lines per encoding chunk (bounds memory per worker)", ge=1)
+    encoding_errors: Literal["strict", "replace"] = _opt(
+        "strict", "on invalid UTF-8: stop with the file and line (strict) or replace the bytes")
+
+
+@dataclass(frozen=True)
+class VocabConfig:
+    """SentencePiece subword vocabulary."""
+
+    type: Literal["bpe", "unigram"] = _opt("bpe", "bpe, or unigram (word-piece style)")
+    size: int = _opt(37000, "vocabulary size per model (the paper: 37k joint BPE for EN-DE)", ge=16)
+    joint: bool = _opt(True, "one model for both languages (required by model.share_embeddings)")
+    character_coverage: float = _opt(1.0, "share of characters covered (0.9995 for CJK)", gt=0, le=1)
+    input_sentence_size: int = _opt(
+        10_000_000, "sentences sampled to learn the vocabulary (bounds memory)", ge=1000)
+    threads: int = _opt(0, "SentencePiece training threads (0: all cores)", ge=0)
+    normalization: Literal["identity", "nmt_nfkc", "nfkc"] = _opt(
+        "identity", "SentencePiece normalization; identity keeps the text exactly as cleaned")
+    byte_fallback: bool = _opt(True, "spell unseen characters as UTF-8 bytes instead of <unk>")
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Transformer sizes and variants; defaults are the paper's base model."""
+
+    layers: int = _opt(6, "encoder layers (and decoder layers unless decoder_layers is set)", ge=1)
+    decoder_layers: int = _opt(0, "decoder layers (0: same as layers)", ge=0)
+    d_model: int = _opt(512, "model width", ge=2)
+    n_heads: int = _opt(8, "attention heads; must divide d_model", ge=1)
+    d_ff: int = _opt(2048, "feed-forward inner width", ge=1)
+    dropout: float = _opt(0.1, "residual and embedding dropout", ge=0, le=1)
+    attention_dropout: float = _opt(0.0, "dropout on attention weights", ge=0, le=1)
+    activation_dropout: float = _opt(0.0, "dropout after the feed-forward activation", ge=0, le=1)
+    activation: Literal["relu", "gelu"] = _opt("relu", "feed-forward activation")
+    positions: Literal["sinusoidal", "learned", "relative"] = _opt(
+        "sinusoidal", "sinusoidal (paper), learned (paper variant E), relative (Shaw et al. 2018)")
+    max_relative_position: int = _opt(16, "clipping distance k of relative positions", ge=1)
+    norm: Literal["post", "pre", "rezero"] = _opt(
+        "post", "post: LN(x+F(x)) (paper); pre: x+F(LN(x)) with final LN; rezero: x+a*F(x)")
+    init: Literal["xavier", "tfixup"] = _opt("xavier", "xavier (paper) or tfixup (Huang et al. 2020)")
+    share_embeddings: bool = _opt(True, "one embedding for source and target (needs vocab.joint)")
+    tie_output: bool = _opt(True, "output projection tied to the target embedding")
+    max_positions: int = _opt(1024, "longest sentence in subword tokens (incl. EOS)", ge=8)
+
+    @property
+    def n_decoder_layers(self) -> int:
+        return self.decoder_layers or self.layers
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, batching, stopping, validation and checkpoints."""
+
+    dir: str = _opt("", "run folder (default: runs/RECIPE_NAME)")
+    seed: int = _opt(1, "random seed (batches, dropout, initialisation)")
+    max_tokens: int = _opt(4096, "tokens per batch per process, padding included", ge=1)
+    update_freq: int = _opt(1, "batches accumulated per update (per process)", ge=1)
+    max_steps: int = _opt(100_000, "stop after this many updates (0: no limit)", ge=0)
+    max_epochs: int = _opt(0, "stop after this many epochs (0: no limit)", ge=0)
+    max_time: str = _opt("", "stop after this wall-clock time, e.g. 30m, 2h (empty: no limit)")
+    lr_schedule: Literal["noam", "inverse_sqrt", "constant"] = _opt(
+        "noam", "noam: the paper's d^-0.5*min(s^-0.5, s*w^-1.5); inverse_sqrt: peak lr; constant")
+    lr: float = _opt(7e-4, "peak learning rate (inverse_sqrt, constant)", gt=0)
+    lr_scale: float = _opt(1.0, "factor on the noam schedule", gt=0)
+    warmup: int = _opt(4000, "warm-up updates", ge=0)
+    adam_beta1: float = _opt(0.9, "Adam beta1", ge=0, le=1)
+    adam_beta2: float = _opt(0.98, "Adam beta2", ge=0, le=1)
+    adam_eps: float = _opt(1e-9, "Adam epsilon", gt=0)
+    weight_decay: float = _opt(0.0, "decoupled weight decay (AdamW) ", ge=0)
+    clip_norm: float = _opt(0.0, "clip the gradient norm to this (0: off)", ge=0)
+    label_smoothing: float = _opt(0.1, "label smoothing epsilon", ge=0, le=1)
+    validate_every: int = _opt(1000, "validate every N updates (0: only at the end)", ge=0)
+    valid_bleu: bool = _opt(True, "decode the validation set and report sacreBLEU")
+    valid_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)", ge=1)
+    patience: int = _opt(0, "stop after N validations without improvement (0: off)", ge=0)
+    save_every: int = _opt(1000, "write a checkpoint every N updates (0: off)", ge=0)
+    save_minutes: float = _opt(0.0, "also write one every T minutes (the paper: 10)", ge=0)
+    keep_last: int = _opt(5, "keep the last K step checkpoints (0: keep all)", ge=0)
+    average_last: int = _opt(0, "average the last N checkpoints at the end (0: off)", ge=0)
+    log_every: int = _opt(100, "log metrics every N updates", ge=1)
+    precision: Literal["fp32", "bf16", "fp16"] = _opt("fp32", "fp32; bf16 autocast; fp16 with loss scaling (CUDA)")
+    compile: bool = _opt(False, "torch.compile the model")
+    activation_checkpointing: bool = _opt(False, "recompute layer activations in backward (saves memory)")
+    threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0)
+    device: Literal["auto", "cpu", "cuda"] = _opt("auto", "auto picks CUDA when available")
+    dist_timeout_minutes: float = _opt(10.0, "give up when another process is silent this long", gt=0)
+
+    @property
+    def max_seconds(self) -> float:
+        return parse_duration(self.max_time) if self.max_time else 0.0
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Beam search defaults used by validation and ``nmt translate``."""
+
+    beam: int = _opt(4, "beam size (1: greedy)", ge=1)
+    alpha: float = _opt(0.6, "length penalty exponent (0: none)", ge=0)
+    length_penalty: Literal["gnmt", "average"] = _opt(
+        "gnmt", "gnmt: ((5+|Y|)/6)^alpha (the paper); average: |Y|^alpha (fairseq, Marian, CTranslate2)")
+    max_len_a: float = _opt(1.0, "maximum output length is a * source length + b", ge=0)
+    max_len_b: int = _opt(50, "see max_len_a", ge=0)
+    batch_tokens: int = _opt(6000, "source tokens per decoding batch", ge=1)
+    batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A whole recipe."""
+
+    name: str = _opt("", "recipe name (default: the file name)")
+    data: DataConfig = _sub(DataConfig)
+    vocab: VocabConfig = _sub(VocabConfig)
+    model: ModelConfig = _sub(ModelConfig)
+    train: TrainConfig = _sub(TrainConfig)
+    decode: DecodeConfig = _sub(DecodeConfig)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.data.output or f"data-bin/{self.name}")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.train.dir or f"runs/{self.name}")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Recipe:
+    """Load ``path`` (following ``base:`` inheritance), apply ``KEY=VALUE`` overrides, validate."""
+    path = Path(path)
+    raw = _load_yaml_tree(path, seen=())
+    raw.setdefault("name", path.stem.removesuffix(".yaml"))
+    for item in overrides:
+        _apply_override(raw, item)
+    return recipe_from_dict(raw, source=str(path))
+
+
+def recipe_from_dict(raw: dict[str, Any], source: str = "recipe") -> Recipe:
+    """Build and validate a :class:`Recipe` from plain data (e.g. a checkpoint's copy)."""
+    recipe = _build(Recipe, raw, "", source)
+    validate(recipe, source)
+    return recipe
+
+
+def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
+    """Plain nested dicts and lists, ready for YAML or a checkpoint."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(dataclasses.asdict(recipe))
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    """The fully resolved recipe as YAML text."""
+    return yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True)
+
+
+def validate(recipe: Recipe, source: str = "recipe") -> None:
+    """Cross-field rules that a single field's type and range cannot express."""
+    m, d = recipe.model, recipe.data
+
+    def fail(key: str, problem: str) -> None:
+        raise RecipeError(f"{source}: {key}: {problem}")
+
+    if m.d_model % m.n_heads:
+        fail("model.n_heads", f"{m.n_heads} does not divide model.d_model={m.d_model}")
+    if m.share_embeddings and not recipe.vocab.joint:
+        fail("model.share_embeddings", "needs a joint vocabulary; set vocab.joint: true "
+             "or model.share_embeddings: false")
+    if m.norm == "rezero" and m.init == "tfixup":
+        fail("model.init", "tfixup and norm: rezero are alternatives; pick one")
+    if d.src_lang and d.src_lang == d.tgt_lang:
+        fail("data.tgt_lang", "must differ from data.src_lang")
+    if recipe.train.max_time:
+        try:
+            parse_duration(recipe.train.max_time)
+        except ValueError as err:
+            fail("train.max_time", str(err))
+    if recipe.train.precision == "fp16" and recipe.train.device == "cpu":
+        fail("train.precision", "fp16 needs CUDA; use bf16 or fp32 on the CPU")
+
+
+def require_data(recipe: Recipe, source: str = "recipe") -> None:
+    """Checks needed only by commands that read corpora (prepare)."""
+    d = recipe.data
+    for key in ("src_lang", "tgt_lang"):
+        if not getattr(d, key):
+            raise RecipeError(f"{source}: missing required value data.{key} (e.g. en, de)")
+    if not d.train:
+        raise RecipeError(f"{source}: missing required value data.train (corpus prefixes)")
+
+
+def _load_yaml_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    resolved = path.resolve()
+    if resolved in seen:
+        raise RecipeError(f"{path}: 'base' inheritance loops back to this file")
+    if not path.is_file():
+        where = f" (inherited by {seen[-1]})" if seen else ""
+        raise RecipeError(f"{path}: recipe not found{where}; check the path")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise RecipeError(f"{path}:{line}: invalid YAML ({getattr(err, 'problem', err)})") from None
+    except UnicodeDecodeError:
+        raise RecipeError(f"{path}: not UTF-8 text; save the recipe as UTF-8") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{path}: a recipe is a mapping of sections (data, vocab, model, ...)")
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str):
+        raise RecipeError(f"{path}: base: expected a file name, got {base!r}")
+    parent = _load_yaml_tree(path.parent / base, seen + (resolved,))
+    parent.pop("name", None)  # a derived recipe is named after its own file
+    return _deep_merge(parent, raw)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _apply_override(raw: dict[str, Any], item: str) -> None:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise RecipeError(f"--set {item!r}: write KEY=VALUE, e.g. --set model.layers=3")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise RecipeError(f"--set {item!r}: '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _build(cls: type, data: Any, path: str, source: str) -> Any:
+    if not isinstance(data, dict):
+        raise RecipeError(f"{source}: {path.rstrip('.') or 'recipe'}: expected a mapping of keys, "
+                          f"got {_describe(data)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"did you mean '{path}{close[0]}'?" if close else f"valid keys: {', '.join(names)}"
+            raise RecipeError(f"{source}: unknown key '{path}{key}'; {hint}")
+    kwargs = {f.name: _coerce(hints[f.name], data[f.name], path + f.name, f.metadata, source)
+              for f in fields(cls) if f.name in data}
+    return cls(**kwargs)
+
+
+def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], source: str) -> Any:
+    def fail(expected: str) -> typing.NoReturn:
+        raise RecipeError(f"{source}: {key}: expected {expected}, got {_describe(value)}")
+
+    origin = typing.get_origin(kind)
+    if dataclasses.is_dataclass(kind):
+        return _build(kind, value, key + ".", source)
+    if origin is Literal:
+        choices = typing.get_args(kind)
+        if value not in choices:
+            fail("one of " + ", ".join(map(str, choices)))
+        return value
+    if origin is tuple:
+        item_kind = typing.get_args(kind)[0]
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            fail("a list")
+        return tuple(_coerce(item_kind, v, f"{key}[{i}]", {}, source) for i, v in enumerate(items))
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        return None if value is None else _coerce(args[0], value, key, meta, source)
+    if kind is bool:
+        if not isinstance(value, bool):
+            fail("true or false")
+    elif kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            fail("an integer")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail("a number")
+        value = float(value)
+    elif kind is str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str):
+            fail("a string")
+    _check_range(value, key, meta, source)
+    return value
+
+
+def _check_range(value: Any, key: str, meta: typing.Mapping[str, Any], source: str) -> None:
+    for check, ok, words in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+                             ("le", lambda v, b: v <= b, "<=")):
+        if check in meta and not ok(value, meta[check]):
+            raise RecipeError(f"{source}: {key}: {value} is out of range; it must be {words} {meta[check]}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def field_help(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, default, help) for every leaf field: used by ``nmt config --explain``."""
+    rows: list[tuple[str, str, str]] = []
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            rows += field_help(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            rows.append((prefix + f.name, repr(f.default), f.metadata.get("help", "")))
+    return rows

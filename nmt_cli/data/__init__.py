@@ -1,0 +1,1 @@
+"""Corpora, vocabularies, binary datasets, length buckets and batches."""

@@ -1,0 +1,118 @@
+"""Token-based, length-bucketed batches over a prepared dataset.
+
+A batch holds sentences from one length bucket, as many as fit in ``max_tokens`` counting
+padding. The order is a pure function of (seed, epoch): every process of a distributed
+run computes the same list and takes its own share, and a resumed run finds its place by
+counting batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .binary import TokenArray
+from .buckets import assign_buckets
+from .vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class ParallelData:
+    """The source and target token arrays of one split."""
+
+    src: TokenArray
+    tgt: TokenArray
+
+    @classmethod
+    def load(cls, data_dir: Path, split: str, src_lang: str, tgt_lang: str,
+             dtypes: tuple[str, str]) -> ParallelData:
+        return cls(TokenArray(data_dir / f"{split}.{src_lang}", np.dtype(dtypes[0])),
+                   TokenArray(data_dir / f"{split}.{tgt_lang}", np.dtype(dtypes[1])))
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @property
+    def pair_lengths(self) -> np.ndarray:
+        """max(src, tgt) + 1 (EOS) per pair: the padded width a pair needs."""
+        return np.maximum(self.src.lengths, self.tgt.lengths) + 1
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded tensors of one batch: src (B, S), tgt_in (B, T) = BOS y, tgt_out (B, T) = y EOS."""
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    target_tokens: int
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
+                     self.tgt_out.to(device, non_blocking=True), self.target_tokens)
+
+
+def make_batches(pair_lengths: np.ndarray, bounds: list[int], max_tokens: int, max_positions: int,
+                 seed: int | None, epoch: int = 0) -> list[np.ndarray]:
+    """Group pair indices into batches of at most ``max_tokens`` padded tokens per side.
+
+    Pairs longer than ``max_positions`` are left out. With ``seed=None`` the order is
+    sorted by length (for evaluation); otherwise pairs are shuffled within buckets and the
+    batches are shuffled, deterministically for (seed, epoch).
+    """
+    indices = np.flatnonzero(pair_lengths <= max_positions)
+    rng = np.random.default_rng([seed, epoch]) if seed is not None else None
+    if rng is not None:
+        indices = rng.permutation(indices)
+    # Stable sort by bucket then length: the shuffle decides ties, padding stays low.
+    buckets = assign_buckets(pair_lengths[indices], bounds)
+    order = np.lexsort((pair_lengths[indices], buckets))
+    indices, buckets = indices[order], buckets[order]
+    batches: list[np.ndarray] = []
+    for members in np.split(indices, np.flatnonzero(np.diff(buckets)) + 1):
+        if len(members) == 0:
+            continue
+        batches.extend(_pack(members, pair_lengths, max_tokens))
+    if rng is not None:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def _pack(members: np.ndarray, pair_lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Cut a length-sorted bucket into batches whose padded size stays within max_tokens."""
+    batches, start = [], 0
+    lengths = pair_lengths[members]
+    while start < len(members):
+        # Sorted ascending, so the widest pair of a batch is its last one.
+        end = start + 1
+        while end < len(members) and (end - start + 1) * lengths[end] <= max_tokens:
+            end += 1
+        batches.append(members[start:end])
+        start = end
+    return batches
+
+
+def collate(data: ParallelData, indices: np.ndarray) -> Batch:
+    """Pad the pairs ``indices`` into a :class:`Batch` (EOS after the source, BOS/EOS around the target)."""
+    srcs = [data.src[i] for i in indices]
+    tgts = [data.tgt[i] for i in indices]
+    src = _pad([np.append(s, EOS_ID) for s in srcs])
+    tgt_in = _pad([np.insert(t, 0, BOS_ID) for t in tgts])
+    tgt_out = _pad([np.append(t, EOS_ID) for t in tgts])
+    return Batch(src, tgt_in, tgt_out, int(sum(len(t) + 1 for t in tgts)))
+
+
+def _pad(rows: list[np.ndarray]) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    out = np.full((len(rows), width), PAD_ID, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)
+
+
+def target_tokens(data: ParallelData, indices: np.ndarray) -> int:
+    """Target tokens (with EOS) of a batch, from the stored lengths alone."""
+    return int(data.tgt.lengths[indices].sum() + len(indices))

@@ -1,0 +1,150 @@
+"""Reading parallel text and cleaning it, one pair at a time (constant memory).
+
+Corpus files are named by prefix, as in fairseq: ``PREFIX.en`` and ``PREFIX.de``, each
+plain or gzip-compressed (``PREFIX.en.gz``). Lines are decoded strictly as UTF-8 so that
+a broken file is reported with its line number instead of silently damaged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import CleanConfig
+from ..errors import DataError
+from ..utils.files import open_binary
+
+
+@dataclass(frozen=True)
+class CorpusPair:
+    """One parallel corpus: the source and target file of a prefix."""
+
+    src: Path
+    tgt: Path
+
+
+def resolve_corpus(root: str | Path, prefix: str, src_lang: str, tgt_lang: str) -> CorpusPair:
+    """Find ``PREFIX.LANG`` or ``PREFIX.LANG.gz`` for both languages under ``root``."""
+    base = Path(root) / prefix
+    return CorpusPair(_find(base, src_lang), _find(base, tgt_lang))
+
+
+def _find(base: Path, lang: str) -> Path:
+    for candidate in (base.with_name(f"{base.name}.{lang}"), base.with_name(f"{base.name}.{lang}.gz")):
+        if candidate.is_file():
+            return candidate
+    raise DataError(f"{base}.{lang}: file not found (also tried {base}.{lang}.gz); "
+                    "check data.root and the corpus prefixes in the recipe")
+
+
+class HashingReader:
+    """Iterates the lines of a file as ``str`` while hashing the raw bytes read."""
+
+    def __init__(self, path: Path, errors: str) -> None:
+        self.path = path
+        self.errors = errors
+        self.sha256 = hashlib.sha256()
+        self.lines = 0
+
+    def __iter__(self) -> Iterator[str]:
+        with open_binary(self.path) as handle:
+            for raw in handle:
+                self.lines += 1
+                self.sha256.update(raw)
+                yield self._decode(raw)
+
+    def _decode(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8", errors=self.errors)
+        except UnicodeDecodeError as err:
+            raise DataError(f"{self.path}:{self.lines}: invalid UTF-8 at byte {err.start}; "
+                            "fix the file or pass --encoding-errors replace") from None
+
+
+class ParallelReader:
+    """Yields (source, target) line pairs, line ends removed, and hashes both files as it reads.
+
+    Raises :class:`DataError` naming both line counts when the files differ in length.
+    """
+
+    def __init__(self, pair: CorpusPair, errors: str = "strict") -> None:
+        self.pair = pair
+        self._src = HashingReader(pair.src, errors)
+        self._tgt = HashingReader(pair.tgt, errors)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        src_iter, tgt_iter = iter(self._src), iter(self._tgt)
+        for src_line in src_iter:
+            tgt_line = next(tgt_iter, None)
+            if tgt_line is None:
+                for _ in src_iter:  # count the rest: the reader's counter advances
+                    pass
+                _mismatch(self.pair, self._src.lines, self._tgt.lines)
+            yield src_line.rstrip("\r\n"), tgt_line.rstrip("\r\n")
+        if next(tgt_iter, None) is not None:
+            for _ in tgt_iter:
+                pass
+            _mismatch(self.pair, self._src.lines, self._tgt.lines)
+
+    @property
+    def lines(self) -> int:
+        """Pairs read so far."""
+        return self._src.lines
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        """SHA-256 of both files' bytes; complete once iteration has finished."""
+        return {str(self.pair.src): self._src.sha256.hexdigest(),
+                str(self.pair.tgt): self._tgt.sha256.hexdigest()}
+
+
+def _mismatch(pair: CorpusPair, n_src: int, n_tgt: int) -> None:
+    raise DataError(f"{pair.src} has {n_src} lines but {pair.tgt} has {n_tgt}; "
+                    "the two sides must be line-aligned (one sentence per line)")
+
+
+class PairCleaner:
+    """Applies the cleaning steps to pairs and counts how many each step drops.
+
+    The order follows Moses ``clean-corpus-n``: strip, empty sides, length, ratio;
+    de-duplication (optional) comes last so it counts only pairs that would otherwise be kept.
+    """
+
+    STEPS = ("empty", "length", "ratio", "duplicate")
+
+    def __init__(self, config: CleanConfig) -> None:
+        self.config = config
+        self.dropped: Counter[str] = Counter()
+        self.kept = 0
+        self._seen: set[int] = set()
+
+    def verdict(self, src: str, tgt: str) -> str | None:
+        """Return the name of the step that drops the (stripped) pair, or None to keep it."""
+        if not src or not tgt:
+            return "empty"
+        n_src, n_tgt = len(src.split()), len(tgt.split())
+        c = self.config
+        if min(n_src, n_tgt) < c.min_tokens or max(n_src, n_tgt) > c.max_tokens:
+            return "length"
+        if c.max_ratio and max(n_src, n_tgt) > c.max_ratio * min(n_src, n_tgt):
+            return "ratio"
+        if c.dedup:
+            key = int.from_bytes(hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=8).digest(), "little")
+            if key in self._seen:
+                return "duplicate"
+            self._seen.add(key)
+        return None
+
+    def clean(self, pairs: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+        """Yield the kept, stripped pairs; update the counters as a side effect."""
+        for src, tgt in pairs:
+            src, tgt = " ".join(src.split()), " ".join(tgt.split())
+            reason = self.verdict(src, tgt)
+            if reason:
+                self.dropped[reason] += 1
+            else:
+                self.kept += 1
+                yield src, tgt

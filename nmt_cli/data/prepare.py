@@ -1,0 +1,310 @@
+"""``nmt prepare``: clean, learn the vocabulary, encode to binary arrays, bucket.
+
+Every step streams (memory does not grow with the corpus), writes its outputs under
+temporary names and renames them when done, and leaves a stamp recording the inputs and
+settings it used. A re-run skips steps whose stamp still matches; ``force`` redoes them.
+``meta.json`` is written last, so a dataset without it is incomplete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import platform
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sentencepiece as spm
+from tqdm import tqdm
+
+from .. import __version__
+from ..config import Recipe, recipe_to_dict, require_data
+from ..errors import DataError
+from ..utils.files import atomic_open, ensure_writable_dir
+from .binary import TokenArrayWriter, token_dtype
+from .buckets import LengthHistogram, bucket_boundaries, bucket_table
+from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
+from .vocab import learn_vocab, load_vocab, vocab_files
+
+META_VERSION = 1
+Log = Callable[[str], None]
+
+
+def prepare(recipe: Recipe, force: bool = False, log: Log = print, progress: bool = True) -> dict[str, Any]:
+    """Run every step of preparation for ``recipe``; return the metadata written to meta.json."""
+    require_data(recipe)
+    out = ensure_writable_dir(recipe.data_dir)
+    (out / "text").mkdir(exist_ok=True)
+    (out / ".state").mkdir(exist_ok=True)
+    meta_path = out / "meta.json"
+    if force:
+        meta_path.unlink(missing_ok=True)
+    splits = _splits(recipe)
+    cleaned = {name: _clean_split(recipe, name, pairs, out, force, log, progress)
+               for name, pairs in splits.items()}
+    if cleaned["train"]["kept"] == 0:
+        files = ", ".join(str(p.src) for p in splits["train"])
+        raise DataError(f"{files}: no training pair is left after cleaning ({_drops(cleaned['train'])}); "
+                        "check the files or relax data.clean")
+    vocab = _learn_vocab_step(recipe, out, cleaned["train"], force, log)
+    encoded = {name: _encode_split(recipe, name, out, cleaned[name], vocab, force, log, progress)
+               for name in splits}
+    meta = _metadata(recipe, splits, cleaned, vocab, encoded)
+    with atomic_open(meta_path, "w", encoding="utf-8") as handle:
+        json.dump(meta, handle, indent=2)
+    return meta
+
+
+def _splits(recipe: Recipe) -> dict[str, list[CorpusPair]]:
+    d = recipe.data
+    resolve = lambda prefix: resolve_corpus(d.root, prefix, d.src_lang, d.tgt_lang)  # noqa: E731
+    splits = {"train": [resolve(p) for p in d.train]}
+    if d.valid:
+        splits["valid"] = [resolve(p) for p in d.valid]
+    for prefix in d.test:
+        name = Path(prefix).name
+        if name in splits:
+            raise DataError(f"data.test: split name '{name}' is used twice; give test sets distinct names")
+        splits[name] = [resolve(prefix)]
+    return splits
+
+
+# --------------------------------------------------------------------------- step bookkeeping
+
+
+def _fingerprint(files: list[Path]) -> list[tuple[str, int, int]]:
+    return [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _cached(out: Path, step: str, key: str, outputs: list[Path], force: bool) -> dict[str, Any] | None:
+    stamp = out / ".state" / f"{step}.json"
+    if force or not stamp.is_file() or not all(p.is_file() for p in outputs):
+        return None
+    try:
+        saved = json.loads(stamp.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved["result"] if saved.get("key") == key else None
+
+
+def _stamp(out: Path, step: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
+    with atomic_open(out / ".state" / f"{step}.json", "w", encoding="utf-8") as handle:
+        json.dump({"key": key, "result": result}, handle)
+    return result
+
+
+# --------------------------------------------------------------------------- cleaning
+
+
+def text_paths(out: Path, split: str, recipe: Recipe) -> tuple[Path, Path]:
+    """Where the cleaned text of a split is kept (also the references for validation BLEU)."""
+    return out / "text" / f"{split}.{recipe.data.src_lang}", out / "text" / f"{split}.{recipe.data.tgt_lang}"
+
+
+def _clean_split(recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path,
+                 force: bool, log: Log, progress: bool) -> dict[str, Any]:
+    src_out, tgt_out = text_paths(out, split, recipe)
+    is_train = split == "train"
+    key = _key(_fingerprint([p for pair in pairs for p in (pair.src, pair.tgt)]), recipe.data.encoding_errors,
+               recipe_to_dict(recipe)["data"]["clean"] if is_train else "strip")
+    cached = _cached(out, f"clean.{split}", key, [src_out, tgt_out], force)
+    if cached is not None:
+        log(f"[skip] {split}: cleaned text is up to date ({cached['kept']:,} pairs)")
+        return cached
+    cleaner = PairCleaner(recipe.data.clean)
+    read, hashes = 0, {}
+    with atomic_open(src_out, "w", encoding="utf-8") as fs, atomic_open(tgt_out, "w", encoding="utf-8") as ft:
+        for pair in pairs:
+            reader = ParallelReader(pair, recipe.data.encoding_errors)
+            stream = tqdm(reader, desc=f"clean {split}", unit=" pairs", disable=None if progress else True,
+                          leave=False, file=sys.stderr)
+            if is_train:
+                kept = cleaner.clean(stream)
+            else:
+                kept = ((s.strip(), t.strip()) for s, t in stream)
+            for src, tgt in kept:
+                fs.write(src + "\n")
+                ft.write(tgt + "\n")
+            read += reader.lines
+            hashes.update(reader.hashes)
+    n_kept = cleaner.kept if is_train else read
+    result = {"read": read, "kept": n_kept, "dropped": dict(cleaner.dropped), "sha256": hashes}
+    log(f"{split}: read {read:,} pairs, kept {n_kept:,}" + (f" ({_drops(result)})" if is_train else ""))
+    return _stamp(out, f"clean.{split}", key, result)
+
+
+def _drops(result: dict[str, Any]) -> str:
+    dropped = result["dropped"]
+    parts = [f"{dropped.get(step, 0):,} {step}" for step in PairCleaner.STEPS if dropped.get(step)]
+    return "dropped " + ", ".join(parts) if parts else "nothing dropped"
+
+
+# --------------------------------------------------------------------------- vocabulary
+
+
+def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: bool, log: Log) -> dict[str, Any]:
+    d, v = recipe.data, recipe.vocab
+    src_text, tgt_text = text_paths(out, "train", recipe)
+    src_name, tgt_name = vocab_files(d.src_lang, d.tgt_lang, v.joint)
+    outputs = [out / src_name, out / tgt_name]
+    key = _key(train["sha256"], train["kept"], recipe_to_dict(recipe)["vocab"], sorted(train["dropped"].items()))
+    cached = _cached(out, "vocab", key, outputs, force)
+    if cached is not None:
+        log(f"[skip] vocabulary is up to date ({src_name})")
+        return cached
+    if v.joint:
+        log(f"learning a joint {v.type} vocabulary of {v.size:,} pieces ...")
+        learn_vocab([src_text, tgt_text], out / src_name, v)
+    else:
+        for text, name in ((src_text, src_name), (tgt_text, tgt_name)):
+            log(f"learning a {v.type} vocabulary of {v.size:,} pieces for {text.name} ...")
+            learn_vocab([text], out / name, v)
+    sizes = [load_vocab(p).GetPieceSize() for p in outputs]
+    return _stamp(out, "vocab", key, {"src_model": src_name, "tgt_model": tgt_name,
+                                      "src_size": sizes[0], "tgt_size": sizes[1]})
+
+
+# --------------------------------------------------------------------------- encoding
+
+_WORKER: dict[str, spm.SentencePieceProcessor] = {}
+
+
+def _init_worker(src_model: str, tgt_model: str) -> None:
+    _WORKER["src"] = load_vocab(Path(src_model))
+    _WORKER["tgt"] = _WORKER["src"] if tgt_model == src_model else load_vocab(Path(tgt_model))
+
+
+def _encode_side(processor: spm.SentencePieceProcessor, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    ids = processor.encode(lines, out_type=int)
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+    return flat, lengths
+
+
+def _encode_chunk(chunk: tuple[list[str], list[str]]) -> tuple[np.ndarray, ...]:
+    src, tgt = chunk
+    return (*_encode_side(_WORKER["src"], src), *_encode_side(_WORKER["tgt"], tgt))
+
+
+def _read_chunks(src: Path, tgt: Path, size: int) -> Iterator[tuple[list[str], list[str]]]:
+    with open(src, encoding="utf-8") as fs, open(tgt, encoding="utf-8") as ft:
+        while True:
+            src_lines = [line.rstrip("\n") for line in itertools.islice(fs, size)]
+            tgt_lines = [line.rstrip("\n") for line in itertools.islice(ft, size)]
+            if not src_lines:
+                return
+            yield src_lines, tgt_lines
+
+
+def _encoded_chunks(chunks: Iterator[tuple[list[str], list[str]]], workers: int,
+                    models: tuple[str, str]) -> Iterator[tuple[np.ndarray, ...]]:
+    """Encode chunks in order; at most two chunks per worker are in flight (bounded memory)."""
+    if workers <= 1:
+        _init_worker(*models)
+        yield from map(_encode_chunk, chunks)
+        return
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
+                             initializer=_init_worker, initargs=models) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append(pool.submit(_encode_chunk, chunk))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _encode_split(recipe: Recipe, split: str, out: Path, cleaned: dict[str, Any], vocab: dict[str, Any],
+                  force: bool, log: Log, progress: bool) -> dict[str, Any]:
+    d = recipe.data
+    src_text, tgt_text = text_paths(out, split, recipe)
+    prefixes = [out / f"{split}.{d.src_lang}", out / f"{split}.{d.tgt_lang}"]
+    outputs = [p.with_name(p.name + ext) for p in prefixes for ext in (".bin", ".idx")]
+    key = _key(cleaned["sha256"], cleaned["kept"], vocab)
+    cached = _cached(out, f"encode.{split}", key, outputs, force)
+    if cached is not None:
+        log(f"[skip] {split}: encoded arrays are up to date")
+        return cached
+    dtypes = (token_dtype(vocab["src_size"]), token_dtype(vocab["tgt_size"]))
+    writers = [TokenArrayWriter(prefixes[0], dtypes[0]), TokenArrayWriter(prefixes[1], dtypes[1])]
+    histogram = LengthHistogram()
+    workers = d.workers or os.cpu_count() or 1
+    models = (str(out / vocab["src_model"]), str(out / vocab["tgt_model"]))
+    try:
+        with tqdm(total=cleaned["kept"], desc=f"encode {split}", unit=" pairs", leave=False,
+                  disable=None if progress else True, file=sys.stderr) as bar:
+            chunks = _read_chunks(src_text, tgt_text, d.chunk_lines)
+            for src_flat, src_len, tgt_flat, tgt_len in _encoded_chunks(chunks, workers, models):
+                writers[0].append(src_flat, src_len)
+                writers[1].append(tgt_flat, tgt_len)
+                histogram.add(np.maximum(src_len, tgt_len) + 1)
+                bar.update(len(src_len))
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    for writer in writers:
+        writer.commit()
+    result = {"sentences": writers[0].sentences, "src_tokens": writers[0].tokens,
+              "tgt_tokens": writers[1].tokens, "histogram": histogram.counts.tolist(),
+              "dtypes": [dtypes[0].name, dtypes[1].name]}
+    log(f"{split}: encoded {result['sentences']:,} pairs "
+        f"({result['src_tokens']:,} source and {result['tgt_tokens']:,} target tokens)")
+    return _stamp(out, f"encode.{split}", key, result)
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def _metadata(recipe: Recipe, splits: dict[str, list[CorpusPair]], cleaned: dict[str, Any],
+              vocab: dict[str, Any], encoded: dict[str, Any]) -> dict[str, Any]:
+    histogram = np.asarray(encoded["train"]["histogram"], dtype=np.int64)
+    bounds = bucket_boundaries(histogram)
+    return {
+        "format_version": META_VERSION,
+        "recipe": recipe.name,
+        "src_lang": recipe.data.src_lang,
+        "tgt_lang": recipe.data.tgt_lang,
+        "vocab": {**vocab, **recipe_to_dict(recipe)["vocab"]},
+        "splits": {
+            name: {
+                "files": [[str(p.src), str(p.tgt)] for p in splits[name]],
+                "read": cleaned[name]["read"],
+                "kept": cleaned[name]["kept"],
+                "dropped": cleaned[name]["dropped"],
+                **{k: v for k, v in encoded[name].items() if k != "histogram"},
+            }
+            for name in splits
+        },
+        "buckets": {"bounds": bounds, "table": bucket_table(histogram, bounds)},
+        "inputs_sha256": {path: h for name in splits for path, h in cleaned[name]["sha256"].items()},
+        "versions": {"nmt": __version__, "sentencepiece": spm.__version__, "numpy": np.__version__,
+                     "python": platform.python_version()},
+    }
+
+
+def load_meta(data_dir: Path) -> dict[str, Any]:
+    """Read ``meta.json`` of a prepared dataset, or explain how to create it."""
+    path = data_dir / "meta.json"
+    if not path.is_file():
+        raise DataError(f"{path}: not found; the dataset is not prepared (or preparation did not finish): "
+                        "run `nmt prepare RECIPE`")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise DataError(f"{path}: unreadable; re-run `nmt prepare --force`") from None
+    if meta.get("format_version") != META_VERSION:
+        raise DataError(f"{path}: prepared with an incompatible nmt version; re-run `nmt prepare --force`")
+    return meta

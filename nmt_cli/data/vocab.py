@@ -1,0 +1,91 @@
+"""SentencePiece vocabularies: learning them and loading them.
+
+Special ids are fixed for every model nmt trains, so the model never needs the vocabulary
+object: pad 0, unk 1, bos 2, eos 3.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from ..config import VocabConfig
+from ..errors import DataError
+from ..utils.files import atomic_path
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+def vocab_files(src_lang: str, tgt_lang: str, joint: bool) -> tuple[str, str]:
+    """File names of the (source, target) SentencePiece models inside a data or model folder."""
+    if joint:
+        return "spm.model", "spm.model"
+    return f"spm.{src_lang}.model", f"spm.{tgt_lang}.model"
+
+
+def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig) -> None:
+    """Train a SentencePiece model on the text files ``inputs`` and write it to ``output``.
+
+    SentencePiece samples at most ``input_sentence_size`` sentences, which bounds memory on
+    large corpora. Its errors are translated into a one-line :class:`DataError`.
+    """
+    with atomic_path(output) as tmp:
+        prefix = str(tmp)[: -len(".model")] if str(tmp).endswith(".model") else str(tmp)
+        try:
+            spm.SentencePieceTrainer.train(
+                input=[str(p) for p in inputs],
+                model_prefix=prefix,
+                vocab_size=config.size,
+                model_type=config.type,
+                character_coverage=config.character_coverage,
+                input_sentence_size=config.input_sentence_size,
+                shuffle_input_sentence=True,
+                num_threads=config.threads or os.cpu_count() or 1,
+                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                normalization_rule_name=config.normalization,
+                byte_fallback=config.byte_fallback,
+                max_sentence_length=1 << 16,
+                minloglevel=2,
+            )
+        except RuntimeError as err:
+            raise DataError(_explain_spm_error(str(err), inputs, config)) from None
+        Path(prefix + ".model").replace(tmp)
+        Path(prefix + ".vocab").unlink(missing_ok=True)
+
+
+def _explain_spm_error(message: str, inputs: Sequence[Path], config: VocabConfig) -> str:
+    names = ", ".join(str(p) for p in inputs)
+    too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", message)
+    if too_high:
+        return (f"{names}: vocab.size={config.size} is too large for this data; "
+                f"set vocab.size to at most {too_high.group(2)} (e.g. --set vocab.size={too_high.group(2)})")
+    if "vocab_size" in message or "Vocabulary size" in message:
+        return (f"{names}: vocab.size={config.size} does not fit this data; choose a smaller vocab.size "
+                f"(SentencePiece said: {message.strip().splitlines()[-1]})")
+    return f"{names}: SentencePiece could not learn a vocabulary: {message.strip().splitlines()[-1]}"
+
+
+def load_vocab(path: Path) -> spm.SentencePieceProcessor:
+    """Load a SentencePiece model, with a one-line error if it is missing or broken."""
+    if not path.is_file():
+        raise DataError(f"{path}: SentencePiece model not found; run `nmt prepare` first")
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.Load(str(path))
+    except (OSError, RuntimeError):
+        raise DataError(f"{path}: not a valid SentencePiece model; re-run `nmt prepare --force`") from None
+    return processor
+
+
+def load_vocab_bytes(blob: bytes, origin: str) -> spm.SentencePieceProcessor:
+    """Load a SentencePiece model from its serialized bytes (as stored in checkpoints)."""
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(blob)
+    except (OSError, RuntimeError):
+        raise DataError(f"{origin}: the stored SentencePiece model is corrupt") from None
+    return processor

@@ -1,0 +1,145 @@
+"""Translation of text lines with a trained model: load, encode, batch, search, restore order.
+
+Lines stream through in chunks, so a file of millions of lines needs bounded memory.
+Within a chunk, sentences are sorted by length for batching and the results put back in
+input order. An empty line gives an empty line; a line longer than the model allows is
+truncated (and counted, so the caller can warn once).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sentencepiece as spm
+import torch
+
+from ..config import DecodeConfig, Recipe, recipe_from_dict
+from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
+from ..errors import CheckpointError, NmtError
+from ..model.transformer import Transformer, build_model
+from ..utils import torchfile
+from .search import Hypothesis, search
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to translate, with its vocabularies and recipe."""
+
+    model: Transformer
+    recipe: Recipe
+    src_vocab: spm.SentencePieceProcessor
+    tgt_vocab: spm.SentencePieceProcessor
+    path: Path
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
+    """Load a model folder (its ``model.pt``) or any checkpoint file written by nmt."""
+    payload = torchfile.load(Path(path), map_location="cpu")
+    return model_from_payload(payload, Path(path), device)
+
+
+def model_from_payload(payload: dict[str, Any], origin: Path, device: str | torch.device = "cpu") -> LoadedModel:
+    """Rebuild the model described by a checkpoint payload."""
+    try:
+        recipe = recipe_from_dict(payload["recipe"], source=f"{origin} (stored recipe)")
+    except NmtError as err:
+        raise CheckpointError(f"{origin}: its stored recipe is not valid for this nmt version ({err})") from None
+    vocab = payload.get("vocab") or {}
+    if "src" not in vocab or "tgt" not in vocab:
+        raise CheckpointError(f"{origin}: holds no SentencePiece model; it was not written by nmt train")
+    src_vocab = load_vocab_bytes(vocab["src"], str(origin))
+    tgt_vocab = src_vocab if vocab["tgt"] == vocab["src"] else load_vocab_bytes(vocab["tgt"], str(origin))
+    model = build_model(recipe.model, src_vocab.GetPieceSize(), tgt_vocab.GetPieceSize(), PAD_ID)
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0]
+        raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({first})") from None
+    model.to(device).eval()
+    return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin)
+
+
+@dataclass
+class TranslationStats:
+    """Counts the caller reports when translation ends."""
+
+    sentences: int = 0
+    empty: int = 0
+    truncated: int = 0
+    output_tokens: int = 0
+    truncated_lines: list[int] = field(default_factory=list)
+
+
+class Translator:
+    """Turns lines of source text into lists of (text, score) hypotheses."""
+
+    def __init__(self, loaded: LoadedModel, config: DecodeConfig, device: str | torch.device = "cpu",
+                 nbest: int = 1, chunk_lines: int = 10000) -> None:
+        if nbest > config.beam:
+            raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
+        self.loaded = loaded
+        self.config = config
+        self.device = torch.device(device)
+        self.nbest = nbest
+        self.chunk_lines = chunk_lines
+        self.max_src = loaded.recipe.model.max_positions - 1  # room for the EOS
+        self.stats = TranslationStats()
+
+    def translate(self, lines: Iterable[str]) -> Iterator[list[tuple[str, float]]]:
+        """Yield, for every input line in order, its n-best list of (text, score)."""
+        source = iter(lines)
+        while chunk := list(itertools.islice(source, self.chunk_lines)):
+            yield from self._translate_chunk([line.rstrip("\r\n") for line in chunk])
+
+    def _translate_chunk(self, lines: list[str]) -> list[list[tuple[str, float]]]:
+        encoded = self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)
+        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        todo = []
+        for i, ids in enumerate(encoded):
+            self.stats.sentences += 1
+            if not ids:
+                self.stats.empty += 1
+                continue
+            if len(ids) > self.max_src:
+                self.stats.truncated += 1
+                encoded[i] = ids[: self.max_src]
+            todo.append(i)
+        for batch in self._batches(todo, encoded):
+            src = _pad([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
+            for i, hyps in zip(batch, search(self.loaded.model, src, self.config, self.nbest)):
+                results[i] = [self._detokenize(h) for h in hyps] or [("", float("-inf"))]
+        return results
+
+    def _batches(self, todo: list[int], encoded: list[list[int]]) -> Iterator[list[int]]:
+        order = sorted(todo, key=lambda i: len(encoded[i]), reverse=True)
+        batch: list[int] = []
+        for i in order:
+            width = len(encoded[batch[0]]) + 1 if batch else len(encoded[i]) + 1
+            too_many = self.config.batch_size and len(batch) >= self.config.batch_size
+            if batch and (too_many or (len(batch) + 1) * width > self.config.batch_tokens):
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def _detokenize(self, hyp: Hypothesis) -> tuple[str, float]:
+        self.stats.output_tokens += len(hyp.tokens) + 1
+        return self.loaded.tgt_vocab.decode(hyp.tokens), hyp.score
+
+
+def _pad(rows: list[list[int]]) -> torch.Tensor:
+    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)
+
+
+def with_overrides(config: DecodeConfig, **values: Any) -> DecodeConfig:
+    """The recipe's decoding settings with command-line values (None means 'keep')."""
+    return replace(config, **{k: v for k, v in values.items() if v is not None})

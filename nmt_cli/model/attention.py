@@ -1,0 +1,137 @@
+"""Multi-head scaled dot-product attention (Vaswani et al. 2017, section 3.2).
+
+:func:`attention` is the pure function, with two implementations: the fast path
+(``F.scaled_dot_product_attention``) and :func:`attention_reference`, the formula written
+out, which also handles relative positions (Shaw et al. 2018) because those need the
+attention weights themselves. Tests check that both paths agree.
+
+Masks are boolean and broadcast to ``(B, H, Tq, Tk)``; ``True`` means "may attend".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class RelativeTerms:
+    """Relative position embeddings gathered for one (Tq, Tk) grid: each (Tq, Tk, d_k)."""
+
+    keys: Tensor
+    values: Tensor
+
+
+def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                        dropout: float = 0.0, causal: bool = False,
+                        relative: RelativeTerms | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k) + rel) v, written out. q (B,H,Tq,d_k), k/v (B,H,Tk,d_k)."""
+    d_k = q.size(-1)
+    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+    if relative is not None:
+        scores = scores + torch.einsum("bhqd,qkd->bhqk", q, relative.keys)
+    scores = scores / math.sqrt(d_k)
+    if causal:
+        t_q, t_k = scores.shape[-2:]
+        future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(t_k - t_q + 1)
+        scores = scores.masked_fill(future, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = F.dropout(scores.softmax(dim=-1), p=dropout)
+    out = weights @ v  # (B, H, Tq, d_k)
+    if relative is not None:
+        out = out + torch.einsum("bhqk,qkd->bhqd", weights, relative.values)
+    return out
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout: float = 0.0,
+              causal: bool = False, relative: RelativeTerms | None = None) -> Tensor:
+    """Fast path through PyTorch's fused kernel; relative positions use the reference."""
+    if relative is not None:
+        return attention_reference(q, k, v, mask, dropout, causal, relative)
+    if causal and q.size(-2) != k.size(-2):
+        # Incremental decoding: the new query may see every cached key, so no mask is needed.
+        causal = q.size(-2) != 1
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+
+
+class RelativePositions(nn.Module):
+    """Learned relative position embeddings a^K and a^V, clipped at distance ``k`` (Shaw et al. 2018)."""
+
+    def __init__(self, d_k: int, max_distance: int) -> None:
+        super().__init__()
+        self.max_distance = max_distance
+        self.keys = nn.Embedding(2 * max_distance + 1, d_k)
+        self.values = nn.Embedding(2 * max_distance + 1, d_k)
+        nn.init.xavier_uniform_(self.keys.weight)
+        nn.init.xavier_uniform_(self.values.weight)
+
+    def forward(self, t_q: int, t_k: int) -> RelativeTerms:
+        """Terms for queries at positions t_k - t_q .. t_k - 1 against keys 0 .. t_k - 1."""
+        device = self.keys.weight.device
+        q_pos = torch.arange(t_k - t_q, t_k, device=device)
+        k_pos = torch.arange(t_k, device=device)
+        distance = (k_pos[None, :] - q_pos[:, None]).clamp(-self.max_distance, self.max_distance)
+        index = distance + self.max_distance  # (Tq, Tk)
+        return RelativeTerms(self.keys(index), self.values(index))
+
+
+class MultiHeadAttention(nn.Module):
+    """Projections around :func:`attention`. Self-attention uses one fused QKV projection.
+
+    ``forward`` takes an optional ``cache`` dict for incremental decoding: self-attention
+    appends the new keys/values to ``cache["k"]``/``cache["v"]``; cross-attention computes
+    the memory's keys/values once and reuses them.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, self_attention: bool,
+                 relative_distance: int = 0) -> None:
+        super().__init__()
+        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.self_attention = self_attention
+        if self_attention:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+        else:
+            self.q = nn.Linear(d_model, d_model)
+            self.kv = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.relative = RelativePositions(self.d_k, relative_distance) if relative_distance else None
+
+    def _split(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                causal: bool = False, cache: dict[str, Tensor] | None = None) -> Tensor:
+        if self.self_attention:
+            q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
+            if cache is not None:
+                if "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)  # (B, H, T_past + T, d_k)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        else:
+            q = self._split(self.q(x))
+            if cache is not None and "k" in cache:
+                k, v = cache["k"], cache["v"]
+            else:
+                assert memory is not None
+                k, v = (self._split(t) for t in self.kv(memory).chunk(2, dim=-1))
+                if cache is not None:
+                    cache["k"], cache["v"] = k, v
+        relative = self.relative(q.size(2), k.size(2)) if self.relative is not None else None
+        dropout = self.dropout if self.training else 0.0
+        context = attention(q, k, v, mask, dropout, causal, relative)  # (B, H, Tq, d_k)
+        b, _, t, _ = context.shape
+        return self.out(context.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k))  # (B, Tq, D)
+
+    def value_and_output_weights(self) -> list[Tensor]:
+        """The value and output projection weights (scaled by T-Fixup)."""
+        value = self.qkv.weight[2 * self.out.in_features:] if self.self_attention \
+            else self.kv.weight[self.out.in_features:]
+        return [value, self.out.weight]

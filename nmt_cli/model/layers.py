@@ -1,0 +1,95 @@
+"""Encoder and decoder layers: sub-layers wrapped in a residual arrangement.
+
+``post`` is the paper's ``LayerNorm(x + Dropout(F(x)))``; ``pre`` is ``x + Dropout(F(LayerNorm(x)))``
+(the stack then ends in a final LayerNorm); ``rezero`` is ``x + alpha * Dropout(F(x))`` with
+``alpha`` initialised to 0 (Bachlechner et al. 2020); ``none`` (used by T-Fixup) is
+``x + Dropout(F(x))`` with no normalisation at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+
+Arrangement = str  # "post" | "pre" | "rezero" | "none"
+
+
+class Residual(nn.Module):
+    """One residual connection around a sub-layer, in the chosen arrangement."""
+
+    def __init__(self, d_model: int, dropout: float, arrangement: Arrangement) -> None:
+        super().__init__()
+        self.arrangement = arrangement
+        self.dropout = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(d_model) if arrangement in ("post", "pre") else None
+        self.alpha = nn.Parameter(torch.zeros(1)) if arrangement == "rezero" else None
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.arrangement == "pre":
+            return x + self.dropout(sublayer(self.norm(x)))
+        out = self.dropout(sublayer(x))
+        if self.arrangement == "post":
+            return self.norm(x + out)
+        if self.arrangement == "rezero":
+            return x + self.alpha * out
+        return x + out
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = W2 act(W1 x + b1) + b2 (section 3.3), ReLU as in the paper or GELU."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+        self.activation = F.relu if activation == "relu" else F.gelu
+        self.dropout = dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = F.dropout(self.activation(self.w1(x)), self.dropout, self.training)  # (B, T, d_ff)
+        return self.w2(hidden)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual block."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
+                 activation_dropout: float, activation: str, arrangement: Arrangement,
+                 relative_distance: int) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, True, relative_distance)
+        self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
+        self.res_attn = Residual(d_model, dropout, arrangement)
+        self.res_ffn = Residual(d_model, dropout, arrangement)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.res_attn(x, lambda h: self.self_attn(h, mask=src_mask))
+        return self.res_ffn(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, attention over the encoder output, feed-forward."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
+                 activation_dropout: float, activation: str, arrangement: Arrangement,
+                 relative_distance: int) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, True, relative_distance)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, False)
+        self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
+        self.res_self = Residual(d_model, dropout, arrangement)
+        self.res_cross = Residual(d_model, dropout, arrangement)
+        self.res_ffn = Residual(d_model, dropout, arrangement)
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor,
+                cache: dict[str, dict[str, Tensor]] | None = None) -> Tensor:
+        self_cache = cache["self"] if cache is not None else None
+        cross_cache = cache["cross"] if cache is not None else None
+        x = self.res_self(x, lambda h: self.self_attn(h, causal=True, cache=self_cache))
+        x = self.res_cross(x, lambda h: self.cross_attn(h, memory, mask=src_mask, cache=cross_cache))
+        return self.res_ffn(x, self.ffn)

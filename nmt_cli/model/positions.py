@@ -1,0 +1,42 @@
+"""Absolute position information added to the embeddings (section 3.5 of the paper)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); (P, D)."""
+    position = torch.arange(max_positions, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    return table.float()
+
+
+class SinusoidalPositions(nn.Module):
+    """The paper's fixed table; a buffer, not a parameter (and not saved in checkpoints)."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        return self.table[offset: offset + length]  # (T, D)
+
+
+class LearnedPositions(nn.Module):
+    """Learned position embeddings (the paper's Table 3, row E)."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(max_positions, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        index = torch.arange(offset, offset + length, device=self.embedding.weight.device)
+        return self.embedding(index)  # (T, D)

@@ -1,0 +1,208 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017), with its published variants.
+
+Read top-down: embeddings -> encoder -> decoder -> output projection -> loss, then the
+incremental decoding used by beam search. Departures from the paper are opt-in through
+``ModelConfig`` (positions, residual arrangement, initialisation, tying).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from ..config import ModelConfig
+from .layers import DecoderLayer, EncoderLayer
+from .positions import LearnedPositions, SinusoidalPositions
+
+
+def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed cross-entropy and summed NLL of ``target`` (N,) under ``logits`` (N, V).
+
+    The smoothing mass ``epsilon`` is spread uniformly over the whole vocabulary:
+    ``loss = (1 - eps) * nll + eps / V * sum_v(-log p_v)``.
+    """
+    log_probs = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+    nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)  # (N,)
+    if epsilon == 0:
+        return nll.sum(), nll.sum()
+    uniform = -log_probs.mean(dim=-1)  # (N,) = sum_v(-log p_v) / V
+    loss = (1.0 - epsilon) * nll + epsilon * uniform
+    return loss.sum(), nll.sum()
+
+
+@dataclass
+class DecoderState:
+    """Everything incremental decoding keeps between steps, one row per hypothesis."""
+
+    memory: Tensor  # (N, S, D)
+    src_mask: Tensor  # (N, 1, 1, S), True where the source token is real
+    caches: list[dict[str, dict[str, Tensor]]] = field(default_factory=list)
+    step: int = 0
+
+    def select(self, index: Tensor, sentences_changed: bool = True) -> None:
+        """Keep and reorder rows: beams follow their parents, finished sentences leave.
+
+        Rows of one sentence share the encoder output, so when beams were only reordered
+        within their sentences (``sentences_changed=False``) the memory-side tensors stay.
+        """
+        for layer in self.caches:
+            parts = layer.values() if sentences_changed else [layer["self"]]
+            for part in parts:
+                for key in part:
+                    part[key] = part[key].index_select(0, index)
+        if sentences_changed:
+            self.memory = self.memory.index_select(0, index)
+            self.src_mask = self.src_mask.index_select(0, index)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer over integer token ids (pad id 0 unless told otherwise)."""
+
+    def __init__(self, config: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        self.pad_id = pad_id
+        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
+        d = config.d_model
+        if config.share_embeddings and src_vocab != tgt_vocab:
+            raise ValueError("share_embeddings needs one joint vocabulary")
+        self.src_embed = nn.Embedding(src_vocab, d, padding_idx=pad_id)
+        self.tgt_embed = self.src_embed if config.share_embeddings else nn.Embedding(tgt_vocab, d, padding_idx=pad_id)
+        self.embed_scale = math.sqrt(d)
+        self.positions = _positions(config)
+        self.embed_dropout = nn.Dropout(config.dropout)
+        arrangement = "none" if config.init == "tfixup" else config.norm
+        relative = config.max_relative_position if config.positions == "relative" else 0
+        layer_args = (d, config.n_heads, config.d_ff, config.dropout, config.attention_dropout,
+                      config.activation_dropout, config.activation, arrangement, relative)
+        self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(config.layers))
+        self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(config.n_decoder_layers))
+        # Pre-norm stacks end in a LayerNorm, else the last residual sum is never normalised.
+        self.encoder_norm = nn.LayerNorm(d) if arrangement == "pre" else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if arrangement == "pre" else nn.Identity()
+        self.output = nn.Linear(d, tgt_vocab, bias=False)
+        if config.tie_output:
+            self.output.weight = self.tgt_embed.weight
+        self.activation_checkpointing = False
+        _initialise(self, config)
+
+    # ----------------------------------------------------------------- embeddings
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
+        x = embedding(tokens) * self.embed_scale  # (B, T, D)
+        if self.positions is not None:
+            x = x + self.positions(tokens.size(1), offset).to(x.dtype)
+        return self.embed_dropout(x)
+
+    # ----------------------------------------------------------------- encoder / decoder
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """Encode ``src`` (B, S) to memory (B, S, D); also return the key mask (B, 1, 1, S)."""
+        src_mask = (src != self.pad_id)[:, None, None, :]
+        x = self._embed(self.src_embed, src)
+        for layer in self.encoder:
+            x = self._run(layer, x, src_mask)
+        return self.encoder_norm(x), src_mask
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """Decoder hidden states (B, T, D) for the whole shifted target (training, scoring)."""
+        x = self._embed(self.tgt_embed, tgt_in)
+        for layer in self.decoder:
+            x = self._run(layer, x, memory, src_mask)
+        return self.decoder_norm(x)
+
+    def _run(self, layer: nn.Module, *args: Tensor) -> Tensor:
+        if self.activation_checkpointing and self.training:
+            return checkpoint(layer, *args, use_reentrant=False)
+        return layer(*args)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Unnormalised scores over the target vocabulary: (..., D) -> (..., V)."""
+        return self.output(hidden)
+
+    def loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float) -> tuple[Tensor, Tensor, int]:
+        """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch.
+
+        Only non-padding positions go through the output projection, which is the most
+        expensive matrix product of the model for large vocabularies.
+        """
+        memory, src_mask = self.encode(src)
+        hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
+        keep = tgt_out != self.pad_id
+        loss, nll = label_smoothed_nll(self.logits(hidden[keep]), tgt_out[keep], epsilon)
+        return loss, nll, int(keep.sum())
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float) -> tuple[Tensor, Tensor, int]:
+        """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
+        return self.loss(src, tgt_in, tgt_out, epsilon)
+
+    # ----------------------------------------------------------------- incremental decoding
+
+    def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
+        """Fresh state for :meth:`decode_step`; cross-attention keys are computed on the first step."""
+        caches = [{"self": {}, "cross": {}} for _ in self.decoder]
+        return DecoderState(memory, src_mask, caches)
+
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
+        """Log-probabilities (N, V) of the next token after ``tokens`` (N,), the previous outputs."""
+        x = self._embed(self.tgt_embed, tokens[:, None], offset=state.step)  # (N, 1, D)
+        for layer, cache in zip(self.decoder, state.caches):
+            x = layer(x, state.memory, state.src_mask, cache)
+        state.step += 1
+        return F.log_softmax(self.logits(self.decoder_norm(x[:, 0])).float(), dim=-1)
+
+
+def _positions(config: ModelConfig) -> nn.Module | None:
+    if config.positions == "sinusoidal":
+        return SinusoidalPositions(config.max_positions, config.d_model)
+    if config.positions == "learned":
+        return LearnedPositions(config.max_positions, config.d_model)
+    return None  # relative positions live inside self-attention
+
+
+def _initialise(model: Transformer, config: ModelConfig) -> None:
+    """Xavier-uniform linear layers, N(0, d^-1/2) embeddings; T-Fixup rescales on top.
+
+    T-Fixup (Huang et al. 2020, section 3.3): with no LayerNorm, scale the decoder's
+    value/output projections, feed-forward weights and input embeddings by (9 N)^-1/4 and
+    the encoder's by 0.67 N^-1/4, where N is the number of layers of the stack.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+    for embedding in {model.src_embed, model.tgt_embed}:
+        nn.init.normal_(embedding.weight, std=config.d_model ** -0.5)
+        with torch.no_grad():
+            embedding.weight[model.pad_id].zero_()
+    if config.init != "tfixup":
+        return
+    dec_scale = (9 * config.n_decoder_layers) ** -0.25
+    enc_scale = 0.67 * config.layers ** -0.25
+    with torch.no_grad():
+        for layers, scale in ((model.encoder, enc_scale), (model.decoder, dec_scale)):
+            for layer in layers:
+                weights = [layer.ffn.w1.weight, layer.ffn.w2.weight, *layer.self_attn.value_and_output_weights()]
+                if hasattr(layer, "cross_attn"):
+                    weights += layer.cross_attn.value_and_output_weights()
+                for weight in weights:
+                    weight.mul_(scale)
+        model.tgt_embed.weight.mul_(dec_scale)
+        if model.src_embed is not model.tgt_embed:
+            model.src_embed.weight.mul_(enc_scale)
+
+
+def build_model(config: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Transformer:
+    """Construct a freshly initialised Transformer."""
+    return Transformer(config, src_vocab, tgt_vocab, pad_id)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct trainable parameters (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters())

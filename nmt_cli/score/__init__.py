@@ -1,0 +1,1 @@
+"""Scoring through sacreBLEU's Python API (BLEU, chrF, TER, paired significance tests)."""

@@ -1,0 +1,1 @@
+"""Training: state, loop, schedules, checkpoints and averaging, distributed set-up."""

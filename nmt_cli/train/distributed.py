@@ -1,0 +1,97 @@
+"""``torch.distributed`` set-up: read torchrun's environment, pick the backend and device.
+
+nmt never launches processes of its own making: ``nmt train --nproc N`` runs
+``python -m torch.distributed.run`` (torchrun), which also handles multi-node rendezvous.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ..config import TrainConfig
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """This process's place in the run."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(config: TrainConfig) -> DistInfo:
+    """Join the process group torchrun describes (NCCL on CUDA, gloo on CPU), or run alone."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    use_cuda = config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if use_cuda else "gloo",
+                                timeout=timedelta(minutes=config.dist_timeout_minutes))
+    return DistInfo(rank, world, local_rank, local_world, device)
+
+
+def set_threads(config: TrainConfig, info: DistInfo) -> int:
+    """Intra-op threads: the recipe's number, else the cores shared among local processes."""
+    threads = config.threads or max(1, (os.cpu_count() or 1) // info.local_world_size)
+    torch.set_num_threads(threads)
+    return threads
+
+
+def all_true_anywhere(flag: bool, info: DistInfo) -> bool:
+    """True on every process if ``flag`` is true on any (used to stop all ranks together)."""
+    if not info.distributed:
+        return flag
+    tensor = torch.tensor([1.0 if flag else 0.0], device=info.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item() > 0)
+
+
+def gather_objects(obj: object, info: DistInfo) -> list[object]:
+    """``obj`` from every rank, in rank order (one element when not distributed)."""
+    if not info.distributed:
+        return [obj]
+    gathered: list[object] = [None] * info.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def barrier(info: DistInfo) -> None:
+    if info.distributed:
+        dist.barrier()
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def launch(nproc: int, train_args: list[str]) -> int:
+    """Run ``nmt train`` in ``nproc`` local processes through torchrun; return its exit code."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "nmt_cli", "train", *train_args]
+    return subprocess.call(command)

@@ -1,0 +1,398 @@
+"""``nmt train``: the training loop.
+
+One update consumes ``world_size * update_freq`` consecutive batches of the epoch's
+deterministic batch list; process ``r`` takes batches ``r, r + W, ...`` of them. The loss
+is normalised by the target tokens of the whole update (known from stored lengths, so no
+communication is needed), which makes W processes with batch B equal to one process
+accumulating W batches. Checkpoints carry everything needed to resume exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from ..config import Recipe, dump_recipe, recipe_to_dict
+from ..data.batches import ParallelData, collate, make_batches, target_tokens
+from ..data.prepare import load_meta, text_paths
+from ..data.vocab import PAD_ID, load_vocab
+from ..errors import CheckpointError, NmtError
+from ..model.transformer import Transformer, build_model, count_parameters
+from ..utils.files import atomic_open
+from . import checkpoint
+from .distributed import DistInfo, all_true_anywhere, barrier, gather_objects, init_distributed, set_threads, shutdown
+from .schedule import learning_rate
+from .state import TrainState
+from .validate import ValidationResult, validate
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Dataset:
+    """Everything training reads from the prepared folder."""
+
+    train: ParallelData
+    valid: ParallelData | None
+    valid_refs: Path | None
+    bounds: list[int]
+    vocab_blobs: dict[str, bytes]
+    src_size: int
+    tgt_size: int
+    tgt_vocab: Any
+
+
+def load_dataset(recipe: Recipe) -> Dataset:
+    """Open the prepared dataset of ``recipe`` (memory-mapped)."""
+    data_dir = recipe.data_dir
+    meta = load_meta(data_dir)
+    if meta["src_lang"] != recipe.data.src_lang or meta["tgt_lang"] != recipe.data.tgt_lang:
+        raise NmtError(f"{data_dir}: prepared for {meta['src_lang']}-{meta['tgt_lang']}, but the recipe says "
+                       f"{recipe.data.src_lang}-{recipe.data.tgt_lang}; re-run `nmt prepare`")
+    if recipe.model.share_embeddings and not meta["vocab"]["joint"]:
+        raise NmtError(f"{data_dir}: has one vocabulary per side, but model.share_embeddings needs a joint one; "
+                       "set model.share_embeddings: false or prepare with vocab.joint: true")
+    vocab = meta["vocab"]
+    dtypes = tuple(meta["splits"]["train"]["dtypes"])
+    train = ParallelData.load(data_dir, "train", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
+    valid = valid_refs = None
+    if "valid" in meta["splits"]:
+        valid = ParallelData.load(data_dir, "valid", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
+        valid_refs = text_paths(data_dir, "valid", recipe)[1]
+    blobs = {"src": (data_dir / vocab["src_model"]).read_bytes(), "tgt": (data_dir / vocab["tgt_model"]).read_bytes()}
+    return Dataset(train, valid, valid_refs, meta["buckets"]["bounds"], blobs, vocab["src_size"], vocab["tgt_size"],
+                   load_vocab(data_dir / vocab["tgt_model"]))
+
+
+class StopRequest:
+    """Turns SIGINT/SIGTERM into a flag, so the loop can checkpoint and exit cleanly."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequest:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.signal is not None:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Trainer:
+    """Holds the model, optimizer, data and state of one run; ``run()`` trains until a stop rule fires."""
+
+    def __init__(self, recipe: Recipe, info: DistInfo, log: Log) -> None:
+        self.recipe, self.info, self.log = recipe, info, log
+        self.config = recipe.train
+        self.run_dir = recipe.run_dir
+        self.data = load_dataset(recipe)
+        torch.manual_seed(self.config.seed)
+        self.model: Transformer = build_model(recipe.model, self.data.src_size, self.data.tgt_size, PAD_ID)
+        self.model.to(info.device)
+        self.model.activation_checkpointing = self.config.activation_checkpointing
+        self.optimizer = _optimizer(self.model, recipe)
+        schedule = learning_rate(self.config, recipe.model.d_model)
+        # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.config.precision == "fp16")
+        self.state = TrainState()
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self._last_save_time = time.monotonic()
+        self.network: torch.nn.Module = self.model
+
+    # ----------------------------------------------------------------- set-up
+
+    def prepare_run_dir(self, resume: bool | None) -> None:
+        """Create the run folder, or resume from its newest checkpoint."""
+        existing = checkpoint.step_checkpoints(self.run_dir)
+        if existing and resume is False:
+            raise NmtError(f"{self.run_dir}: already holds checkpoints; resume (the default), delete the folder, "
+                           "or set train.dir to a new folder")
+        if resume and not existing:
+            raise NmtError(f"{self.run_dir}: no checkpoint to resume from; run without --resume to start")
+        if self.info.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / checkpoint.CHECKPOINT_DIR).mkdir(exist_ok=True)
+            with atomic_open(self.run_dir / "recipe.yaml", "w", encoding="utf-8") as handle:
+                handle.write(dump_recipe(self.recipe))
+            for side, name in (("src", "spm.src.model"), ("tgt", "spm.tgt.model")):
+                with atomic_open(self.run_dir / name, "wb") as handle:
+                    handle.write(self.data.vocab_blobs[side])
+        barrier(self.info)
+        if existing:
+            self._restore(existing[-1])
+        if self.info.distributed:
+            self.network = DistributedDataParallel(self.model, device_ids=[self.info.local_rank]
+                                                   if self.info.device.type == "cuda" else None)
+        if self.config.compile:
+            self.network = torch.compile(self.network)
+
+    def _restore(self, path: Path) -> None:
+        payload = checkpoint.load(path, map_location=self.info.device)
+        if payload["recipe"]["model"] != recipe_to_dict(self.recipe)["model"]:
+            raise CheckpointError(f"{path}: was trained with other model settings than the recipe; "
+                                  "resume with the same model section, or use a new train.dir")
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        self.state.load_state_dict(payload["train_state"])
+        rng = payload["rng"]
+        same_world = len(rng["torch"]) == self.info.world_size
+        torch.set_rng_state(rng["torch"][self.info.rank] if same_world else rng["torch"][0])
+        if self.info.device.type == "cuda" and rng.get("cuda") and same_world:
+            torch.cuda.set_rng_state(rng["cuda"][self.info.rank])
+        if not same_world:
+            torch.manual_seed(self.config.seed + 1000 * self.info.rank + self.state.step)
+        self.log(f"resuming from {path} (update {self.state.step:,}, epoch {self.state.epoch})")
+
+    # ----------------------------------------------------------------- the loop
+
+    def run(self) -> TrainState:
+        """Train until a stop rule fires; write the final checkpoint and the model file."""
+        info, config = self.info, self.config
+        if info.is_main:
+            self.log(f"model: {count_parameters(self.model):,} parameters; {len(self.data.train):,} training pairs; "
+                     f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}")
+        self.model.train()
+        started = time.monotonic() - self.state.elapsed
+        window = _Window()
+        with StopRequest() as stop, self._progress() as bar:
+            reason = None
+            while reason is None:
+                batches = self._epoch_batches()
+                per_update = info.world_size * config.update_freq
+                n_updates = len(batches) // per_update
+                if n_updates == 0:
+                    raise NmtError(f"{self.recipe.data_dir}: one epoch holds fewer than {per_update} batches; "
+                                   "lower train.max_tokens or train.update_freq")
+                while reason is None and self.state.epoch_batches_done // per_update < n_updates:
+                    first = self.state.epoch_batches_done
+                    window.add(self._update(batches[first: first + per_update]))
+                    self.state.epoch_batches_done += per_update
+                    self.state.step += 1
+                    self.state.elapsed = time.monotonic() - started
+                    bar.update(1)
+                    reason = self._after_update(window, bar, stop)
+                if reason is None:
+                    self.state.epoch += 1
+                    self.state.epoch_batches_done = 0
+                    if config.max_epochs and self.state.epoch > config.max_epochs:
+                        reason = f"reached {config.max_epochs} epochs"
+        self._finish(reason)
+        return self.state
+
+    def _epoch_batches(self) -> list[np.ndarray]:
+        return make_batches(self.data.train.pair_lengths, self.data.bounds, self.config.max_tokens,
+                            self.recipe.model.max_positions, self.config.seed, self.state.epoch)
+
+    def _update(self, group: list[np.ndarray]) -> dict[str, float]:
+        """Forward/backward over this process's share of ``group``, then one optimizer step."""
+        info = self.info
+        total_tokens = sum(target_tokens(self.data.train, b) for b in group)
+        mine = group[info.rank:: info.world_size]
+        sums = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0}
+        for i, indices in enumerate(mine):
+            batch = collate(self.data.train, indices).to(info.device)
+            sync = i == len(mine) - 1 or not isinstance(self.network, DistributedDataParallel)
+            with (contextlib.nullcontext() if sync else self.network.no_sync()), self._autocast():
+                loss, nll, n = self.network(batch.src, batch.tgt_in, batch.tgt_out, self.config.label_smoothing)
+                # DDP averages gradients over processes; scaling by W makes that a sum.
+                scaled = loss * (info.world_size / total_tokens)
+            self.scaler.scale(scaled).backward()
+            sums["loss"] += float(loss.detach())
+            sums["nll"] += float(nll.detach())
+            sums["tokens"] += n
+            sums["src_tokens"] += int((batch.src != PAD_ID).sum())
+        self.scaler.unscale_(self.optimizer)
+        if self.config.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sums
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        precision = self.config.precision
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return torch.autocast(self.info.device.type, dtype=dtype)
+
+    # ----------------------------------------------------------------- after each update
+
+    def _after_update(self, window: _Window, bar: Any, stop: StopRequest) -> str | None:
+        config, state = self.config, self.state
+        if state.step % config.log_every == 0:
+            self._log_train(window, bar)
+        if config.validate_every and state.step % config.validate_every == 0:
+            if self._validate_and_track():
+                return f"no improvement in {config.patience} validations (early stopping)"
+        timed = config.save_minutes and time.monotonic() - self._last_save_time >= 60 * config.save_minutes
+        if (config.save_every and state.step % config.save_every == 0) or timed:
+            self._save()
+        time_up = bool(config.max_seconds) and state.elapsed >= config.max_seconds
+        if all_true_anywhere(stop.signal is not None or time_up, self.info):
+            if stop.signal is not None or not time_up:
+                return f"stopped by {stop.signal or 'another process'}"
+            return f"reached max_time {config.max_time}"
+        if config.max_steps and state.step >= config.max_steps:
+            return f"reached {config.max_steps:,} updates"
+        return None
+
+    def _log_train(self, window: _Window, bar: Any) -> None:
+        stats = window.flush(self.info.world_size)
+        record = {"step": self.state.step, "epoch": self.state.epoch, **stats,
+                  "lr": self.optimizer.param_groups[0]["lr"], "elapsed": round(self.state.elapsed, 1)}
+        if self.info.device.type == "cuda":
+            record["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+        bar.set_postfix(loss=f"{stats['loss']:.3f}", ppl=f"{stats['ppl']:.1f}", lr=f"{record['lr']:.2e}",
+                        tok_s=f"{stats['tgt_tokens_per_s']:.0f}")
+        if bar.disable and self.info.is_main:
+            self.log(f"update {self.state.step:,} | loss {stats['loss']:.3f} | nll {stats['nll']:.3f} | "
+                     f"ppl {stats['ppl']:.2f} | lr {record['lr']:.2e} | {stats['tgt_tokens_per_s']:,.0f} tgt tok/s")
+        self._write_metrics(record)
+
+    def _validate_and_track(self) -> bool:
+        """Validate on rank 0, track the best checkpoint; return True when patience ran out."""
+        if self.data.valid is None:
+            return False
+        stop = False
+        if self.info.is_main:
+            result = validate(self.model, self.data.valid, self.data.valid_refs, self.data.tgt_vocab,
+                              self.recipe, self.info.device)
+            self._write_metrics({"step": self.state.step, **result.as_dict()})
+            self.log(_describe_validation(self.state.step, result))
+            score = result.bleu if result.bleu is not None else -result.loss
+            if self.state.best_score is None or score > self.state.best_score:
+                self.state.best_score, self.state.best_step, self.state.bad_validations = score, self.state.step, 0
+                checkpoint.save(self.run_dir / checkpoint.BEST_FILE, self._model_payload())
+            else:
+                self.state.bad_validations += 1
+            stop = bool(self.config.patience) and self.state.bad_validations >= self.config.patience
+        return all_true_anywhere(stop, self.info)
+
+    # ----------------------------------------------------------------- files
+
+    def _model_payload(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "recipe": recipe_to_dict(self.recipe),
+                "vocab": self.data.vocab_blobs, "step": self.state.step}
+
+    def _save(self) -> None:
+        """Write a full training checkpoint (rank 0), keeping the last K."""
+        rng = {"torch": gather_objects(torch.get_rng_state(), self.info),
+               "cuda": gather_objects(torch.cuda.get_rng_state(), self.info) if self.info.device.type == "cuda" else []}
+        self._last_save_time = time.monotonic()
+        if self.info.is_main:
+            payload = {**self._model_payload(), "optimizer": self.optimizer.state_dict(),
+                       "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+                       "train_state": self.state.state_dict(), "rng": rng, "world_size": self.info.world_size}
+            checkpoint.save(checkpoint.step_path(self.run_dir, self.state.step), payload)
+            checkpoint.prune(self.run_dir, self.config.keep_last)
+        barrier(self.info)
+
+    def _finish(self, reason: str) -> None:
+        """Final checkpoint, validation and model file (averaged if the recipe asks)."""
+        last = checkpoint.step_checkpoints(self.run_dir)
+        if not last or last[-1] != checkpoint.step_path(self.run_dir, self.state.step):
+            self._save()
+        if self.info.is_main:
+            self.log(f"stopped after update {self.state.step:,}: {reason}")
+            self._write_model_file()
+        barrier(self.info)
+
+    def _write_model_file(self) -> None:
+        target = self.run_dir / checkpoint.MODEL_FILE
+        n = self.config.average_last
+        found = checkpoint.step_checkpoints(self.run_dir)
+        if n > 1 and len(found) > 1:
+            used = found[-n:]
+            checkpoint.average_checkpoints(used, target)
+            self.log(f"averaged the last {len(used)} checkpoints into {target}")
+        else:
+            checkpoint.save(target, self._model_payload())
+            self.log(f"model written to {target}")
+
+    def _write_metrics(self, record: dict[str, Any]) -> None:
+        if self.info.is_main:
+            with open(self.metrics_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    def _progress(self) -> tqdm:
+        total = self.config.max_steps or None
+        return tqdm(total=total, initial=self.state.step, desc="train", unit=" updates", dynamic_ncols=True,
+                    disable=None if self.info.is_main else True)
+
+
+class _Window:
+    """Sums over the updates since the last log line."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.start = time.monotonic()
+
+    def add(self, sums: dict[str, float]) -> None:
+        for key, value in sums.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+
+    def flush(self, world_size: int) -> dict[str, float]:
+        seconds = max(time.monotonic() - self.start, 1e-9)
+        tokens = max(self.sums.get("tokens", 0.0), 1.0)
+        nll = self.sums.get("nll", 0.0) / tokens
+        stats = {"loss": self.sums.get("loss", 0.0) / tokens, "nll": nll, "ppl": math.exp(min(nll, 50.0)),
+                 # This process's tokens times the world size: ranks get batches of equal size on average.
+                 "tgt_tokens_per_s": world_size * tokens / seconds,
+                 "tgt_tokens_per_s_per_process": tokens / seconds,
+                 "src_tgt_tokens_per_s": world_size * (tokens + self.sums.get("src_tokens", 0.0)) / seconds}
+        self.sums, self.start = {}, time.monotonic()
+        return stats
+
+
+def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+    config = recipe.train
+    cls = torch.optim.AdamW if config.weight_decay else torch.optim.Adam
+    return cls(model.parameters(), lr=1.0, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
+               weight_decay=config.weight_decay)
+
+
+def _describe_validation(step: int, result: ValidationResult) -> str:
+    bleu = f" | BLEU {result.bleu:.2f}" if result.bleu is not None else ""
+    return f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}{bleu}"
+
+
+def train(recipe: Recipe, resume: bool | None = None, log: Log = print) -> Path:
+    """Train ``recipe`` (alone or as one process of a torchrun group); return the run folder."""
+    info = init_distributed(recipe.train)
+    try:
+        set_threads(recipe.train, info)
+        trainer = Trainer(recipe, info, log if info.is_main else (lambda _msg: None))
+        trainer.prepare_run_dir(resume)
+        trainer.run()
+    finally:
+        shutdown(info)
+    return recipe.run_dir
+
+
+__all__ = ["train", "Trainer", "load_dataset"]

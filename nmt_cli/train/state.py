@@ -1,0 +1,27 @@
+"""Where a run stands: the counters a checkpoint must carry to resume exactly."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+@dataclass
+class TrainState:
+    """Update count, data position (epoch and global batches consumed in it), validation history."""
+
+    step: int = 0
+    epoch: int = 1
+    epoch_batches_done: int = 0
+    best_score: float | None = None
+    best_step: int = 0
+    bad_validations: int = 0
+    elapsed: float = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for f in fields(self):
+            if f.name in state:
+                setattr(self, f.name, state[f.name])

@@ -1,0 +1,1 @@
+"""Small, specific helpers shared by the library modules."""

@@ -1,0 +1,81 @@
+"""File helpers: atomic writes and transparent gzip reading.
+
+Every file nmt writes goes through :func:`atomic_path` so that a killed process never
+leaves a half-written file that looks complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from ..errors import NmtError
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` only on success.
+
+    The temporary file lives in the same folder so the final ``os.replace`` is atomic.
+    On any exception the temporary file is removed and ``path`` is left untouched.
+    """
+    final = Path(path)
+    ensure_writable_dir(final.parent)
+    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "w", **kwargs) -> Iterator[IO]:
+    """Open a temporary file for writing that replaces ``path`` only when closed cleanly."""
+    with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as handle:
+        yield handle
+
+
+def ensure_writable_dir(folder: str | os.PathLike[str]) -> Path:
+    """Create ``folder`` if needed and check that files can be written in it."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise NmtError(f"{folder}: cannot create the output folder ({err.strerror}); "
+                       "choose a folder you can write to") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise NmtError(f"{folder}: the output folder is not writable; "
+                       "choose a folder you can write to or fix its permissions")
+    return folder
+
+
+def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open a file for binary reading, decompressing ``.gz`` transparently."""
+    path = Path(path)
+    if not path.is_file():
+        raise NmtError(f"{path}: file not found; check the path (and data.root in the recipe)")
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def open_text(path: str | os.PathLike[str]) -> IO[str]:
+    """Open a UTF-8 text file (plain or ``.gz``) for reading, with strict decoding."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="\n")
+
+
+def sha256_file(path: str | os.PathLike[str], block: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes, read in blocks (constant memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
