@@ -63,6 +63,11 @@ def _explain_spm_error(message: str, inputs: Sequence[Path], config: VocabConfig
     if too_high:
         return (f"{names}: vocab.size={config.size} is too large for this data; "
                 f"set vocab.size to at most {too_high.group(2)} (e.g. --set vocab.size={too_high.group(2)})")
+    too_small = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", message)
+    if too_small:
+        return (f"{names}: vocab.size={config.size} is too small: the characters of this data (plus byte and "
+                f"special pieces) need {too_small.group(2)}; raise vocab.size to at least {too_small.group(2)} "
+                "or lower vocab.character_coverage")
     if "vocab_size" in message or "Vocabulary size" in message:
         return (f"{names}: vocab.size={config.size} does not fit this data; choose a smaller vocab.size "
                 f"(SentencePiece said: {message.strip().splitlines()[-1]})")

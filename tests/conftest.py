@@ -1,0 +1,135 @@
+"""Shared fixtures: real Multi30k slices, a prepared tiny dataset, a tiny trained model.
+
+Tests that need ``../shared/data`` skip with a reason when it is missing, and fail loudly
+when the ``CI`` environment variable is set (CI always has the data).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+MULTI30K = DATA / "multi30k"
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+def need(path: Path) -> Path:
+    """Return ``path``, or skip (fail under CI) when the shared data is not there."""
+    if not path.exists():
+        message = f"shared data not found at {path}"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (it must be present in CI)")
+        pytest.skip(message)
+    return path
+
+
+def read_lines(path: Path, n: int | None = None, start: int = 0) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in itertools.islice(handle, start, None if n is None else start + n)]
+
+
+def write_slice(folder: Path, prefix: str, pairs: dict[str, list[str]], gz: bool = False) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for lang, lines in pairs.items():
+        path = folder / (f"{prefix}.{lang}" + (".gz" if gz else ""))
+        opener = gzip.open if gz else open
+        with opener(path, "wt", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    return need(MULTI30K)
+
+
+@pytest.fixture(scope="session")
+def m30k_slice(tmp_path_factory: pytest.TempPathFactory, multi30k: Path) -> Path:
+    """3,000 training pairs (gzip), 100 validation and 100 test pairs of Multi30k EN-DE-FR."""
+    folder = tmp_path_factory.mktemp("m30k")
+    langs = ("en", "de", "fr")
+    write_slice(folder, "train", {lang: read_lines(multi30k / f"train.{lang}.gz", 3000) for lang in langs}, gz=True)
+    write_slice(folder, "val", {lang: read_lines(multi30k / f"val.{lang}.gz", 100) for lang in langs})
+    write_slice(folder, "test", {lang: read_lines(multi30k / f"test_2016_flickr.{lang}.gz", 100) for lang in langs})
+    return folder
+
+
+def tiny_recipe_yaml(root: Path, out: Path, run: Path, tgt: str = "de", extra: str = "") -> str:
+    return f"""
+data:
+  src_lang: en
+  tgt_lang: {tgt}
+  root: {root}
+  train: [train]
+  valid: [val]
+  test: [test]
+  output: {out}
+  workers: 1
+vocab:
+  size: 500
+model:
+  layers: 2
+  d_model: 32
+  n_heads: 4
+  d_ff: 64
+  dropout: 0.0
+  max_positions: 128
+train:
+  dir: {run}
+  max_tokens: 1500
+  max_steps: 6
+  lr_schedule: inverse_sqrt
+  lr: 0.003
+  warmup: 5
+  validate_every: 0
+  save_every: 3
+  log_every: 3
+  threads: 1
+{extra}"""
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory: pytest.TempPathFactory, m30k_slice: Path):
+    """A recipe and its prepared dataset built from the slice."""
+    from nmt_cli.config import load_recipe
+    from nmt_cli.data.prepare import prepare
+
+    folder = tmp_path_factory.mktemp("prepared")
+    path = folder / "tiny.yaml"
+    path.write_text(tiny_recipe_yaml(m30k_slice, folder / "data", folder / "run"))
+    recipe = load_recipe(path)
+    prepare(recipe, log=lambda _m: None, progress=False)
+    return recipe
+
+
+OVERFIT_SETTINGS = [
+    "vocab.size=900", "data.clean.max_ratio=0", "model.d_model=128", "model.d_ff=512", "model.norm=pre",
+    "train.max_steps=700", "train.label_smoothing=0", "train.log_every=50", "train.save_every=350",
+    "train.max_tokens=3000", "train.lr_schedule=inverse_sqrt", "train.warmup=100", "train.lr=0.003",
+    "train.threads=2", "train.average_last=0",
+]
+
+
+@pytest.fixture(scope="session")
+def overfit(tmp_path_factory: pytest.TempPathFactory, multi30k: Path):
+    """A tiny model trained to memorise 64 real Multi30k pairs (label smoothing off)."""
+    from nmt_cli.config import load_recipe
+    from nmt_cli.data.prepare import prepare
+    from nmt_cli.train.loop import train
+
+    folder = tmp_path_factory.mktemp("overfit")
+    src, tgt = read_lines(multi30k / "train.en.gz", 64), read_lines(multi30k / "train.de.gz", 64)
+    for split in ("train", "val", "test"):
+        write_slice(folder / "c", split, {"en": src, "de": tgt})
+    path = folder / "overfit.yaml"
+    path.write_text(tiny_recipe_yaml(folder / "c", folder / "data", folder / "run"))
+    recipe = load_recipe(path, OVERFIT_SETTINGS)
+    prepare(recipe, log=lambda _m: None, progress=False)
+    train(recipe, log=lambda _m: None)
+    return recipe.run_dir, src, tgt

@@ -1,0 +1,101 @@
+"""Recipes: defaults, inheritance, overrides, and errors that name the key and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nmt_cli.config import ModelConfig, Recipe, dump_recipe, load_recipe, recipe_from_dict, recipe_to_dict
+from nmt_cli.errors import RecipeError
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_the_transformer_base():
+    model = Recipe().model
+    assert (model.layers, model.d_model, model.d_ff, model.n_heads, model.dropout) == (6, 512, 2048, 8, 0.1)
+    assert (model.norm, model.positions, model.init) == ("post", "sinusoidal", "xavier")
+    train = Recipe().train
+    assert (train.adam_beta1, train.adam_beta2, train.adam_eps, train.warmup, train.label_smoothing) == (
+        0.9, 0.98, 1e-9, 4000, 0.1)
+    decode = Recipe().decode
+    assert (decode.beam, decode.alpha, decode.max_len_a, decode.max_len_b) == (4, 0.6, 1.0, 50)
+
+
+def test_inheritance_and_overrides(tmp_path):
+    write(tmp_path, "base.yaml", "data: {src_lang: en, tgt_lang: de, train: [a]}\nmodel: {layers: 4, d_model: 64}\n")
+    child = write(tmp_path, "child.yaml", "base: base.yaml\nmodel: {d_model: 128}\n")
+    recipe = load_recipe(child, ["model.layers=3", "train.max_time=30m", "data.train=[x, y]"])
+    assert recipe.name == "child"
+    assert recipe.model.d_model == 128  # child wins
+    assert recipe.model.layers == 3  # --set wins
+    assert recipe.model.n_heads == 8  # default kept
+    assert recipe.data.train == ("x", "y")
+    assert recipe.train.max_seconds == 1800
+
+
+def test_round_trip_through_dict_and_yaml(tmp_path):
+    recipe = load_recipe(RECIPES / "multi30k_ende.yaml")
+    assert recipe_from_dict(recipe_to_dict(recipe)) == recipe
+    again = write(tmp_path, "again.yaml", dump_recipe(recipe))
+    assert load_recipe(again) == recipe
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("model.layerz=3", "unknown key 'model.layerz'; did you mean 'model.layers'?"),
+    ("model.layers=three", "model.layers: expected an integer, got 'three'"),
+    ("model.dropout=1.5", "model.dropout: 1.5 is out of range; it must be <= 1"),
+    ("model.positions=rotary", "model.positions: expected one of sinusoidal, learned, relative"),
+    ("model.n_heads=3", "model.n_heads: 3 does not divide model.d_model=512"),
+    ("train.max_time=soon", "train.max_time: 'soon' is not a duration"),
+    ("vocab.joint=false", "model.share_embeddings: needs a joint vocabulary"),
+    ("model.layers", "--set 'model.layers': write KEY=VALUE"),
+])
+def test_errors_name_the_key_and_problem(tmp_path, override, expected):
+    path = write(tmp_path, "r.yaml", "model: {}\n")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path, [override])
+    assert expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(RecipeError, match="recipe not found"):
+        load_recipe(tmp_path / "missing.yaml")
+    bad = write(tmp_path, "bad.yaml", "model: [1, 2\n")
+    with pytest.raises(RecipeError, match=r"bad.yaml: line \d+: invalid YAML"):
+        load_recipe(bad)
+    loop_a = write(tmp_path, "a.yaml", "base: b.yaml\n")
+    write(tmp_path, "b.yaml", "base: a.yaml\n")
+    with pytest.raises(RecipeError, match="loops back"):
+        load_recipe(loop_a)
+    with pytest.raises(RecipeError, match="unknown key 'modle'; did you mean 'model'"):
+        load_recipe(write(tmp_path, "typo.yaml", "modle: {}\n"))
+
+
+def test_missing_required_data_values(tmp_path):
+    from nmt_cli.config import require_data
+
+    recipe = load_recipe(write(tmp_path, "r.yaml", "data: {tgt_lang: de}\n"))
+    with pytest.raises(RecipeError, match="missing required value data.src_lang"):
+        require_data(recipe)
+
+
+def test_every_shipped_recipe_resolves():
+    paths = sorted(RECIPES.glob("*.yaml"))
+    assert len(paths) >= 2
+    for path in paths:
+        recipe = load_recipe(path)
+        assert recipe.data.src_lang and recipe.data.tgt_lang and recipe.data.train, path
+
+
+def test_model_config_is_frozen():
+    with pytest.raises(AttributeError):
+        ModelConfig().layers = 3  # type: ignore[misc]

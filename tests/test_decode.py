@@ -1,0 +1,112 @@
+"""Greedy and beam search on a tiny trained model: equivalences, n-best lists, line alignment."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from nmt_cli.decode.search import beam_search, greedy_search
+from nmt_cli.decode.translator import Translator, _pad, load_model
+
+
+@pytest.fixture(scope="module")
+def loaded(overfit):
+    run_dir, _, _ = overfit
+    return load_model(run_dir)
+
+
+def encode(loaded, lines):
+    return _pad([loaded.src_vocab.encode(line) + [3] for line in lines])
+
+
+def test_memorised_pairs_translate_back_exactly(loaded, overfit):
+    _, src, tgt = overfit
+    translator = Translator(loaded, replace(loaded.recipe.decode, beam=1))
+    outputs = [hyps[0][0] for hyps in translator.translate(src)]
+    assert outputs == tgt
+
+
+def test_beam_of_one_equals_greedy(loaded, overfit):
+    _, src, _ = overfit
+    config = replace(loaded.recipe.decode, beam=1, alpha=0.0)
+    batch = encode(loaded, src[:16] + ["A dog runs through the grass.", "Two people."])
+    greedy = greedy_search(loaded.model, batch, config)
+    beam = beam_search(loaded.model, batch, config)
+    assert [g[0].tokens for g in greedy] == [b[0].tokens for b in beam]
+    for g, b in zip(greedy, beam):
+        assert g[0].score == pytest.approx(b[0].score, abs=1e-5)
+
+
+@pytest.mark.parametrize("beam, alpha", [(4, 0.6), (3, 0.0)])
+def test_cached_equals_uncached(loaded, overfit, beam, alpha):
+    _, src, _ = overfit
+    config = replace(loaded.recipe.decode, beam=beam, alpha=alpha)
+    batch = encode(loaded, src[20:28] + ["A woman in a red coat is walking on the street."])
+    cached = beam_search(loaded.model, batch, config, nbest=beam)
+    uncached = beam_search(loaded.model, batch, config, nbest=beam, cached=False)
+    for a, b in zip(cached, uncached):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        for ha, hb in zip(a, b):
+            assert ha.score == pytest.approx(hb.score, abs=1e-5)
+    greedy_a = greedy_search(loaded.model, batch, config)
+    greedy_b = greedy_search(loaded.model, batch, config, cached=False)
+    assert [h[0].tokens for h in greedy_a] == [h[0].tokens for h in greedy_b]
+
+
+def test_batched_equals_one_by_one(loaded, overfit):
+    _, src, _ = overfit
+    lines = src[30:40] + ["People are walking.", "A black dog and a white dog are playing with a ball in the park."]
+    config = replace(loaded.recipe.decode, beam=4)
+    together = beam_search(loaded.model, encode(loaded, lines), config, nbest=2)
+    for line, hyps in zip(lines, together):
+        alone = beam_search(loaded.model, encode(loaded, [line]), config, nbest=2)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in hyps]
+        for a, b in zip(alone, hyps):
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_nbest_is_sorted_and_distinct(loaded):
+    config = replace(loaded.recipe.decode, beam=5)
+    hyps = beam_search(loaded.model, encode(loaded, ["A man is sitting on a bench.", "Kids."]), config, nbest=5)
+    for sentence in hyps:
+        assert len(sentence) == 5
+        scores = [h.score for h in sentence]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in sentence}) == 5
+
+
+def test_length_limit_is_respected(loaded, overfit):
+    _, src, _ = overfit
+    config = replace(loaded.recipe.decode, beam=4, max_len_a=0.0, max_len_b=3)
+    for hyps in beam_search(loaded.model, encode(loaded, src[:5]), config):
+        assert len(hyps[0].tokens) <= 3
+
+
+@pytest.mark.parametrize("lines", [
+    [""],
+    ["", "", ""],
+    ["A man.", "", "Two dogs play.", "", "", "A long sentence about a woman who walks on a street in a city."],
+    [],
+])
+def test_empty_lines_keep_alignment_and_order(loaded, lines):
+    translator = Translator(loaded, replace(loaded.recipe.decode, beam=2), chunk_lines=2)
+    out = [hyps[0][0] for hyps in translator.translate(lines)]
+    assert len(out) == len(lines)
+    for line, text in zip(lines, out):
+        assert (text == "") == (line == "")
+    alone = [next(iter(Translator(loaded, replace(loaded.recipe.decode, beam=2)).translate([line])))[0][0]
+             for line in lines]
+    assert out == alone
+
+
+def test_overlong_input_is_truncated_and_counted(loaded):
+    translator = Translator(loaded, replace(loaded.recipe.decode, beam=1))
+    long_line = " ".join(["dog"] * 400)
+    out = list(translator.translate([long_line, "A man."]))
+    assert len(out) == 2 and translator.stats.truncated == 1
+
+
+def test_no_grad_state_leaks(loaded):
+    assert not torch.is_grad_enabled() or all(p.grad is None for p in loaded.model.parameters())

@@ -1,0 +1,166 @@
+"""The Transformer: formulas, parameter counts, padding invariance, causality, attention paths."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt_cli.config import ModelConfig, TrainConfig
+from nmt_cli.model.attention import RelativePositions, attention, attention_reference
+from nmt_cli.model.positions import sinusoidal_table
+from nmt_cli.model.transformer import build_model, count_parameters, label_smoothed_nll
+from nmt_cli.train.schedule import inverse_sqrt, learning_rate, noam
+
+VARIANTS = [(pos, norm) for pos in ("sinusoidal", "learned", "relative") for norm in ("post", "pre", "rezero")]
+VARIANTS += [("sinusoidal", "tfixup")]
+
+
+def tiny(positions="sinusoidal", norm="post", **kw):
+    init = "tfixup" if norm == "tfixup" else "xavier"
+    norm = "post" if norm == "tfixup" else norm
+    config = ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0, positions=positions, norm=norm,
+                         init=init, max_relative_position=4, **kw)
+    torch.manual_seed(0)
+    model = build_model(config, 50, 50).eval()
+    if norm == "rezero":  # alpha starts at 0, which would make every test below trivially pass
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("alpha"):
+                    p.fill_(0.5)
+    return model
+
+
+def test_sinusoidal_table_is_the_papers_formula():
+    table = sinusoidal_table(50, 16)
+    for pos in (0, 1, 7, 49):
+        for i in range(8):
+            angle = pos / 10000 ** (2 * i / 16)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+@pytest.mark.parametrize("size, d_model, d_ff, heads, paper", [("base", 512, 2048, 8, 65e6),
+                                                                ("big", 1024, 4096, 16, 213e6)])
+def test_parameter_counts_match_table_3(size, d_model, d_ff, heads, paper):
+    with torch.device("meta"):
+        model = build_model(ModelConfig(d_model=d_model, d_ff=d_ff, n_heads=heads), 37000, 37000)
+    assert abs(count_parameters(model) - paper) / paper < 0.03
+
+
+def test_label_smoothing_equals_hand_computation():
+    logits = torch.tensor([[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 0.3, 0.4]])
+    target = torch.tensor([0, 3])
+    eps = 0.1
+    loss, nll = label_smoothed_nll(logits, target, eps)
+    expected_loss = expected_nll = 0.0
+    for row, t in zip(logits.tolist(), target.tolist()):
+        logz = math.log(sum(math.exp(v) for v in row))
+        logp = [v - logz for v in row]
+        expected_nll += -logp[t]
+        expected_loss += (1 - eps) * -logp[t] + eps / 4 * sum(-v for v in logp)
+    assert nll.item() == pytest.approx(expected_nll, rel=1e-6)
+    assert loss.item() == pytest.approx(expected_loss, rel=1e-6)
+    plain, _ = label_smoothed_nll(logits, target, 0.0)
+    assert plain.item() == pytest.approx(F.cross_entropy(logits, target, reduction="sum").item(), rel=1e-6)
+
+
+def test_schedules():
+    d, w = 512, 4000
+    assert noam(1, d, w) == pytest.approx(d ** -0.5 * w ** -1.5)
+    assert noam(w, d, w) == pytest.approx(d ** -0.5 * w ** -0.5)  # the peak
+    assert noam(4 * w, d, w) == pytest.approx(d ** -0.5 * (4 * w) ** -0.5)
+    assert noam(4 * w, d, w) == pytest.approx(noam(w, d, w) / 2)
+    assert inverse_sqrt(1, 1e-3, w) == pytest.approx(1e-3 / w)
+    assert inverse_sqrt(w, 1e-3, w) == pytest.approx(1e-3)
+    assert inverse_sqrt(4 * w, 1e-3, w) == pytest.approx(5e-4)
+    constant = learning_rate(TrainConfig(lr_schedule="constant", lr=3e-4), d)
+    assert constant(1) == constant(10 ** 6) == 3e-4
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fast_attention_matches_reference(causal):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    mask = None if causal else torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
+    torch.testing.assert_close(attention(q, k, v, mask, causal=causal),
+                               attention_reference(q, k, v, mask, causal=causal), atol=1e-5, rtol=1e-5)
+
+
+def test_relative_terms_clip_distances():
+    rel = RelativePositions(d_k=2, max_distance=2)
+    terms = rel(4, 4)
+    torch.testing.assert_close(terms.keys[0, 3], rel.keys.weight[4])  # distance +3 clipped to +2
+    torch.testing.assert_close(terms.keys[3, 0], rel.keys.weight[0])  # distance -3 clipped to -2
+    torch.testing.assert_close(terms.keys[2, 2], rel.keys.weight[2])  # distance 0
+    last = rel(1, 4)  # incremental decoding: the query is the last position
+    torch.testing.assert_close(last.keys[0], terms.keys[3])
+
+
+@pytest.mark.parametrize("positions, norm", VARIANTS)
+def test_padding_invariance(positions, norm):
+    model = tiny(positions, norm)
+    short_src, long_src = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[8, 9, 10, 11, 12, 13, 3]])
+    short_tgt = torch.tensor([[2, 14, 15]])
+    long_tgt = torch.tensor([[2, 16, 17, 18, 19]])
+    alone_mem, _ = model.encode(short_src)
+    batch_src = torch.tensor([[5, 6, 7, 3, 0, 0, 0], long_src[0].tolist()])
+    batch_mem, _ = model.encode(batch_src)
+    torch.testing.assert_close(batch_mem[0, :4], alone_mem[0], atol=1e-5, rtol=1e-5)
+    out = torch.tensor([[14, 15, 3]])
+    alone_loss, _, _ = model.loss(short_src, short_tgt, out, 0.1)
+    batch_tgt_in = torch.tensor([[2, 14, 15, 0, 0], long_tgt[0].tolist()])
+    batch_tgt_out = torch.tensor([[14, 15, 3, 0, 0], [16, 17, 18, 19, 3]])
+    memory, mask = model.encode(batch_src)
+    hidden = model.decode(batch_tgt_in, memory, mask)
+    first, _ = label_smoothed_nll(model.logits(hidden[0, :3]), batch_tgt_out[0, :3], 0.1)
+    assert first.item() == pytest.approx(alone_loss.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("positions, norm", VARIANTS)
+def test_causality(positions, norm):
+    model = tiny(positions, norm)
+    src = torch.tensor([[5, 6, 7, 8, 3]])
+    memory, mask = model.encode(src)
+    tgt = torch.tensor([[2, 10, 11, 12, 13]])
+    changed = tgt.clone()
+    changed[0, 3] = 40
+    a = model.decode(tgt, memory, mask)
+    b = model.decode(changed, memory, mask)
+    torch.testing.assert_close(a[0, :3], b[0, :3], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(a[0, 3:], b[0, 3:])
+
+
+@pytest.mark.parametrize("positions, norm", VARIANTS)
+def test_incremental_decoding_equals_full_decoding(positions, norm):
+    model = tiny(positions, norm)
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
+    memory, mask = model.encode(src)
+    tgt = torch.tensor([[2, 10, 11, 12], [2, 13, 14, 15]])
+    full = F.log_softmax(model.logits(model.decode(tgt, memory, mask)), dim=-1)
+    state = model.start_decoding(memory, mask)
+    for t in range(tgt.size(1)):
+        step = model.decode_step(tgt[:, t], state)
+        torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
+
+
+def test_tying_and_rezero_start():
+    model = build_model(ModelConfig(layers=1, d_model=16, n_heads=2, d_ff=32, norm="rezero"), 30, 30)
+    assert model.output.weight is model.tgt_embed.weight is model.src_embed.weight
+    assert all(p.item() == 0 for n, p in model.named_parameters() if n.endswith("alpha"))
+    untied = build_model(ModelConfig(layers=1, d_model=16, n_heads=2, d_ff=32, share_embeddings=False,
+                                     tie_output=False), 30, 40)
+    assert untied.output.weight.shape == (40, 16) and untied.src_embed.weight.shape == (30, 16)
+    assert untied.output.weight is not untied.tgt_embed.weight
+
+
+def test_tfixup_has_no_layernorm_and_scaled_weights():
+    xavier = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64), 30, 30)
+    torch.manual_seed(0)
+    fixup = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, init="tfixup"), 30, 30)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in fixup.modules())
+    assert any(isinstance(m, torch.nn.LayerNorm) for m in xavier.modules())
+    bound = math.sqrt(6 / (32 + 64)) * (9 * 2) ** -0.25
+    assert fixup.decoder[0].ffn.w1.weight.abs().max().item() <= bound + 1e-6

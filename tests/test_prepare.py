@@ -1,0 +1,171 @@
+"""``nmt prepare`` on real Multi30k slices: round trip, metadata, re-runs, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import read_lines, tiny_recipe_yaml, write_slice
+from nmt_cli.config import load_recipe
+from nmt_cli.data.binary import TokenArray
+from nmt_cli.data.prepare import prepare
+from nmt_cli.data.vocab import load_vocab
+from nmt_cli.errors import DataError, NmtError
+
+
+def make_recipe(tmp_path: Path, root: Path, extra: str = "", tgt: str = "de"):
+    path = tmp_path / "r.yaml"
+    path.write_text(tiny_recipe_yaml(root, tmp_path / "out", tmp_path / "run", tgt=tgt, extra=extra))
+    return load_recipe(path)
+
+
+def quiet(recipe, **kw):
+    return prepare(recipe, log=lambda _m: None, progress=False, **kw)
+
+
+def test_round_trip_and_metadata(prepared):
+    out = prepared.data_dir
+    meta = json.loads((out / "meta.json").read_text())
+    vocab = load_vocab(out / "spm.model")
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            array = TokenArray(out / f"{split}.{lang}", np.dtype(meta["splits"][split]["dtypes"][0]))
+            text = (out / "text" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+            assert len(array) == len(text) == meta["splits"][split]["kept"]
+            decoded = vocab.decode([array[i].tolist() for i in range(len(array))])
+            assert decoded == text
+    assert meta["splits"]["train"]["dtypes"] == ["uint16", "uint16"]
+    assert meta["splits"]["train"]["read"] == 3000
+    assert sum(row[2] for row in meta["buckets"]["table"]) == meta["splits"]["train"]["kept"]
+    assert meta["buckets"]["bounds"] == sorted(meta["buckets"]["bounds"])
+    assert len(meta["inputs_sha256"]) == 6
+
+
+def test_cleaning_counts_each_step(tmp_path):
+    pairs = {"en": ["a b c", "", "one two three four five six", "x", "same pair", "same pair", " padded  text "],
+             "de": ["a b c", "leer", "eins", "x", "gleich paar", "gleich paar", "gepolstert text"]}
+    write_slice(tmp_path / "c", "train", pairs)
+    write_slice(tmp_path / "c", "val", {"en": ["a"], "de": ["a"]})
+    write_slice(tmp_path / "c", "test", {"en": ["a"], "de": ["a"]})
+    make_recipe(tmp_path, tmp_path / "c")
+    recipe = load_recipe(tmp_path / "r.yaml", ["data.clean.dedup=true", "data.clean.max_ratio=1.5",
+                                               "vocab.size=40", "vocab.byte_fallback=false"])
+    meta = quiet(recipe)
+    train = meta["splits"]["train"]
+    assert train["dropped"] == {"empty": 1, "ratio": 1, "duplicate": 1}
+    assert train["kept"] == 4
+    text = (recipe.data_dir / "text" / "train.en").read_text().splitlines()
+    assert text == ["a b c", "x", "same pair", "padded text"]
+
+
+def test_rerun_skips_and_force_redoes(prepared):
+    logs: list[str] = []
+    prepare(prepared, log=logs.append, progress=False)
+    assert all(line.startswith("[skip]") for line in logs) and len(logs) == 7
+    logs.clear()
+    prepare(prepared, force=True, log=logs.append, progress=False)
+    assert not any(line.startswith("[skip]") for line in logs)
+
+
+def test_parallel_encoding_gives_identical_arrays(tmp_path, m30k_slice, prepared):
+    make_recipe(tmp_path, m30k_slice)
+    recipe = load_recipe(tmp_path / "r.yaml", ["data.workers=2", "data.chunk_lines=700"])
+    quiet(recipe)
+    for name in ("train.en.bin", "train.de.idx", "valid.de.bin"):
+        assert (recipe.data_dir / name).read_bytes() == (prepared.data_dir / name).read_bytes()
+
+
+def assert_nothing_complete(recipe):
+    assert not (recipe.data_dir / "meta.json").exists()
+    leftovers = [p for p in recipe.data_dir.rglob("*") if p.name.startswith(".") and ".tmp" in p.name]
+    assert leftovers == []
+
+
+def test_missing_file(tmp_path):
+    recipe = make_recipe(tmp_path, tmp_path / "nowhere")
+    with pytest.raises(DataError, match=r"nowhere/train.en: file not found \(also tried .*train.en.gz\)"):
+        quiet(recipe)
+    assert not (recipe.data_dir / "meta.json").exists()
+
+
+def test_line_count_mismatch_names_both_counts(tmp_path, multi30k):
+    write_slice(tmp_path / "c", "train", {"en": read_lines(multi30k / "train.en.gz", 50),
+                                           "de": read_lines(multi30k / "train.de.gz", 47)})
+    for split in ("val", "test"):
+        write_slice(tmp_path / "c", split, {"en": ["a"], "de": ["a"]})
+    recipe = make_recipe(tmp_path, tmp_path / "c")
+    with pytest.raises(DataError, match=r"train.en has 50 lines but .*train.de has 47"):
+        quiet(recipe)
+    assert_nothing_complete(recipe)
+    assert not (recipe.data_dir / "text" / "train.en").exists()
+
+
+def test_invalid_utf8_names_the_line_and_replace_goes_on(tmp_path, multi30k):
+    src = read_lines(multi30k / "train.en.gz", 200)
+    tgt = read_lines(multi30k / "train.de.gz", 200)
+    write_slice(tmp_path / "c", "train", {"en": src, "de": tgt})
+    for split in ("val", "test"):
+        write_slice(tmp_path / "c", split, {"en": src[:5], "de": tgt[:5]})
+    path = tmp_path / "c" / "train.de"
+    lines = path.read_bytes().split(b"\n")
+    lines[36] = lines[36] + b" \xff\xfe"
+    path.write_bytes(b"\n".join(lines))
+    make_recipe(tmp_path, tmp_path / "c")
+    recipe = load_recipe(tmp_path / "r.yaml", ["vocab.size=500"])
+    with pytest.raises(DataError, match=r"train.de:37: invalid UTF-8 .*--encoding-errors replace"):
+        quiet(recipe)
+    assert_nothing_complete(recipe)
+    recipe = load_recipe(tmp_path / "r.yaml", ["vocab.size=500", "data.encoding_errors=replace"])
+    meta = quiet(recipe)
+    assert meta["splits"]["train"]["kept"] > 150
+    assert "\ufffd" in (recipe.data_dir / "text" / "train.de").read_text()
+
+
+def test_empty_after_filtering(tmp_path):
+    write_slice(tmp_path / "c", "train", {"en": ["", "a"], "de": ["x", "a b c d e"]})
+    for split in ("val", "test"):
+        write_slice(tmp_path / "c", split, {"en": ["a"], "de": ["a"]})
+    recipe = make_recipe(tmp_path, tmp_path / "c")
+    with pytest.raises(DataError, match=r"no training pair is left after cleaning \(dropped 1 empty, 1 ratio\)"):
+        quiet(recipe)
+    assert_nothing_complete(recipe)
+
+
+def test_vocabulary_too_large_is_translated(tmp_path, m30k_slice):
+    make_recipe(tmp_path, m30k_slice)
+    recipe = load_recipe(tmp_path / "r.yaml", ["vocab.size=90000"])
+    with pytest.raises(DataError, match=r"vocab.size=90000 is too large for this data; set vocab.size to at most \d+"):
+        quiet(recipe)
+    assert_nothing_complete(recipe)
+    assert not (recipe.data_dir / "spm.model").exists()
+    recipe = load_recipe(tmp_path / "r.yaml", ["vocab.size=100"])
+    with pytest.raises(DataError, match=r"vocab.size=100 is too small: .* need \d+; raise vocab.size"):
+        quiet(recipe)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_output_folder_non_root(tmp_path, m30k_slice):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    recipe = load_recipe(_write(tmp_path, m30k_slice, locked / "out"))
+    with pytest.raises(NmtError, match="cannot create the output folder"):
+        quiet(recipe)
+
+
+def test_unwritable_output_folder(tmp_path, m30k_slice):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    recipe = load_recipe(_write(tmp_path, m30k_slice, blocker / "out"))
+    with pytest.raises(NmtError, match="cannot create the output folder"):
+        quiet(recipe)
+
+
+def _write(tmp_path: Path, root: Path, out: Path) -> Path:
+    path = tmp_path / "u.yaml"
+    path.write_text(tiny_recipe_yaml(root, out, tmp_path / "run"))
+    return path

@@ -1,0 +1,168 @@
+"""Training: memorising real pairs, exact resume after SIGKILL, checkpoints and averaging."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt_cli.config import load_recipe
+from nmt_cli.errors import CheckpointError, NmtError
+from nmt_cli.train import checkpoint
+from nmt_cli.train.checkpoint import average_state_dicts, select_checkpoints
+from nmt_cli.train.loop import train
+
+
+def test_tiny_model_memorises_64_pairs(overfit):
+    run_dir, _, _ = overfit
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if "nll" in r]
+    assert train_records[-1]["step"] == 700
+    assert train_records[-1]["nll"] < 0.1
+    assert train_records[0]["nll"] > 3.0
+    assert {"loss", "ppl", "lr", "tgt_tokens_per_s"} <= set(train_records[-1])
+
+
+def test_run_folder_is_self_contained(overfit):
+    run_dir, _, _ = overfit
+    for name in ("model.pt", "recipe.yaml", "spm.src.model", "spm.tgt.model", "metrics.jsonl"):
+        assert (run_dir / name).is_file(), name
+    payload = checkpoint.load(run_dir / "checkpoints" / "step_00000700.pt")
+    assert {"model", "optimizer", "scheduler", "train_state", "rng", "recipe", "vocab"} <= set(payload)
+    assert payload["train_state"]["step"] == 700
+    assert payload["format_version"] == 1 and payload["nmt_version"]
+
+
+def _state(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(path)["model"]
+
+
+def _train_cmd(recipe_path: Path, run_dir: Path, steps: int) -> list[str]:
+    return [sys.executable, "-m", "nmt_cli", "train", str(recipe_path), "--set", f"train.dir={run_dir}",
+            "--set", f"train.max_steps={steps}", "--set", "train.save_every=4", "--set", "train.keep_last=0",
+            "--set", "train.threads=1", "--set", "model.dropout=0.1"]
+
+
+def test_resume_after_sigkill_is_bitwise_exact(prepared, tmp_path):
+    recipe_path = tmp_path / "r.yaml"
+    recipe_path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_train_cmd(recipe_path, killed, 10_000), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not checkpoint.step_checkpoints(killed) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    k = int(checkpoint.step_checkpoints(killed)[-1].stem.split("_")[1])
+    resumed = subprocess.run(_train_cmd(recipe_path, killed, 2 * k), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from {checkpoint.step_path(killed, k)}" in resumed.stderr.replace("\n", "")
+    straight = tmp_path / "straight"
+    subprocess.run(_train_cmd(recipe_path, straight, 2 * k), check=True, capture_output=True)
+    a, b = _state(checkpoint.step_path(killed, 2 * k)), _state(checkpoint.step_path(straight, 2 * k))
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[key], b[key]) for key in a)
+    optimizer_a = checkpoint.load(checkpoint.step_path(killed, 2 * k))["optimizer"]["state"]
+    optimizer_b = checkpoint.load(checkpoint.step_path(straight, 2 * k))["optimizer"]["state"]
+    assert all(torch.equal(optimizer_a[i]["exp_avg"], optimizer_b[i]["exp_avg"]) for i in optimizer_a)
+
+
+def test_sigterm_writes_a_checkpoint_then_exits(prepared, tmp_path):
+    recipe_path = tmp_path / "r.yaml"
+    recipe_path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
+    run_dir = tmp_path / "run"
+    cmd = _train_cmd(recipe_path, run_dir, 10_000)
+    cmd[cmd.index("train.save_every=4")] = "train.save_every=100000"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (run_dir / "recipe.yaml").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "stopped by SIGTERM" in err
+    saved = checkpoint.step_checkpoints(run_dir)
+    assert len(saved) == 1 and (run_dir / "model.pt").is_file()
+
+
+def test_average_state_dicts_is_the_elementwise_mean():
+    a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.5], dtype=torch.float16), "n": torch.tensor([3])}
+    b = {"w": torch.tensor([3.0, 6.0]), "b": torch.tensor([1.5], dtype=torch.float16), "n": torch.tensor([3])}
+    mean = average_state_dicts([a, b])
+    assert torch.equal(mean["w"], torch.tensor([2.0, 4.0]))
+    assert mean["b"].dtype == torch.float16 and mean["b"].item() == 1.0
+    assert torch.equal(mean["n"], torch.tensor([3]))
+    same = average_state_dicts([a, a, a])
+    assert all(torch.equal(same[k], a[k]) for k in a)
+
+
+def test_average_refuses_mismatched_architectures():
+    a = {"w": torch.zeros(2, 3)}
+    with pytest.raises(CheckpointError, match=r"different architecture .*w has shape \(3, 2\)"):
+        average_state_dicts([a, {"w": torch.zeros(3, 2)}], ["one.pt", "two.pt"])
+    with pytest.raises(CheckpointError, match="different architecture"):
+        average_state_dicts([a, {"v": torch.zeros(2, 3)}])
+
+
+def test_average_checkpoints_of_a_run(overfit, tmp_path):
+    run_dir, _, _ = overfit
+    paths = select_checkpoints([run_dir], last=2)
+    assert [p.name for p in paths] == ["step_00000350.pt", "step_00000700.pt"]
+    out = tmp_path / "avg.pt"
+    checkpoint.average_checkpoints(paths, out)
+    averaged = _state(out)
+    first, second = _state(paths[0]), _state(paths[1])
+    key = "decoder.0.ffn.w1.weight"
+    torch.testing.assert_close(averaged[key], (first[key] + second[key]) / 2)
+    with pytest.raises(CheckpointError, match="only 2 step checkpoints"):
+        select_checkpoints([run_dir], last=5)
+
+
+def test_average_refuses_other_model_settings(overfit, prepared, tmp_path):
+    run_dir, _, _ = overfit
+    other = tmp_path / "other.pt"
+    payload = checkpoint.load(run_dir / "model.pt")
+    payload["recipe"]["model"]["d_ff"] = 7
+    checkpoint.save(other, payload)
+    with pytest.raises(CheckpointError, match="different model settings"):
+        checkpoint.average_checkpoints([run_dir / "model.pt", other], tmp_path / "x.pt")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_corrupt_checkpoints_get_one_line_errors(overfit, tmp_path, damage):
+    run_dir, _, _ = overfit
+    data = (run_dir / "model.pt").read_bytes()
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"not a checkpoint" * 10, "empty": b""}[damage])
+    with pytest.raises(CheckpointError, match="bad.pt: truncated or corrupt checkpoint") as err:
+        checkpoint.load(bad)
+    assert "\n" not in str(err.value)
+
+
+def test_refuses_to_overwrite_a_run_without_resume(overfit):
+    run_dir, _, _ = overfit
+    recipe = load_recipe(run_dir / "recipe.yaml")
+    with pytest.raises(NmtError, match="already holds checkpoints"):
+        train(recipe, resume=False, log=lambda _m: None)
+
+
+def test_max_time_stops_training(prepared, tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
+    recipe = load_recipe(path, [f"train.dir={tmp_path / 'run'}", "train.max_steps=0", "train.max_time=2s"])
+    messages: list[str] = []
+    started = time.monotonic()
+    train(recipe, log=messages.append)
+    assert time.monotonic() - started < 30
+    assert any("reached max_time 2s" in m for m in messages)
+    assert os.path.isfile(tmp_path / "run" / "model.pt")
