@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import read_lines, tiny_recipe_yaml, write_slice
+
 from nmt_cli.config import load_recipe
 from nmt_cli.data.binary import TokenArray
 from nmt_cli.data.prepare import prepare

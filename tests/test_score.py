@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import read_lines
 from typer.testing import CliRunner
 
-from conftest import read_lines
 from nmt_cli.cli import app
 
 runner = CliRunner()

@@ -32,7 +32,15 @@ from ..errors import CheckpointError, NmtError
 from ..model.transformer import Transformer, build_model, count_parameters
 from ..utils.files import atomic_open
 from . import checkpoint
-from .distributed import DistInfo, all_true_anywhere, barrier, gather_objects, init_distributed, set_threads, shutdown
+from .distributed import (
+    DistInfo,
+    all_true_anywhere,
+    barrier,
+    gather_objects,
+    init_distributed,
+    set_threads,
+    shutdown,
+)
 from .schedule import learning_rate
 from .state import TrainState
 from .validate import ValidationResult, validate
