@@ -68,7 +68,7 @@ def _global(
 
 
 def _register() -> None:
-    from .commands import average, config, prepare, score, train, translate
+    from .commands import average, config, download, prepare, score, train, translate
 
     app.command("prepare")(friendly(prepare.run))
     app.command("train")(friendly(train.run))
@@ -76,6 +76,7 @@ def _register() -> None:
     app.command("score")(friendly(score.run))
     app.command("average")(friendly(average.run))
     app.command("config")(friendly(config.run))
+    app.command("download")(friendly(download.run))
 
 
 _register()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -79,6 +80,17 @@ class VocabConfig:
     normalization: Literal["identity", "nmt_nfkc", "nfkc"] = _opt(
         "identity", "SentencePiece normalization; identity keeps the text exactly as cleaned")
     byte_fallback: bool = _opt(True, "spell unseen characters as UTF-8 bytes instead of <unk>")
+
+
+@dataclass(frozen=True)
+class DownloadSource:
+    """One file to fetch for ``nmt download``: a URL, its SHA-256, and what to unpack from it."""
+
+    url: str = _opt("", "where to fetch the file (http, https or file URL)")
+    sha256: str = _opt("", "hex SHA-256 of the file; the download is refused if it differs")
+    extract: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "tar member -> file name under data.root (.sgm members become plain text)"})
+    save_as: str = _opt("", "for a plain file: its name under data.root (default: the URL's file name)")
 
 
 # --------------------------------------------------------------------------- model
@@ -185,6 +197,7 @@ class Recipe:
     model: ModelConfig = _sub(ModelConfig)
     train: TrainConfig = _sub(TrainConfig)
     decode: DecodeConfig = _sub(DecodeConfig)
+    download: tuple[DownloadSource, ...] = _opt((), "corpora that `nmt download` fetches into data.root")
 
     @property
     def data_dir(self) -> Path:
@@ -256,6 +269,12 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
             fail("train.max_time", str(err))
     if recipe.train.precision == "fp16" and recipe.train.device == "cpu":
         fail("train.precision", "fp16 needs CUDA; use bf16 or fp32 on the CPU")
+    if recipe.train.average_last > recipe.train.keep_last > 0:
+        fail("train.average_last", f"{recipe.train.average_last} checkpoints cannot be averaged when only "
+             f"train.keep_last={recipe.train.keep_last} are kept; raise keep_last")
+    for i, item in enumerate(recipe.download):
+        if not item.url or not re.fullmatch(r"[0-9a-f]{64}", item.sha256):
+            fail(f"download[{i}]", "needs a url and a 64-digit hex sha256 (quote it in YAML)")
 
 
 def require_data(recipe: Recipe, source: str = "recipe") -> None:
@@ -353,6 +372,10 @@ def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], sou
         if value not in choices:
             fail("one of " + ", ".join(map(str, choices)))
         return value
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            fail("a mapping of names to names")
+        return dict(value)
     if origin is tuple:
         item_kind = typing.get_args(kind)[0]
         items = [value] if isinstance(value, str) else value
@@ -404,5 +427,6 @@ def field_help(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str, str
         if dataclasses.is_dataclass(hints[f.name]):
             rows += field_help(hints[f.name], f"{prefix}{f.name}.")
         else:
-            rows.append((prefix + f.name, repr(f.default), f.metadata.get("help", "")))
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            rows.append((prefix + f.name, repr(default), f.metadata.get("help", "")))
     return rows

@@ -19,11 +19,16 @@ def run(
     encoding_errors: str = typer.Option(
         None, "--encoding-errors", help="On invalid UTF-8: strict (stop) or replace (go on).",
         show_default=False),
+    download: bool = typer.Option(False, "--download", help="First fetch the corpora the recipe names (nmt download)."),
 ) -> None:
     """Clean the corpora, learn a SentencePiece vocabulary, encode every split to binary arrays."""
     if encoding_errors:
         overrides = [*overrides, f"data.encoding_errors={encoding_errors}"]
     resolved = recipe_from_cli(recipe, overrides)
+    if download:
+        from ..data.download import download_all
+
+        download_all(resolved, log=lambda msg: console.print(msg, markup=False))
     meta = prepare(resolved, force=force, log=lambda msg: console.print(msg, markup=False))
     _print_summary(meta, resolved.data_dir)
 

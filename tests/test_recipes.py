@@ -1,0 +1,44 @@
+"""The shipped recipes: every one resolves, the paper values are where the paper puts them,
+and each small recipe trains for a few steps on the real corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nmt_cli.config import load_recipe
+from nmt_cli.data.prepare import prepare
+from nmt_cli.train.loop import train
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def test_paper_setups():
+    base, big = load_recipe(RECIPES / "ende_base.yaml"), load_recipe(RECIPES / "ende_big.yaml")
+    assert (base.model.d_model, base.model.d_ff, base.model.n_heads, base.model.dropout) == (512, 2048, 8, 0.1)
+    assert (big.model.d_model, big.model.d_ff, big.model.n_heads, big.model.dropout) == (1024, 4096, 16, 0.3)
+    assert (base.train.average_last, big.train.average_last) == (5, 20)
+    assert (base.train.max_steps, big.train.max_steps) == (100_000, 300_000)
+    assert base.train.save_minutes == 10 and base.train.warmup == 4000
+    assert (base.decode.beam, base.decode.alpha, base.decode.max_len_b) == (4, 0.6, 50)
+    assert base.vocab.size == 37000 and base.vocab.joint
+    assert big.data_dir == base.data_dir  # big reuses base's prepared data
+    enfr, enfr_big = load_recipe(RECIPES / "enfr_base.yaml"), load_recipe(RECIPES / "enfr_big.yaml")
+    assert enfr.vocab.type == "unigram" and enfr.vocab.size == 32000 and enfr.data.tgt_lang == "fr"
+    assert enfr_big.model.dropout == 0.1 and enfr_big.name == "enfr_big"
+    assert "giga-fren" in enfr.data.train and len(enfr.download) == 6
+    assert base.data.test == ("newstest2014",) and base.data.valid == ("newstest2013",)
+
+
+@pytest.mark.parametrize("name", ["multi30k_ende", "multi30k_enfr"])
+def test_small_recipes_train_a_few_steps(name, multi30k, tmp_path):
+    recipe = load_recipe(RECIPES / f"{name}.yaml", [
+        f"data.root={multi30k}", f"data.output={tmp_path / 'data'}", f"train.dir={tmp_path / 'run'}",
+        "data.test=[test_2016_flickr]", "train.max_steps=3", "train.max_time=", "train.max_tokens=1024",
+        "train.validate_every=0", "train.save_every=0", "train.threads=2"])
+    prepare(recipe, log=lambda _m: None, progress=False)
+    messages: list[str] = []
+    train(recipe, log=messages.append)
+    assert any("reached 3 updates" in m for m in messages)
+    assert (tmp_path / "run" / "model.pt").is_file()
