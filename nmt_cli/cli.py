@@ -68,8 +68,9 @@ def _global(
 
 
 def _register() -> None:
-    from .commands import average, config, download, prepare, score, train, translate
+    from .commands import average, config, download, prepare, quickstart, score, train, translate
 
+    app.command("quickstart")(friendly(quickstart.run))
     app.command("prepare")(friendly(prepare.run))
     app.command("train")(friendly(train.run))
     app.command("translate")(friendly(translate.run))

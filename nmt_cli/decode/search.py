@@ -38,30 +38,36 @@ class Hypothesis:
 class CachedSteps:
     """Incremental decoding: one new token per row per call, past keys/values cached."""
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, beam: int = 1) -> None:
         self.model = model
-        self.state = model.start_decoding(memory, src_mask)
+        self.state = model.start_decoding(memory, src_mask)  # beams share their sentence's row
 
     def __call__(self, tokens: Tensor) -> Tensor:
         return self.model.decode_step(tokens, self.state)  # (N, V)
 
-    def select(self, rows: Tensor, sentences_changed: bool) -> None:
-        self.state.select(rows, sentences_changed)
+    def select(self, rows: Tensor, sentences: Tensor | None) -> None:
+        self.state.select(rows, sentences)
 
 
 class UncachedSteps:
-    """Reference decoding: re-runs the decoder over the whole prefix at every step."""
+    """Reference decoding: re-runs the decoder over the whole prefix at every step.
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
-        self.model, self.memory, self.src_mask = model, memory, src_mask
-        self.prefix = memory.new_zeros((memory.size(0), 0), dtype=torch.long)
+    Keeps one copy of the encoder output per hypothesis (the plain way), so it also checks
+    the cached path's sharing of encoder keys between a sentence's hypotheses.
+    """
+
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, beam: int = 1) -> None:
+        self.model = model
+        self.memory = memory.repeat_interleave(beam, dim=0)
+        self.src_mask = src_mask.repeat_interleave(beam, dim=0)
+        self.prefix = memory.new_zeros((self.memory.size(0), 0), dtype=torch.long)
 
     def __call__(self, tokens: Tensor) -> Tensor:
         self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t + 1)
         hidden = self.model.decode(self.prefix, self.memory, self.src_mask)[:, -1]  # (N, D)
         return F.log_softmax(self.model.logits(hidden).float(), dim=-1)
 
-    def select(self, rows: Tensor, sentences_changed: bool) -> None:
+    def select(self, rows: Tensor, sentences: Tensor | None) -> None:
         self.prefix = self.prefix.index_select(0, rows)
         self.memory = self.memory.index_select(0, rows)
         self.src_mask = self.src_mask.index_select(0, rows)
@@ -126,7 +132,7 @@ def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached:
         if len(keep) == 0:
             break
         alive, tokens, history, scores = alive[keep], tokens[keep], history[keep], scores[keep]
-        steps.select(keep, sentences_changed=True)
+        steps.select(keep, sentences=keep)
     return results
 
 
@@ -146,8 +152,7 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
     device = src.device
     n_sent = src.size(0)
     memory, src_mask = model.encode(src)
-    steps = (CachedSteps if cached else UncachedSteps)(
-        model, memory.repeat_interleave(k, dim=0), src_mask.repeat_interleave(k, dim=0))
+    steps = (CachedSteps if cached else UncachedSteps)(model, memory, src_mask, beam=k)
     max_len = max_output_lengths(src, config, model.config.max_positions)  # (n_sent,)
     width = int(max_len.max()) + 1  # room for the tokens and the EOS
 
@@ -189,7 +194,7 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
             break
         rows = parent[keep].flatten()  # (n_keep * K,)
         history = torch.cat([history.index_select(0, rows), new_tokens[keep].reshape(-1, 1)], dim=1)
-        steps.select(rows, sentences_changed=len(keep) < n)
+        steps.select(rows, sentences=keep if len(keep) < n else None)
         sent, scores, tokens = sent[keep], open_scores[keep], new_tokens[keep].flatten()
 
     return _best(fin_scores, fin_tokens, nbest)

@@ -84,8 +84,8 @@ class MultiHeadAttention(nn.Module):
     """Projections around :func:`attention`. Self-attention uses one fused QKV projection.
 
     ``forward`` takes an optional ``cache`` dict for incremental decoding: self-attention
-    appends the new keys/values to ``cache["k"]``/``cache["v"]``; cross-attention computes
-    the memory's keys/values once and reuses them.
+    appends the new keys/values to ``cache["k"]``/``cache["v"]``; cross-attention reads the
+    encoder keys/values that :meth:`memory_keys_values` computed once per sentence.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, self_attention: bool,
@@ -106,6 +106,11 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
 
+    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values of the encoder output: each (B, H, S, d_k)."""
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return self._split(k), self._split(v)
+
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
                 causal: bool = False, cache: dict[str, Tensor] | None = None) -> Tensor:
         if self.self_attention:
@@ -117,16 +122,23 @@ class MultiHeadAttention(nn.Module):
                 cache["k"], cache["v"] = k, v
         else:
             q = self._split(self.q(x))
-            if cache is not None and "k" in cache:
-                k, v = cache["k"], cache["v"]
+            if cache is not None:
+                k, v = cache["k"], cache["v"]  # computed once by memory_keys_values
             else:
                 assert memory is not None
-                k, v = (self._split(t) for t in self.kv(memory).chunk(2, dim=-1))
-                if cache is not None:
-                    cache["k"], cache["v"] = k, v
+                k, v = self.memory_keys_values(memory)
+        n, _, t_q, _ = q.shape
+        group = n // k.size(0)
+        if group > 1:
+            # Beam search: the G hypotheses of a sentence query one copy of its encoder keys,
+            # as G query positions, instead of G repeated copies of the keys.
+            q = q.reshape(k.size(0), group, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, G, d_k)
         relative = self.relative(q.size(2), k.size(2)) if self.relative is not None else None
         dropout = self.dropout if self.training else 0.0
-        context = attention(q, k, v, mask, dropout, causal, relative)  # (B, H, Tq, d_k)
+        context = attention(q, k, v, mask, dropout, causal, relative)  # (B, H, Tq or G, d_k)
+        if group > 1:
+            context = context.transpose(1, 2).reshape(n, 1, self.n_heads * self.d_k)  # (B*G, 1, D)
+            return self.out(context)
         b, _, t, _ = context.shape
         return self.out(context.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k))  # (B, Tq, D)
 

@@ -86,7 +86,7 @@ class DecoderLayer(nn.Module):
         self.res_cross = Residual(d_model, dropout, arrangement)
         self.res_ffn = Residual(d_model, dropout, arrangement)
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor,
+    def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor,
                 cache: dict[str, dict[str, Tensor]] | None = None) -> Tensor:
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None

@@ -37,27 +37,27 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
 
 @dataclass
 class DecoderState:
-    """Everything incremental decoding keeps between steps, one row per hypothesis."""
+    """What incremental decoding keeps between steps.
 
-    memory: Tensor  # (N, S, D)
-    src_mask: Tensor  # (N, 1, 1, S), True where the source token is real
+    Self-attention caches have one row per hypothesis (N = sentences x beam); the encoder-side
+    tensors (cross-attention keys/values, source mask) have one row per sentence and are shared
+    by that sentence's hypotheses.
+    """
+
+    src_mask: Tensor  # (B, 1, 1, S), True where the source token is real
     caches: list[dict[str, dict[str, Tensor]]] = field(default_factory=list)
     step: int = 0
 
-    def select(self, index: Tensor, sentences_changed: bool = True) -> None:
-        """Keep and reorder rows: beams follow their parents, finished sentences leave.
-
-        Rows of one sentence share the encoder output, so when beams were only reordered
-        within their sentences (``sentences_changed=False``) the memory-side tensors stay.
-        """
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep and reorder hypothesis ``rows``; if sentences left the batch, keep ``sentences``."""
         for layer in self.caches:
-            parts = layer.values() if sentences_changed else [layer["self"]]
-            for part in parts:
-                for key in part:
-                    part[key] = part[key].index_select(0, index)
-        if sentences_changed:
-            self.memory = self.memory.index_select(0, index)
-            self.src_mask = self.src_mask.index_select(0, index)
+            for key in layer["self"]:
+                layer["self"][key] = layer["self"][key].index_select(0, rows)
+            if sentences is not None:
+                for key in layer["cross"]:
+                    layer["cross"][key] = layer["cross"][key].index_select(0, sentences)
+        if sentences is not None:
+            self.src_mask = self.src_mask.index_select(0, sentences)
 
 
 class Transformer(nn.Module):
@@ -144,15 +144,22 @@ class Transformer(nn.Module):
     # ----------------------------------------------------------------- incremental decoding
 
     def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
-        """Fresh state for :meth:`decode_step`; cross-attention keys are computed on the first step."""
-        caches = [{"self": {}, "cross": {}} for _ in self.decoder]
-        return DecoderState(memory, src_mask, caches)
+        """State for :meth:`decode_step`: encoder keys/values computed once, one row per sentence."""
+        caches = []
+        for layer in self.decoder:
+            k, v = layer.cross_attn.memory_keys_values(memory)
+            caches.append({"self": {}, "cross": {"k": k, "v": v}})
+        return DecoderState(src_mask, caches)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
-        """Log-probabilities (N, V) of the next token after ``tokens`` (N,), the previous outputs."""
+        """Log-probabilities (N, V) of the next token after ``tokens`` (N,), the previous outputs.
+
+        N may be a multiple of the number of sentences (beam search): rows n*G .. n*G+G-1
+        belong to sentence n.
+        """
         x = self._embed(self.tgt_embed, tokens[:, None], offset=state.step)  # (N, 1, D)
         for layer, cache in zip(self.decoder, state.caches):
-            x = layer(x, state.memory, state.src_mask, cache)
+            x = layer(x, None, state.src_mask, cache)
         state.step += 1
         return F.log_softmax(self.logits(self.decoder_norm(x[:, 0])).float(), dim=-1)
 

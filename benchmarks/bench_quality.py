@@ -1,0 +1,63 @@
+"""Quality at a budget: train a recipe for N minutes on this machine, average the last
+checkpoints, decode with beam 4, and report BLEU and chrF on the Multi30k test sets.
+
+    python benchmarks/bench_quality.py multi30k_ende [--minutes 30] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+import time
+
+from common import ROOT, SHARED, WORK, print_table, record
+
+TESTS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("recipe", choices=["multi30k_ende", "multi30k_enfr"])
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    from nmt_cli.config import load_recipe
+    from nmt_cli.data.prepare import prepare
+    from nmt_cli.decode.translator import Translator, load_model
+    from nmt_cli.score.metrics import score
+    from nmt_cli.train.loop import train
+
+    run_dir = WORK / f"quality_{args.recipe}_{args.minutes:g}m"
+    recipe = load_recipe(ROOT / "recipes" / f"{args.recipe}.yaml", [
+        f"data.root={SHARED / 'multi30k'}", f"data.output={WORK / ('data_' + args.recipe)}", f"train.dir={run_dir}",
+        f"train.max_time={args.minutes:g}m", f"train.threads={args.threads}"])
+    prepare(recipe, log=print, progress=False)
+    started = time.monotonic()
+    state_messages: list[str] = []
+    train(recipe, log=lambda m: (print(m, flush=True), state_messages.append(m)))
+    trained = (time.monotonic() - started) / 60
+    loaded = load_model(run_dir)
+    rows = []
+    tgt = recipe.data.tgt_lang
+    for test in TESTS:
+        sources = gzip.decompress((SHARED / "multi30k" / f"{test}.en.gz").read_bytes()).decode().splitlines()
+        refs = gzip.decompress((SHARED / "multi30k" / f"{test}.{tgt}.gz").read_bytes()).decode().splitlines()
+        outputs = [h[0][0] for h in Translator(loaded, recipe.decode).translate(sources)]
+        bleu, chrf = score(outputs, [refs], ("bleu", "chrf"))
+        rows.append({"recipe": args.recipe, "test": test, "BLEU": bleu.score, "chrF": chrf.score,
+                     "train minutes": trained, "updates": _last_update(run_dir)})
+    print_table(f"{args.recipe}: {args.minutes:g} minutes, {args.threads} threads, last 5 averaged, beam 4", rows)
+    print(bleu.signature)
+    record("quality", rows, "python benchmarks/bench_quality.py " + " ".join(sys.argv[1:]))
+
+
+def _last_update(run_dir) -> int:
+    import json
+
+    steps = [json.loads(line).get("step", 0) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return max(steps) if steps else 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Helpers shared by the benchmark scripts: machine facts, timing children, the results log."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+RESULTS = Path(__file__).with_name("results.jsonl")
+WORK = Path(__file__).with_name("work")
+
+
+def machine() -> dict:
+    """CPU model, cores, memory, library versions: written next to every figure."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1), "python": platform.python_version(),
+            "torch": torch.__version__, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def timed_run(cmd: list[str], **kw) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Run ``cmd`` under GNU time: (wall seconds, peak RSS in MiB of the largest process, result)."""
+    wrapped = ["/usr/bin/time", "-f", "__time__ %e %M", *cmd]
+    result = subprocess.run(wrapped, capture_output=True, text=True, **kw)
+    if result.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{result.stderr[-3000:]}")
+    line = [x for x in result.stderr.splitlines() if x.startswith("__time__")][-1]
+    _, seconds, rss_kib = line.split()
+    return float(seconds), int(rss_kib) / 1024, result
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def record(benchmark: str, rows: list[dict], command: str) -> None:
+    """Append one JSON line per benchmark run to results.jsonl."""
+    entry = {"benchmark": benchmark, "command": command, "machine": machine(), "rows": rows,
+             "unix_time": int(time.time())}
+    with open(RESULTS, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry) + "\n")
+
+
+def print_table(title: str, rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*rows[0].keys(), title=title)
+    for row in rows:
+        table.add_row(*(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row.values()))
+    Console().print(table)

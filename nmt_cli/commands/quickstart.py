@@ -1,0 +1,51 @@
+"""``nmt quickstart``: the whole job on the bundled sample corpus, with a summary a person can judge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.panel import Panel
+from rich.table import Table
+
+from .common import SetOption, console
+
+
+def run(
+    pair: str = typer.Option("en-de", "--pair", help="en-de or en-fr (bundled software messages)."),
+    minutes: float = typer.Option(8.0, "--minutes", min=0.1, help="Training time budget on this machine."),
+    workdir: Path = typer.Option(Path("nmt-quickstart"), "--dir", help="Where data, model and outputs go."),
+    overrides: list[str] = SetOption,
+) -> None:
+    """Prepare, train, average, translate and score on a bundled real corpus (CPU, offline)."""
+    from ..pipeline import quickstart_recipe, run_quickstart
+
+    recipe = quickstart_recipe(pair, workdir, minutes, overrides)
+    console.print(f"[bold]nmt quickstart[/]: {pair}, about {minutes:g} minutes of training; working in {workdir}/")
+    result = run_quickstart(recipe, log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    _summary(result, pair)
+
+
+def _summary(result, pair: str) -> None:
+    scores = Table("metric", "model", "copy-the-source baseline", title=f"held-out test set ({pair})")
+    for ours, base in zip(result.scores, result.baseline):
+        scores.add_row(ours.name, f"{ours.score:.1f}", f"{base.score:.1f}")
+    console.print(scores)
+    console.print(f"[dim]{result.scores[0].signature}[/]", soft_wrap=True)
+    examples = Table("source", "reference", "nmt output", title="examples", show_lines=True)
+    for row in result.examples:
+        examples.add_row(*row)
+    console.print(examples)
+    r = result.recipe
+    recipe_file = r.run_dir / "recipe.yaml"
+    timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result.seconds.items())
+    console.print(Panel.fit(
+        f"model folder: [bold]{result.run_dir}[/]   ({timing})\n\n"
+        f"try it:      echo \"Cannot open file\" | nmt translate -m {result.run_dir}\n\n"
+        "each step by hand:\n"
+        f"  nmt prepare {recipe_file}\n"
+        f"  nmt train {recipe_file}\n"
+        f"  nmt average {result.run_dir} --last 5 -o {result.run_dir}/model.pt\n"
+        f"  nmt translate -m {result.run_dir} -i {result.test_source} -o {result.hypotheses}\n"
+        f"  nmt score {result.hypotheses} {result.test_reference} --metrics bleu,chrf",
+        title="next steps"), soft_wrap=True)
