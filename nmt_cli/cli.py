@@ -68,7 +68,7 @@ def _global(
 
 
 def _register() -> None:
-    from .commands import average, config, download, prepare, quickstart, score, train, translate
+    from .commands import average, config, download, export, prepare, quickstart, score, train, translate
 
     app.command("quickstart")(friendly(quickstart.run))
     app.command("prepare")(friendly(prepare.run))
@@ -78,6 +78,7 @@ def _register() -> None:
     app.command("average")(friendly(average.run))
     app.command("config")(friendly(config.run))
     app.command("download")(friendly(download.run))
+    app.command("export")(friendly(export.run))
 
 
 _register()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -166,3 +167,36 @@ def test_max_time_stops_training(prepared, tmp_path):
     assert time.monotonic() - started < 30
     assert any("reached max_time 2s" in m for m in messages)
     assert os.path.isfile(tmp_path / "run" / "model.pt")
+
+
+def _short_run(prepared, tmp_path, *overrides):
+    path = tmp_path / "r.yaml"
+    path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
+    recipe = load_recipe(path, [f"train.dir={tmp_path / 'run'}", "train.max_steps=3", "train.save_every=0",
+                                "train.log_every=1", *overrides])
+    messages: list[str] = []
+    train(recipe, log=messages.append)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return messages, records
+
+
+def test_bf16_autocast_trains_on_cpu(prepared, tmp_path):
+    messages, records = _short_run(prepared, tmp_path, "train.precision=bf16")
+    assert any("reached 3 updates" in m for m in messages)
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    weights = checkpoint.load(tmp_path / "run" / "model.pt")["model"]
+    assert all(t.dtype == torch.float32 for t in weights.values() if t.is_floating_point())
+
+
+def test_gradient_accumulation_and_clipping_run(prepared, tmp_path):
+    messages, records = _short_run(prepared, tmp_path, "train.update_freq=2", "train.clip_norm=0.5",
+                                   "train.lr_schedule=noam", "train.warmup=2")
+    assert records[0]["lr"] == pytest.approx(32 ** -0.5 * 2 ** -1.5)  # noam at update 1 with warm-up 2
+    assert records[-1]["step"] == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 with loss scaling needs CUDA")
+def test_fp16_on_cuda(prepared, tmp_path):
+    messages, records = _short_run(prepared, tmp_path, "train.precision=fp16", "train.device=cuda")
+    assert all(math.isfinite(r["loss"]) for r in records if "loss" in r)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.panel import Panel
 from rich.table import Table
 
 from .common import SetOption, console
@@ -13,7 +12,7 @@ from .common import SetOption, console
 
 def run(
     pair: str = typer.Option("en-de", "--pair", help="en-de or en-fr (bundled software messages)."),
-    minutes: float = typer.Option(8.0, "--minutes", min=0.1, help="Training time budget on this machine."),
+    minutes: float = typer.Option(10.0, "--minutes", min=0.1, help="Training time budget on this machine."),
     workdir: Path = typer.Option(Path("nmt-quickstart"), "--dir", help="Where data, model and outputs go."),
     overrides: list[str] = SetOption,
 ) -> None:
@@ -39,13 +38,12 @@ def _summary(result, pair: str) -> None:
     r = result.recipe
     recipe_file = r.run_dir / "recipe.yaml"
     timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result.seconds.items())
-    console.print(Panel.fit(
-        f"model folder: [bold]{result.run_dir}[/]   ({timing})\n\n"
-        f"try it:      echo \"Cannot open file\" | nmt translate -m {result.run_dir}\n\n"
-        "each step by hand:\n"
-        f"  nmt prepare {recipe_file}\n"
-        f"  nmt train {recipe_file}\n"
-        f"  nmt average {result.run_dir} --last 5 -o {result.run_dir}/model.pt\n"
-        f"  nmt translate -m {result.run_dir} -i {result.test_source} -o {result.hypotheses}\n"
-        f"  nmt score {result.hypotheses} {result.test_reference} --metrics bleu,chrf",
-        title="next steps"), soft_wrap=True)
+    # Plain lines, not a panel: a panel would cut long paths, and these are meant to be copied.
+    console.print(f"\n[bold]model folder:[/] {result.run_dir}   ({timing})", soft_wrap=True)
+    console.print(f"[bold]try it:[/] echo \"Cannot open file\" | nmt translate -m {result.run_dir}", soft_wrap=True)
+    console.print("[bold]each step by hand:[/]")
+    for command in (f"nmt prepare {recipe_file}", f"nmt train {recipe_file}",
+                    f"nmt average {result.run_dir} --last 5 -o {result.run_dir}/model.pt",
+                    f"nmt translate -m {result.run_dir} -i {result.test_source} -o {result.hypotheses}",
+                    f"nmt score {result.hypotheses} {result.test_reference} --metrics bleu,chrf"):
+        console.print(f"  {command}", markup=False, soft_wrap=True)

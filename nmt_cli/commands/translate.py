@@ -39,34 +39,65 @@ def run(
                                    show_default=False),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
+    engine: str = typer.Option("nmt", "--engine", help="nmt (PyTorch), or ctranslate2 with -m naming a folder "
+                               "written by `nmt export` (length penalty there is always |Y|^alpha)."),
     progress: bool = typer.Option(None, "--progress/--no-progress",
                                   help="Progress on stderr (default: on when writing to a file).", show_default=False),
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
     import torch
 
-    from ..decode.translator import Translator, load_model, with_overrides
+    from ..decode.translator import TranslationStats, Translator, load_model, with_overrides
 
     if length_penalty not in (None, "gnmt", "average"):
         raise NmtError(f"--length-penalty: '{length_penalty}' is not gnmt or average")
+    if engine not in ("nmt", "ctranslate2"):
+        raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
     if input is not None and not input.is_file():
         raise NmtError(f"{input}: input file not found")
-    torch.set_num_threads(threads or os.cpu_count() or 1)
+    threads = threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
     target = _device(device)
-    loaded = load_model(model, target)
-    config = with_overrides(loaded.recipe.decode, beam=beam, alpha=alpha, length_penalty=length_penalty,
-                            max_len_a=max_len_a, max_len_b=max_len_b, batch_tokens=batch_tokens, batch_size=batch_size)
-    translator = Translator(loaded, config, target, nbest=nbest)
+    options = dict(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                   batch_tokens=batch_tokens, batch_size=batch_size)
+    if engine == "ctranslate2":
+        from ..export.ctranslate2 import CTranslate2Engine
+
+        ct2 = CTranslate2Engine(model, device=target.type, threads=threads)
+        config = with_overrides(ct2.decode_config, **options)
+        stats, max_positions = TranslationStats(), 0
+        results = _ct2_results(ct2, config, nbest, stats)
+    else:
+        loaded = load_model(model, target)
+        config = with_overrides(loaded.recipe.decode, **options)
+        translator = Translator(loaded, config, target, nbest=nbest)
+        stats, max_positions = translator.stats, loaded.recipe.model.max_positions
+        results = translator.translate
     show = progress if progress is not None else output is not None
     started = time.perf_counter()
     with _lines(input) as lines, _sink(output) as sink:
-        for index, hyps in enumerate(_progress(translator.translate(lines), show)):
+        for index, hyps in enumerate(_progress(results(lines), show)):
             if nbest == 1:
                 sink.write(hyps[0][0] + "\n")
             else:
                 for text, score in hyps:
                     sink.write(f"{index}\t{score:.4f}\t{text}\n")
-    _report(translator.stats, time.perf_counter() - started, show, loaded.recipe.model.max_positions)
+    _report(stats, time.perf_counter() - started, show, max_positions)
+
+
+def _ct2_results(engine, config, nbest: int, stats, chunk: int = 2000):
+    """Chunked translation through CTranslate2, counting like the PyTorch translator does."""
+    import itertools
+
+    def run(lines):
+        source = iter(lines)
+        while block := [line.rstrip("\r\n") for line in itertools.islice(source, chunk)]:
+            for hyps in engine.translate(block, config, nbest):
+                stats.sentences += 1
+                stats.output_tokens = engine.output_tokens
+                yield hyps
+
+    return run
 
 
 def _device(name: str):

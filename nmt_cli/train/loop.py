@@ -197,7 +197,9 @@ class Trainer:
                                    "lower train.max_tokens or train.update_freq")
                 while reason is None and self.state.epoch_batches_done // per_update < n_updates:
                     first = self.state.epoch_batches_done
-                    window.add(self._update(batches[first: first + per_update]))
+                    clock = time.perf_counter()
+                    sums = self._update(batches[first: first + per_update])
+                    window.add({**sums, "seconds": time.perf_counter() - clock})
                     self.state.epoch_batches_done += per_update
                     self.state.step += 1
                     self.state.elapsed = time.monotonic() - started
@@ -323,6 +325,8 @@ class Trainer:
 
     def _finish(self, reason: str) -> None:
         """Final checkpoint, validation and model file (averaged if the recipe asks)."""
+        if self.config.validate_every == 0 or self.state.step % self.config.validate_every:
+            self._validate_and_track()  # validate the final weights unless that just happened
         last = checkpoint.step_checkpoints(self.run_dir)
         if not last or last[-1] != checkpoint.step_path(self.run_dir, self.state.step):
             self._save()
@@ -355,18 +359,18 @@ class Trainer:
 
 
 class _Window:
-    """Sums over the updates since the last log line."""
+    """Sums over the updates since the last log line (time spent in updates only, so
+    validation and checkpoint writing do not lower the reported throughput)."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
-        self.start = time.monotonic()
 
     def add(self, sums: dict[str, float]) -> None:
         for key, value in sums.items():
             self.sums[key] = self.sums.get(key, 0.0) + value
 
     def flush(self, world_size: int) -> dict[str, float]:
-        seconds = max(time.monotonic() - self.start, 1e-9)
+        seconds = max(self.sums.get("seconds", 0.0), 1e-9)
         tokens = max(self.sums.get("tokens", 0.0), 1.0)
         nll = self.sums.get("nll", 0.0) / tokens
         stats = {"loss": self.sums.get("loss", 0.0) / tokens, "nll": nll, "ppl": math.exp(min(nll, 50.0)),
@@ -374,7 +378,7 @@ class _Window:
                  "tgt_tokens_per_s": world_size * tokens / seconds,
                  "tgt_tokens_per_s_per_process": tokens / seconds,
                  "src_tgt_tokens_per_s": world_size * (tokens + self.sums.get("src_tokens", 0.0)) / seconds}
-        self.sums, self.start = {}, time.monotonic()
+        self.sums = {}
         return stats
 
 

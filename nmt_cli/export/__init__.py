@@ -1,0 +1,1 @@
+"""Export of trained models to other inference engines."""

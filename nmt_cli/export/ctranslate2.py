@@ -1,0 +1,180 @@
+"""Export to CTranslate2 (``nmt export MODEL OUT --format ctranslate2``) and translate with it.
+
+The CTranslate2 Transformer spec is filled from our weights directly: fused QKV for
+self-attention, fused KV for cross-attention, the sinusoidal or learned position table, the
+three-way tied embeddings, Shaw relative positions. Variants CTranslate2 cannot express
+(ReZero, T-Fixup without LayerNorm) are refused with the option to change.
+
+CTranslate2 is optional: ``pip install 'nmt-cli[ct2]'``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..config import DecodeConfig, dump_recipe, load_recipe
+from ..decode.translator import LoadedModel
+from ..errors import NmtError
+from ..model.positions import SinusoidalPositions
+
+SPM_SOURCE, SPM_TARGET, RECIPE_FILE = "source.spm.model", "target.spm.model", "nmt_recipe.yaml"
+
+
+def _require() -> object:
+    try:
+        import ctranslate2
+    except ImportError:
+        raise NmtError("CTranslate2 is not installed; run: pip install 'nmt-cli[ct2]' (or pip install ctranslate2)") \
+            from None
+    return ctranslate2
+
+
+def check_exportable(loaded: LoadedModel) -> None:
+    """Raise a one-line error naming the option when CTranslate2 cannot run this model."""
+    m = loaded.recipe.model
+    if m.init == "tfixup":
+        raise NmtError(f"{loaded.path}: model.init=tfixup (no LayerNorm) has no CTranslate2 equivalent; "
+                       "export models trained with model.init=xavier")
+    if m.norm == "rezero":
+        raise NmtError(f"{loaded.path}: model.norm=rezero has no CTranslate2 equivalent; "
+                       "export models trained with model.norm=post or pre")
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().float().cpu().numpy()
+
+
+def _linear(spec, layer: torch.nn.Linear) -> None:
+    spec.weight = _numpy(layer.weight)
+    if layer.bias is not None:
+        spec.bias = _numpy(layer.bias)
+
+
+def _norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _numpy(norm.weight), _numpy(norm.bias)
+
+
+def _attention(spec, attention, self_attention: bool) -> None:
+    if self_attention:
+        _linear(spec.linear[0], attention.qkv)  # rows: queries, keys, values (our chunk order)
+    else:
+        _linear(spec.linear[0], attention.q)
+        _linear(spec.linear[1], attention.kv)  # rows: keys, values
+    _linear(spec.linear[-1], attention.out)
+    if attention.relative is not None:
+        spec.relative_position_keys = _numpy(attention.relative.keys.weight)
+        spec.relative_position_values = _numpy(attention.relative.values.weight)
+
+
+def _position_table(model) -> np.ndarray | None:
+    if isinstance(model.positions, SinusoidalPositions):
+        return _numpy(model.positions.table)
+    if model.positions is not None:
+        return _numpy(model.positions.embedding.weight)
+    return None
+
+
+def build_spec(loaded: LoadedModel):
+    """A ``ctranslate2.specs.TransformerSpec`` holding the weights of ``loaded``."""
+    _require()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    check_exportable(loaded)
+    model, config = loaded.model, loaded.recipe.model
+    pre_norm = config.norm == "pre"
+    spec = transformer_spec.TransformerSpec.from_config(
+        (config.layers, config.n_decoder_layers), config.n_heads, with_relative_position=config.positions == "relative",
+        pre_norm=pre_norm, no_final_norm=not pre_norm,
+        activation=common_spec.Activation.GELU if config.activation == "gelu" else common_spec.Activation.RELU)
+    table = _position_table(model)
+    for side, embedding in ((spec.encoder, model.src_embed), (spec.decoder, model.tgt_embed)):
+        embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
+        embeddings.weight = _numpy(embedding.weight)
+        side.scale_embeddings = True
+        if table is not None:
+            side.position_encodings.encodings = table
+    if pre_norm:
+        _norm(spec.encoder.layer_norm, model.encoder_norm)
+        _norm(spec.decoder.layer_norm, model.decoder_norm)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder):
+        _attention(layer_spec.self_attention, layer.self_attn, True)
+        _norm(layer_spec.self_attention.layer_norm, layer.res_attn.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.w1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.w2)
+        _norm(layer_spec.ffn.layer_norm, layer.res_ffn.norm)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder):
+        _attention(layer_spec.self_attention, layer.self_attn, True)
+        _norm(layer_spec.self_attention.layer_norm, layer.res_self.norm)
+        _attention(layer_spec.attention, layer.cross_attn, False)
+        _norm(layer_spec.attention.layer_norm, layer.res_cross.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.w1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.w2)
+        _norm(layer_spec.ffn.layer_norm, layer.res_ffn.norm)
+    spec.decoder.projection.weight = _numpy(model.output.weight)
+    spec.config.add_source_eos = True  # nmt's sources end in EOS
+    spec.config.decoder_start_token = "<s>"
+    spec.config.layer_norm_epsilon = 1e-5  # torch.nn.LayerNorm's default
+    for vocab, register in ((loaded.src_vocab, spec.register_source_vocabulary),
+                            (loaded.tgt_vocab, spec.register_target_vocabulary)):
+        register([vocab.id_to_piece(i) for i in range(vocab.get_piece_size())])
+    return spec
+
+
+def export(loaded: LoadedModel, output: Path, quantization: str | None = None, force: bool = False) -> Path:
+    """Write a CTranslate2 model folder (plus the SentencePiece models) to ``output``."""
+    spec = build_spec(loaded)
+    if output.exists() and not force:
+        raise NmtError(f"{output}: already exists; choose another folder or pass --force")
+    staging = output.with_name(f".{output.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    spec.save(str(staging))
+    (staging / SPM_SOURCE).write_bytes(loaded.src_vocab.serialized_model_proto())
+    (staging / SPM_TARGET).write_bytes(loaded.tgt_vocab.serialized_model_proto())
+    (staging / RECIPE_FILE).write_text(dump_recipe(loaded.recipe), encoding="utf-8")
+    if output.exists():
+        shutil.rmtree(output)
+    staging.rename(output)
+    return output
+
+
+class CTranslate2Engine:
+    """Translation through an exported CTranslate2 folder, with nmt's SentencePiece models."""
+
+    def __init__(self, folder: Path, device: str = "cpu", threads: int = 0, compute_type: str = "default") -> None:
+        ctranslate2 = _require()
+        import sentencepiece as spm
+
+        if not (folder / "model.bin").is_file():
+            raise NmtError(f"{folder}: not a CTranslate2 model folder; create it with "
+                           "nmt export MODEL_DIR OUT --format ctranslate2")
+        self.translator = ctranslate2.Translator(str(folder), device=device, intra_threads=threads,
+                                                 compute_type=compute_type)
+        self.src = spm.SentencePieceProcessor(model_file=str(folder / SPM_SOURCE))
+        self.tgt = spm.SentencePieceProcessor(model_file=str(folder / SPM_TARGET))
+        self.output_tokens = 0
+        recipe = folder / RECIPE_FILE
+        self.decode_config = load_recipe(recipe).decode if recipe.is_file() else DecodeConfig()
+
+    def translate(self, lines: Sequence[str], config: DecodeConfig, nbest: int = 1) -> list[list[tuple[str, float]]]:
+        """n-best (text, score) per line. CTranslate2 normalises scores by |Y|^alpha (no GNMT form)."""
+        pieces = [self.src.encode(line.strip(), out_type=str) for line in lines]
+        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        todo = [i for i, p in enumerate(pieces) if p]
+        if not todo:
+            return results
+        longest = max(len(pieces[i]) for i in todo)
+        outputs = self.translator.translate_batch(
+            [pieces[i] for i in todo], beam_size=config.beam, num_hypotheses=nbest, return_scores=True,
+            length_penalty=config.alpha, max_batch_size=config.batch_size or 0,
+            max_decoding_length=int(config.max_len_a * longest + config.max_len_b) + 1)
+        for i, output in zip(todo, outputs):
+            self.output_tokens += len(output.hypotheses[0]) + 1
+            results[i] = [(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)]
+        return results

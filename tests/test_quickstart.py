@@ -1,0 +1,50 @@
+"""``nmt quickstart`` end to end on the bundled corpus (a few updates only: the real run is
+measured in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import gzip
+from importlib import resources
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from nmt_cli.cli import app
+
+runner = CliRunner()
+
+
+def test_bundled_corpus_is_split_without_overlap():
+    root = Path(str(resources.files("nmt_cli") / "sample"))
+    for pair in ("en-de", "en-fr"):
+        splits = {s: gzip.decompress((root / pair / f"{s}.en.gz").read_bytes()).decode().splitlines()
+                  for s in ("train", "valid", "test")}
+        assert len(splits["train"]) >= 20_000
+        assert not set(splits["train"]) & set(splits["test"])
+        assert not set(splits["train"]) & set(splits["valid"])
+        tgt = gzip.decompress((root / pair / f"test.{pair[3:]}.gz").read_bytes()).decode().splitlines()
+        assert len(tgt) == len(splits["test"])
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    assert size < 5 * 2**20
+
+
+def test_quickstart_runs_the_whole_job(tmp_path):
+    work = tmp_path / "qs"
+    result = runner.invoke(app, ["quickstart", "--dir", str(work), "--minutes", "5",
+                                 "--set", "train.max_steps=4", "--set", "model.layers=1", "--set", "model.d_model=64",
+                                 "--set", "model.d_ff=128", "--set", "vocab.size=2000", "--set", "train.save_every=2",
+                                 "--set", "decode.beam=2", "--set", "decode.max_len_b=5"])
+    assert result.exit_code == 0, result.output
+    assert "copy-the-source baseline" in result.output and "nmt translate -m" in result.output
+    model_dir = work / "model"
+    assert (model_dir / "model.pt").is_file()
+    hyps = (model_dir / "test.hyp").read_text().splitlines()
+    refs = gzip.decompress((Path(str(resources.files("nmt_cli") / "sample")) / "en-de" / "test.de.gz").read_bytes())
+    assert len(hyps) == len(refs.decode().splitlines())
+    translated = runner.invoke(app, ["translate", "-m", str(model_dir)], input="Cannot open file\n")
+    assert translated.exit_code == 0 and len(translated.stdout.splitlines()) == 1
+
+
+def test_quickstart_rejects_unknown_pairs(tmp_path):
+    result = runner.invoke(app, ["quickstart", "--pair", "en-xx", "--dir", str(tmp_path)])
+    assert result.exit_code != 0 and "the sample corpus has en-de, en-fr" in result.output
