@@ -170,6 +170,7 @@ def test_max_time_stops_training(prepared, tmp_path):
 
 
 def _short_run(prepared, tmp_path, *overrides):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "r.yaml"
     path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
     recipe = load_recipe(path, [f"train.dir={tmp_path / 'run'}", "train.max_steps=3", "train.save_every=0",
@@ -200,3 +201,16 @@ def test_gradient_accumulation_and_clipping_run(prepared, tmp_path):
 def test_fp16_on_cuda(prepared, tmp_path):
     messages, records = _short_run(prepared, tmp_path, "train.precision=fp16", "train.device=cuda")
     assert all(math.isfinite(r["loss"]) for r in records if "loss" in r)
+
+
+def test_activation_checkpointing_gives_the_same_update(prepared, tmp_path):
+    _, plain = _short_run(prepared, tmp_path / "a", "model.dropout=0.0")
+    _, checkpointed = _short_run(prepared, tmp_path / "b", "model.dropout=0.0", "train.activation_checkpointing=true")
+    assert [r["loss"] for r in plain if "loss" in r] == pytest.approx(
+        [r["loss"] for r in checkpointed if "loss" in r], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_torch_compile_trains(prepared, tmp_path):
+    messages, records = _short_run(prepared, tmp_path, "train.compile=true")
+    assert any("reached 3 updates" in m for m in messages)

@@ -132,6 +132,7 @@ def export(loaded: LoadedModel, output: Path, quantization: str | None = None, f
         raise NmtError(f"{output}: already exists; choose another folder or pass --force")
     staging = output.with_name(f".{output.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
     spec.validate()
     spec.optimize(quantization=quantization)
     spec.save(str(staging))

@@ -128,6 +128,7 @@ class Trainer:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._last_save_time = time.monotonic()
         self.network: torch.nn.Module = self.model
+        self.last_lr = 0.0
 
     # ----------------------------------------------------------------- set-up
 
@@ -238,6 +239,7 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         if self.config.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        self.last_lr = self.optimizer.param_groups[0]["lr"]  # the rate this update used
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
@@ -275,7 +277,7 @@ class Trainer:
     def _log_train(self, window: _Window, bar: Any) -> None:
         stats = window.flush(self.info.world_size)
         record = {"step": self.state.step, "epoch": self.state.epoch, **stats,
-                  "lr": self.optimizer.param_groups[0]["lr"], "elapsed": round(self.state.elapsed, 1)}
+                  "lr": self.last_lr, "elapsed": round(self.state.elapsed, 1)}
         if self.info.device.type == "cuda":
             record["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
         bar.set_postfix(loss=f"{stats['loss']:.3f}", ppl=f"{stats['ppl']:.1f}", lr=f"{record['lr']:.2e}",
