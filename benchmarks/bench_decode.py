@@ -25,6 +25,8 @@ def main() -> None:
     parser.add_argument("--sets", default="m30k,wmt14")
     parser.add_argument("--batch-sizes", default="1,16,64")
     parser.add_argument("--beams", default="4,1")
+    parser.add_argument("--engine", default="nmt", choices=["nmt", "ctranslate2"],
+                        help="ctranslate2: MODEL is a folder written by `nmt export`")
     args = parser.parse_args()
     import gzip
 
@@ -38,12 +40,12 @@ def main() -> None:
                 out = WORK / f"decode_{name}_b{beam}_bs{batch}.out"
                 cmd = [sys.executable, "-m", "nmt_cli", "translate", "-m", args.model, "-i", str(source),
                        "-o", str(out), "--beam", str(beam), "--batch-size", str(batch), "--batch-tokens", "100000",
-                       "--threads", str(args.threads), "--progress"]
+                       "--threads", str(args.threads), "--progress", "--engine", args.engine]
                 _, rss, result = timed_run(cmd)
                 match = re.search(r"translated ([\d,]+) lines in ([\d.]+) s \(([\d.]+) sentences/s, (\d+) target",
                                   result.stderr)
                 lines, seconds, sents, toks = match.groups()
-                rows.append({"test set": name, "beam": beam, "batch size": batch, "sentences": lines,
+                rows.append({"engine": args.engine, "test set": name, "beam": beam, "batch size": batch, "sentences": lines,
                              "seconds": float(seconds), "sentences/s": float(sents), "target tokens/s": float(toks),
                              "peak RSS MiB": rss})
                 print(rows[-1], flush=True)

@@ -42,3 +42,18 @@ def test_small_recipes_train_a_few_steps(name, multi30k, tmp_path):
     train(recipe, log=messages.append)
     assert any("reached 3 updates" in m for m in messages)
     assert (tmp_path / "run" / "model.pt").is_file()
+
+
+@pytest.mark.parametrize("name", ["multi30k_ende", "multi30k_enfr"])
+def test_multi30k_download_entries_verify_against_the_real_files(name, multi30k, tmp_path):
+    """The recipe's SHA-256 values match the corpus files (served here from disk, not the network)."""
+    from dataclasses import replace
+
+    from nmt_cli.data.download import download_all
+
+    recipe = load_recipe(RECIPES / f"{name}.yaml", [f"data.root={tmp_path / 'root'}"])
+    local = tuple(replace(s, url=(multi30k / s.url.rsplit("/", 1)[1]).as_uri()) for s in recipe.download)
+    assert len(local) == 10
+    written = download_all(replace(recipe, download=local), log=lambda _m: None, progress=False,
+                           cache=tmp_path / "cache")
+    assert {p.name for p in written} >= {"train.en.gz", "val.en.gz", "test_2016_flickr.en.gz"}
