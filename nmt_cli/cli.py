@@ -7,6 +7,7 @@ command modules, so ``nmt --help`` stays instant.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,10 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
         except NmtError as err:
             report_error(str(err))
             raise typer.Exit(err.exit_code) from None
+        except BrokenPipeError:
+            # The reader went away (`nmt translate ... | head`): stop quietly, as Unix tools do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(141) from None
         except OSError as err:
             where = f"{err.filename}: " if err.filename else ""
             report_error(f"{where}{err.strerror or err}")
