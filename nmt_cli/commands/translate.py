@@ -53,7 +53,7 @@ def run(
         raise NmtError(f"--length-penalty: '{length_penalty}' is not gnmt or average")
     if engine not in ("nmt", "ctranslate2"):
         raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
-    if input is not None and not input.is_file():
+    if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)

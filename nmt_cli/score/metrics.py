@@ -122,12 +122,13 @@ def read_lines(path: str | Path, stdin_text: str | None = None) -> list[str]:
         text = stdin_text or ""
         return text.splitlines()
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # exists(), not is_file(): pipes such as <(zcat ref.gz) are fine
         raise DataError(f"{path}: file not found; check the path")
+    data = path.read_bytes()
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return data.decode("utf-8").splitlines()
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        line = data[: err.start].count(b"\n") + 1
         raise DataError(f"{path}:{line}: invalid UTF-8; save the file as UTF-8") from None
 
 
