@@ -65,7 +65,7 @@ def main() -> None:
     print_table("nmt prepare, Multi30k EN-DE", rows)
     ratio = rows[2]["peak RSS MiB (median)"] / rows[0]["peak RSS MiB (median)"]
     print(f"peak RSS 10x / 1x (1 worker): {ratio:.2f}")
-    record("prepare", rows, "python benchmarks/bench_prepare.py --repeats %d" % args.repeats)
+    record("prepare", rows, f"python benchmarks/bench_prepare.py --repeats {args.repeats}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import statistics
 import time
 
 import torch
-
 from common import ROOT, WORK, print_table, record
 
 

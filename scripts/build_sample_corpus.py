@@ -107,7 +107,7 @@ def licence_of(deb: Path) -> str:
                 names = Counter(m.strip() for m in re.findall(r"^License:\s*(.+)$", text, re.MULTILINE))
                 if names:
                     return ", ".join(name for name, _ in names.most_common(4))
-                return "see /usr/share/doc/%s/copyright" % member.name.split("/")[-2]
+                return f"see /usr/share/doc/{member.name.split('/')[-2]}/copyright"
     return "see the package's copyright file"
 
 

@@ -23,6 +23,13 @@ def make_recipe(tmp_path: Path, root: Path, extra: str = "", tgt: str = "de"):
     return load_recipe(path)
 
 
+def corpus_recipe(tmp_path: Path):
+    """A recipe over tmp_path/c, after adding one-line val and test splits beside its train files."""
+    for split in ("val", "test"):
+        write_slice(tmp_path / "c", split, {"en": ["a"], "de": ["a"]})
+    return make_recipe(tmp_path, tmp_path / "c")
+
+
 def quiet(recipe, **kw):
     return prepare(recipe, log=lambda _m: None, progress=False, **kw)
 
@@ -49,9 +56,7 @@ def test_cleaning_counts_each_step(tmp_path):
     pairs = {"en": ["a b c", "", "one two three four five six", "x", "same pair", "same pair", " padded  text "],
              "de": ["a b c", "leer", "eins", "x", "gleich paar", "gleich paar", "gepolstert text"]}
     write_slice(tmp_path / "c", "train", pairs)
-    write_slice(tmp_path / "c", "val", {"en": ["a"], "de": ["a"]})
-    write_slice(tmp_path / "c", "test", {"en": ["a"], "de": ["a"]})
-    make_recipe(tmp_path, tmp_path / "c")
+    corpus_recipe(tmp_path)
     recipe = load_recipe(tmp_path / "r.yaml", ["data.clean.dedup=true", "data.clean.max_ratio=1.5",
                                                "vocab.size=40", "vocab.byte_fallback=false"])
     meta = quiet(recipe)
@@ -95,9 +100,7 @@ def test_missing_file(tmp_path):
 def test_line_count_mismatch_names_both_counts(tmp_path, multi30k):
     write_slice(tmp_path / "c", "train", {"en": read_lines(multi30k / "train.en.gz", 50),
                                            "de": read_lines(multi30k / "train.de.gz", 47)})
-    for split in ("val", "test"):
-        write_slice(tmp_path / "c", split, {"en": ["a"], "de": ["a"]})
-    recipe = make_recipe(tmp_path, tmp_path / "c")
+    recipe = corpus_recipe(tmp_path)
     with pytest.raises(DataError, match=r"train.en has 50 lines but .*train.de has 47"):
         quiet(recipe)
     assert_nothing_complete(recipe)
@@ -127,9 +130,7 @@ def test_invalid_utf8_names_the_line_and_replace_goes_on(tmp_path, multi30k):
 
 def test_empty_after_filtering(tmp_path):
     write_slice(tmp_path / "c", "train", {"en": ["", "a"], "de": ["x", "a b c d e"]})
-    for split in ("val", "test"):
-        write_slice(tmp_path / "c", split, {"en": ["a"], "de": ["a"]})
-    recipe = make_recipe(tmp_path, tmp_path / "c")
+    recipe = corpus_recipe(tmp_path)
     with pytest.raises(DataError, match=r"no training pair is left after cleaning \(dropped 1 empty, 1 ratio\)"):
         quiet(recipe)
     assert_nothing_complete(recipe)
