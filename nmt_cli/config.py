@@ -181,6 +181,10 @@ class DecodeConfig:
     alpha: float = _opt(0.6, "length penalty exponent (0: none)", ge=0)
     length_penalty: Literal["gnmt", "average"] = _opt(
         "gnmt", "gnmt: ((5+|Y|)/6)^alpha (the paper); average: |Y|^alpha (fairseq, Marian, CTranslate2)")
+    stop: Literal["beam", "top", "bound"] = _opt(
+        "beam", "when a sentence's search ends — beam: once it has `beam` finished hypotheses (fairseq); "
+        "top: as soon as its best candidate ends (OpenNMT-py, CTranslate2); bound: once no open hypothesis "
+        "can still beat them (slowest, exhaustive within the length limit)")
     max_len_a: float = _opt(1.0, "maximum output length is a * source length + b", ge=0)
     max_len_b: int = _opt(50, "see max_len_a", ge=0)
     batch_tokens: int = _opt(6000, "source tokens per decoding batch", ge=1)

@@ -52,6 +52,9 @@ def test_translate_cli_keeps_lines_and_writes_atomically(overfit, tmp_path):
     nbest = runner.invoke(app, ["translate", "-m", str(run_dir), "--nbest", "3"], input=src[2] + "\n")
     rows = [line.split("\t") for line in nbest.stdout.splitlines()]
     assert len(rows) == 3 and all(r[0] == "0" for r in rows) and rows[0][2] == tgt[2]
+    for stop in ("top", "bound"):
+        result = runner.invoke(app, ["translate", "-m", str(run_dir), "--stop", stop], input=src[3] + "\n")
+        assert result.exit_code == 0 and result.stdout == tgt[3] + "\n", result.output
 
 
 def test_translate_errors_are_one_line(overfit, tmp_path):
@@ -59,7 +62,7 @@ def test_translate_errors_are_one_line(overfit, tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes((run_dir / "model.pt").read_bytes()[:5000])
     for args in (["-m", str(bad)], ["-m", str(tmp_path / "none")], ["-m", str(run_dir), "-i", str(tmp_path / "x")],
-                 ["-m", str(run_dir), "--nbest", "9"]):
+                 ["-m", str(run_dir), "--nbest", "9"], ["-m", str(run_dir), "--stop", "early"]):
         result = runner.invoke(app, ["translate", *args], input="A man.\n")
         assert result.exit_code != 0
         assert result.output.startswith("error:") and result.output.count("\n") == 1, result.output

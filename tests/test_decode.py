@@ -110,3 +110,64 @@ def test_overlong_input_is_truncated_and_counted(loaded):
 
 def test_no_grad_state_leaks(loaded):
     assert not torch.is_grad_enabled() or all(p.grad is None for p in loaded.model.parameters())
+
+
+def reference_beam_search(model, src, config, nbest):
+    """One sentence, written plainly: full log-softmax over every open prefix, no cache, lists."""
+    from nmt_cli.decode.search import BOS_ID, EOS_ID, PAD_ID, length_penalty, max_output_lengths
+
+    k = config.beam
+    memory, mask = model.encode(src)
+    max_len = int(max_output_lengths(src, config, model.config.max_positions)[0])
+    hyps, finished = [([], 0.0)], []  # open (tokens, raw score); finished (normalised score, tokens)
+    for t in range(max_len + 1):
+        prefixes = torch.tensor([[BOS_ID] + tokens for tokens, _ in hyps])
+        hidden = model.decode(prefixes, memory.expand(len(hyps), -1, -1), mask.expand(len(hyps), -1, -1, -1))
+        log_probs = torch.log_softmax(model.logits(hidden[:, -1]).float(), dim=-1)
+        log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+        if t >= max_len:
+            log_probs[:, [v for v in range(log_probs.size(1)) if v != EOS_ID]] = float("-inf")
+        total = torch.tensor([score for _, score in hyps])[:, None] + log_probs
+        values, index = total.flatten().topk(2 * k)
+        top = [(value, i // log_probs.size(1), i % log_probs.size(1)) for value, i in zip(values.tolist(), index.tolist())]
+        for value, row, token in top[:k]:
+            if token == EOS_ID and value > float("-inf"):
+                finished.append((value / length_penalty(float(t + 1), config), hyps[row][0]))
+        finished = sorted(finished, key=lambda f: -f[0])[:k]
+        hyps = [(hyps[row][0] + [token], value) for value, row, token in top if token != EOS_ID][:k]
+        best_open = hyps[0][1] if hyps else float("-inf")
+        full = len(finished) == k
+        if config.stop == "beam":
+            done = full
+        elif config.stop == "top":
+            done = full or (top[0][2] == EOS_ID and len(finished) >= nbest)
+        else:
+            done = full and finished[-1][0] >= best_open / length_penalty(float(max_len + 1), config)
+        if done or t >= max_len or best_open == float("-inf"):
+            break
+    return finished[:nbest]
+
+
+@pytest.mark.parametrize("stop, beam, alpha", [("beam", 4, 0.6), ("top", 4, 1.0), ("bound", 3, 0.6), ("beam", 5, 0.0)])
+def test_beam_search_equals_plain_reference(loaded, overfit, stop, beam, alpha):
+    _, src, _ = overfit
+    lines = src[40:46] + ["A little girl climbs into a wooden playhouse.", "Two men."]
+    config = replace(loaded.recipe.decode, beam=beam, alpha=alpha, stop=stop)
+    batched = beam_search(loaded.model, encode(loaded, lines), config, nbest=2)
+    with torch.inference_mode():
+        for line, hyps in zip(lines, batched):
+            expected = reference_beam_search(loaded.model, encode(loaded, [line]), config, nbest=2)
+            assert [h.tokens for h in hyps] == [tokens for _, tokens in expected], line
+            for h, (score, _) in zip(hyps, expected):
+                assert h.score == pytest.approx(score, abs=1e-4)
+
+
+def test_stop_rules_trade_search_for_speed(loaded, overfit):
+    _, src, _ = overfit
+    batch = encode(loaded, src[50:70])
+    best = {stop: beam_search(loaded.model, batch, replace(loaded.recipe.decode, beam=4, stop=stop))
+            for stop in ("bound", "beam", "top")}
+    # 'bound' searches longest, so its best hypothesis scores at least as well as the others'.
+    for i in range(len(batch)):
+        assert best["bound"][i][0].score >= best["beam"][i][0].score - 1e-5
+        assert best["beam"][i][0].score >= best["top"][i][0].score - 1e-5

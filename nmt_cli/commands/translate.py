@@ -28,6 +28,10 @@ def run(
         None, "--length-penalty",
         help="gnmt: ((5+|Y|)/6)^alpha, the paper's (Wu et al. 2016); average: |Y|^alpha, as fairseq, Marian "
              "and CTranslate2 use. [recipe: gnmt]", show_default=False),
+    stop: str = typer.Option(
+        None, "--stop", help="When a sentence's beam search ends. beam: once it has BEAM finished hypotheses "
+        "(fairseq); top: as soon as its best candidate ends (OpenNMT-py, CTranslate2; fastest); bound: once no "
+        "open hypothesis can still win (slowest). [recipe: beam]", show_default=False),
     max_len_a: float = typer.Option(None, "--max-len-a", min=0.0, help="Max output length = a * source length + b.",
                                     show_default=False),
     max_len_b: int = typer.Option(None, "--max-len-b", min=0, help="See --max-len-a. [recipe: 50]", show_default=False),
@@ -51,15 +55,20 @@ def run(
 
     if length_penalty not in (None, "gnmt", "average"):
         raise NmtError(f"--length-penalty: '{length_penalty}' is not gnmt or average")
+    if stop not in (None, "beam", "top", "bound"):
+        raise NmtError(f"--stop: '{stop}' is not beam, top or bound")
     if engine not in ("nmt", "ctranslate2"):
         raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
+    if engine == "ctranslate2" and stop not in (None, "top"):
+        raise NmtError(f"--stop {stop}: CTranslate2 always stops when the best candidate ends; use --stop top "
+                       "or leave --stop out")
     if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     target = _device(device)
-    options = dict(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                   batch_tokens=batch_tokens, batch_size=batch_size)
+    options = dict(beam=beam, alpha=alpha, length_penalty=length_penalty, stop=stop, max_len_a=max_len_a,
+                   max_len_b=max_len_b, batch_tokens=batch_tokens, batch_size=batch_size)
     if engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine
 

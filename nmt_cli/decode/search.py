@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import DecodeConfig
@@ -38,12 +37,12 @@ class Hypothesis:
 class CachedSteps:
     """Incremental decoding: one new token per row per call, past keys/values cached."""
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, beam: int = 1) -> None:
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
         self.model = model
         self.state = model.start_decoding(memory, src_mask)  # beams share their sentence's row
 
     def __call__(self, tokens: Tensor) -> Tensor:
-        return self.model.decode_step(tokens, self.state)  # (N, V)
+        return self.model.decode_step(tokens, self.state).float()  # (N, V) logits
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:
         self.state.select(rows, sentences)
@@ -52,20 +51,20 @@ class CachedSteps:
 class UncachedSteps:
     """Reference decoding: re-runs the decoder over the whole prefix at every step.
 
-    Keeps one copy of the encoder output per hypothesis (the plain way), so it also checks
-    the cached path's sharing of encoder keys between a sentence's hypotheses.
+    Keeps one copy of the encoder output per hypothesis (the plain way: ``select`` copies a
+    sentence's rows for each of its hypotheses), so it also checks the cached path's sharing
+    of encoder keys between a sentence's hypotheses.
     """
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, beam: int = 1) -> None:
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
         self.model = model
-        self.memory = memory.repeat_interleave(beam, dim=0)
-        self.src_mask = src_mask.repeat_interleave(beam, dim=0)
-        self.prefix = memory.new_zeros((self.memory.size(0), 0), dtype=torch.long)
+        self.memory, self.src_mask = memory, src_mask
+        self.prefix = memory.new_zeros((memory.size(0), 0), dtype=torch.long)
 
     def __call__(self, tokens: Tensor) -> Tensor:
         self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t + 1)
         hidden = self.model.decode(self.prefix, self.memory, self.src_mask)[:, -1]  # (N, D)
-        return F.log_softmax(self.model.logits(hidden).float(), dim=-1)
+        return self.model.logits(hidden).float()
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:
         self.prefix = self.prefix.index_select(0, rows)
@@ -91,13 +90,13 @@ def length_penalty(length: Tensor | float, config: DecodeConfig) -> Tensor | flo
 
 
 def _mask_specials(log_probs: Tensor, at_limit: Tensor) -> Tensor:
-    """Never emit PAD or BOS; rows at their length limit may only emit EOS."""
-    log_probs[..., PAD_ID] = float("-inf")
-    log_probs[..., BOS_ID] = float("-inf")
+    """Never emit PAD or BOS; rows at their length limit may only emit EOS (in place)."""
+    log_probs[:, PAD_ID] = float("-inf")
+    log_probs[:, BOS_ID] = float("-inf")
     if at_limit.any():
-        eos = log_probs[at_limit, ..., EOS_ID].clone()
+        eos = log_probs[at_limit, EOS_ID].clone()
         log_probs[at_limit] = float("-inf")
-        log_probs[at_limit, ..., EOS_ID] = eos
+        log_probs[at_limit, EOS_ID] = eos
     return log_probs
 
 
@@ -117,7 +116,7 @@ def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached:
     scores = torch.zeros(n, device=src.device)
     results: list[list[Hypothesis]] = [[] for _ in range(n)]
     for t in range(int(max_len.max()) + 1):
-        log_probs = _mask_specials(steps(tokens), t >= max_len[alive])
+        log_probs = _mask_specials(steps(tokens).log_softmax(dim=-1), t >= max_len[alive])  # (n_alive, V)
         best, tokens = log_probs.max(dim=-1)
         scores = scores + best
         history = torch.cat([history, tokens[:, None]], dim=1)  # (n_alive, t + 1)
@@ -152,43 +151,47 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
     device = src.device
     n_sent = src.size(0)
     memory, src_mask = model.encode(src)
-    steps = (CachedSteps if cached else UncachedSteps)(model, memory, src_mask, beam=k)
+    steps = (CachedSteps if cached else UncachedSteps)(model, memory, src_mask)
     max_len = max_output_lengths(src, config, model.config.max_positions)  # (n_sent,)
     width = int(max_len.max()) + 1  # room for the tokens and the EOS
 
+    # The first step runs one row per sentence (all its hypotheses would be the same BOS);
+    # ``select`` then fans each sentence out to its K best continuations.
     sent = torch.arange(n_sent, device=device)  # original index of each open sentence
-    scores = torch.full((n_sent, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # at the start only one hypothesis per sentence is real
-    history = torch.zeros((n_sent * k, 0), dtype=torch.long, device=device)
-    tokens = torch.full((n_sent * k,), BOS_ID, dtype=torch.long, device=device)
+    scores = torch.zeros((n_sent, 1), device=device)  # (n, rows per sentence)
+    history = torch.zeros((n_sent, 0), dtype=torch.long, device=device)
+    tokens = torch.full((n_sent,), BOS_ID, dtype=torch.long, device=device)
     fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
     fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
 
     for t in range(width):
-        n = len(sent)
-        log_probs = steps(tokens).view(n, k, -1)  # (n, K, V)
-        vocab = log_probs.size(-1)
-        log_probs = _mask_specials(log_probs, t >= max_len[sent])
-        candidates = (scores[:, :, None] + log_probs).view(n, -1)  # (n, K*V)
-        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (n, 2K), best first
-        origin, token = top_index // vocab, top_index % vocab
+        n, rows_per_sent = scores.shape
+        log_probs = steps(tokens).log_softmax(dim=-1)  # (n * rows, V)
+        log_probs = _mask_specials(log_probs, (t >= max_len[sent]).repeat_interleave(rows_per_sent))
+        # A sentence's 2K best candidates are among the 2K best tokens of each of its rows
+        # (adding the row's score does not reorder a row), so only those are scored.
+        per_row = min(2 * k, log_probs.size(1))
+        row_log_probs, row_tokens = log_probs.topk(per_row, dim=1)  # (n * rows, 2K)
+        candidates = (scores.view(-1, 1) + row_log_probs).view(n, rows_per_sent * per_row)
+        top_scores, top_index = candidates.topk(min(2 * k, candidates.size(1)), dim=1)  # (n, 2K), best first
+        origin = top_index // per_row  # which row of the sentence each candidate extends
+        token = row_tokens.view(n, -1).gather(1, top_index)
         is_eos = token == EOS_ID
 
         # Finished: EOS among the K best candidates (as in fairseq), ranked by normalised score.
         eos_ranked = is_eos.clone()
         eos_ranked[:, k:] = False
         if eos_ranked.any():
-            _collect_finished(sent, fin_scores, fin_tokens, history.view(n, k, t), origin, top_scores,
-                              eos_ranked, t, config)
+            _collect_finished(sent, fin_scores, fin_tokens, history.view(n, rows_per_sent, t), origin,
+                              top_scores, eos_ranked, t, config)
 
         # Open: the K best candidates that did not end.
-        open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (n, K)
-        parent = origin.gather(1, pick) + torch.arange(n, device=device)[:, None] * k  # row in history
+        open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(min(k, top_scores.size(1)), dim=1)
+        parent = origin.gather(1, pick) + torch.arange(n, device=device)[:, None] * rows_per_sent  # row in history
         new_tokens = token.gather(1, pick)
 
-        bound = open_scores[:, 0] / length_penalty(max_len[sent].double() + 1, config).float()
-        full = fin_scores[sent, -1] > float("-inf")  # K finished (they are kept sorted)
-        done = (full & (fin_scores[sent, -1] >= bound)) | (t >= max_len[sent]) | (open_scores[:, 0] == float("-inf"))
+        done = _sentence_done(config, fin_scores[sent], open_scores[:, 0], is_eos[:, 0], nbest,
+                              max_len[sent], t)
         keep = (~done).nonzero().flatten()
         if len(keep) == 0:
             break
@@ -198,6 +201,27 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
         sent, scores, tokens = sent[keep], open_scores[keep], new_tokens[keep].flatten()
 
     return _best(fin_scores, fin_tokens, nbest)
+
+
+def _sentence_done(config: DecodeConfig, finished: Tensor, best_open: Tensor, best_is_eos: Tensor, nbest: int,
+                   max_len: Tensor, t: int) -> Tensor:
+    """Which sentences stop searching after step ``t`` (see ``DecodeConfig.stop``).
+
+    ``finished`` (n, K) holds each sentence's best finished scores, sorted; ``best_open`` (n,) the
+    raw score of its best open hypothesis; ``best_is_eos`` whether its best candidate this step ended.
+    """
+    k = finished.size(1)
+    full = finished[:, k - 1] > float("-inf")  # K finished
+    if config.stop == "beam":
+        done = full
+    elif config.stop == "top":
+        done = full | (best_is_eos & (finished[:, min(nbest, k) - 1] > float("-inf")))
+    else:
+        # An open hypothesis's score only falls as it grows, so the best it can still reach
+        # is its current score over the largest length penalty within the limit.
+        bound = best_open / length_penalty(max_len.double() + 1, config).float()
+        done = full & (finished[:, k - 1] >= bound)
+    return done | (t >= max_len) | (best_open == float("-inf"))
 
 
 def _collect_finished(sent: Tensor, fin_scores: Tensor, fin_tokens: Tensor, history: Tensor, origin: Tensor,

@@ -152,7 +152,9 @@ class Transformer(nn.Module):
         return DecoderState(src_mask, caches)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
-        """Log-probabilities (N, V) of the next token after ``tokens`` (N,), the previous outputs.
+        """Logits (N, V) of the next token after ``tokens`` (N,), the previous outputs.
+
+        Logits, not log-probabilities: beam search normalises only the candidates it keeps.
 
         N may be a multiple of the number of sentences (beam search): rows n*G .. n*G+G-1
         belong to sentence n.
@@ -161,7 +163,7 @@ class Transformer(nn.Module):
         for layer, cache in zip(self.decoder, state.caches):
             x = layer(x, None, state.src_mask, cache)
         state.step += 1
-        return F.log_softmax(self.logits(self.decoder_norm(x[:, 0])).float(), dim=-1)
+        return self.logits(self.decoder_norm(x[:, 0]))
 
 
 def _positions(config: ModelConfig) -> nn.Module | None:
