@@ -171,3 +171,17 @@ def test_stop_rules_trade_search_for_speed(loaded, overfit):
     for i in range(len(batch)):
         assert best["bound"][i][0].score >= best["beam"][i][0].score - 1e-5
         assert best["beam"][i][0].score >= best["top"][i][0].score - 1e-5
+
+
+def test_row_blocks_do_not_change_results(loaded, overfit, monkeypatch):
+    from nmt_cli.decode import search
+
+    _, src, _ = overfit
+    batch = encode(loaded, src[-10:])
+    config = replace(loaded.recipe.decode, beam=4)
+    whole = beam_search(loaded.model, batch, config, nbest=2), greedy_search(loaded.model, batch, config)
+    monkeypatch.setattr(search, "ROW_BLOCK", 3)  # 40 hypothesis rows -> 14 blocks
+    blocked = beam_search(loaded.model, batch, config, nbest=2), greedy_search(loaded.model, batch, config)
+    for a, b in zip(whole, blocked):
+        assert [[h.tokens for h in hyps] for hyps in a] == [[h.tokens for h in hyps] for hyps in b]
+        assert [[h.score for h in hyps] for hyps in a] == [[h.score for h in hyps] for hyps in b]
