@@ -1,10 +1,15 @@
 """Decoding speed: sentences/s and target tokens/s, beam 4 and greedy, batch sizes 1, 16, 64.
 
-    python benchmarks/bench_decode.py MODEL_DIR [--threads 2] [--sets m30k,wmt14]
+    python benchmarks/bench_decode.py MODEL_DIR [--ct2 CT2_DIR] [--repeats 3] [--threads 2] [--sets m30k,wmt14]
 
 Each run is ``nmt translate`` in a fresh process (so peak RSS is per run), reading Multi30k
 test 2016 (1,000 sentences) and newstest2014 English (3,003 sentences). The reported time is
 the translation itself (model load excluded), as printed by ``nmt translate --progress``.
+
+With ``--ct2`` (a folder written by ``nmt export``), every setting also runs through
+CTranslate2, alternating the two engines run by run so that both see the same machine load;
+each figure is the median of ``--repeats`` runs and the table adds the speed ratio.
+``--batch-sizes`` takes 0 for each engine's default batching (ours: ``decode.batch_tokens``).
 """
 
 from __future__ import annotations
@@ -13,44 +18,63 @@ import argparse
 import re
 import sys
 
-from common import SHARED, WORK, print_table, record, timed_run
+from common import SHARED, WORK, median, print_table, record, timed_run
 
 SETS = {"m30k": SHARED / "multi30k" / "test_2016_flickr.en.gz", "wmt14": SHARED / "wmt14" / "newstest2014.en.gz"}
+REPORT = re.compile(r"translated ([\d,]+) lines in ([\d.]+) s \(([\d.]+) sentences/s, (\d+) target")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
+    parser.add_argument("--ct2", help="also run this CTranslate2 folder (from `nmt export`), interleaved")
+    parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sets", default="m30k,wmt14")
     parser.add_argument("--batch-sizes", default="1,16,64")
     parser.add_argument("--beams", default="4,1")
-    parser.add_argument("--engine", default="nmt", choices=["nmt", "ctranslate2"],
-                        help="ctranslate2: MODEL is a folder written by `nmt export`")
+    parser.add_argument("--stop", default=None, help="our beam search's stop rule (default: the recipe's)")
     args = parser.parse_args()
     import gzip
 
     WORK.mkdir(exist_ok=True)
+    engines = {"nmt": args.model, **({"ctranslate2": args.ct2} if args.ct2 else {})}
     rows = []
     for name in args.sets.split(","):
         source = WORK / f"decode_{name}.en"
         source.write_bytes(gzip.decompress(SETS[name].read_bytes()))
         for beam in map(int, args.beams.split(",")):
             for batch in map(int, args.batch_sizes.split(",")):
-                out = WORK / f"decode_{name}_b{beam}_bs{batch}.out"
-                cmd = [sys.executable, "-m", "nmt_cli", "translate", "-m", args.model, "-i", str(source),
-                       "-o", str(out), "--beam", str(beam), "--batch-size", str(batch), "--batch-tokens", "100000",
-                       "--threads", str(args.threads), "--progress", "--engine", args.engine]
-                _, rss, result = timed_run(cmd)
-                match = re.search(r"translated ([\d,]+) lines in ([\d.]+) s \(([\d.]+) sentences/s, (\d+) target",
-                                  result.stderr)
-                lines, seconds, sents, toks = match.groups()
-                rows.append({"engine": args.engine, "test set": name, "beam": beam, "batch size": batch, "sentences": lines,
-                             "seconds": float(seconds), "sentences/s": float(sents), "target tokens/s": float(toks),
-                             "peak RSS MiB": rss})
-                print(rows[-1], flush=True)
+                runs: dict[str, list[tuple[float, float, float, str]]] = {engine: [] for engine in engines}
+                for _ in range(args.repeats):
+                    for engine, model in engines.items():
+                        runs[engine].append(_run(engine, model, source, name, beam, batch, args))
+                speeds = {}
+                for engine, results in runs.items():
+                    speeds[engine] = median([r[1] for r in results])
+                    rows.append({"engine": engine, "test set": name, "beam": beam,
+                                 "batch size": batch or "default", "sentences": results[0][3],
+                                 "seconds": median([r[0] for r in results]), "sentences/s": speeds[engine],
+                                 "target tokens/s": median([r[2] for r in results]),
+                                 "peak RSS MiB": max(r[4] for r in results), "runs": len(results)})
+                    print(rows[-1], flush=True)
+                if "ctranslate2" in speeds:
+                    rows[-2]["nmt / ct2"] = rows[-1]["nmt / ct2"] = round(speeds["nmt"] / speeds["ctranslate2"], 3)
     print_table(f"nmt translate, {args.threads} threads, model {args.model}", rows)
     record("decode", rows, "python benchmarks/bench_decode.py " + " ".join(sys.argv[1:]))
+
+
+def _run(engine: str, model: str, source, name: str, beam: int, batch: int, args) -> tuple:
+    out = WORK / f"decode_{engine}_{name}_b{beam}_bs{batch}.out"
+    cmd = [sys.executable, "-m", "nmt_cli", "translate", "-m", model, "-i", str(source), "-o", str(out),
+           "--beam", str(beam), "--threads", str(args.threads), "--progress", "--engine", engine]
+    if batch:
+        cmd += ["--batch-size", str(batch), "--batch-tokens", "100000"]
+    if args.stop and engine == "nmt":
+        cmd += ["--stop", args.stop]
+    _, rss, result = timed_run(cmd)
+    lines, seconds, sents, toks = REPORT.search(result.stderr).groups()
+    return float(seconds), float(sents), float(toks), lines, rss
 
 
 if __name__ == "__main__":
