@@ -1,7 +1,10 @@
 """Quality at a budget: train a recipe for N minutes on this machine, average the last
 checkpoints, decode with beam 4, and report BLEU and chrF on the Multi30k test sets.
 
-    python benchmarks/bench_quality.py multi30k_ende [--minutes 30] [--threads 2]
+    python benchmarks/bench_quality.py multi30k_ende [--minutes 30] [--threads 2] [--score-only]
+
+``--score-only`` re-scores the model a previous run left in ``benchmarks/work`` (for instance
+after a change to the decoder) instead of training again.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ def main() -> None:
     parser.add_argument("recipe", choices=["multi30k_ende", "multi30k_enfr"])
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--score-only", action="store_true", help="decode and score the existing run, no training")
     args = parser.parse_args()
     from nmt_cli.config import load_recipe
     from nmt_cli.data.prepare import prepare
@@ -32,11 +36,18 @@ def main() -> None:
     recipe = load_recipe(ROOT / "recipes" / f"{args.recipe}.yaml", [
         f"data.root={SHARED / 'multi30k'}", f"data.output={WORK / ('data_' + args.recipe)}", f"train.dir={run_dir}",
         f"train.max_time={args.minutes:g}m", f"train.threads={args.threads}"])
-    prepare(recipe, log=print, progress=False)
-    started = time.monotonic()
-    state_messages: list[str] = []
-    train(recipe, log=lambda m: (print(m, flush=True), state_messages.append(m)))
-    trained = (time.monotonic() - started) / 60
+    if args.score_only:
+        if not (run_dir / "model.pt").is_file():
+            sys.exit(f"{run_dir}/model.pt: no trained model to score; run without --score-only first")
+        trained = None  # not measured here: the run that trained the model reported it
+    else:
+        prepare(recipe, log=print, progress=False)
+        started = time.monotonic()
+        train(recipe, log=lambda m: print(m, flush=True))
+        trained = (time.monotonic() - started) / 60
+    import torch
+
+    torch.set_num_threads(args.threads)
     loaded = load_model(run_dir)
     rows = []
     tgt = recipe.data.tgt_lang
