@@ -164,9 +164,10 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
                 cached: bool = True) -> list[list[Hypothesis]]:
     """Batched beam search; returns the ``nbest`` best finished hypotheses of each sentence.
 
-    A sentence is done when it has ``beam`` finished hypotheses and no open one can
-    still beat the worst of them (an open hypothesis's score can only fall, so its best
-    final score is its current score over the largest length penalty it can reach).
+    Every step extends each open hypothesis by one token, keeps the 2K best candidates of
+    each sentence, moves those ending in EOS (among the K best) to the sentence's finished
+    list and carries the K best others on. When a sentence stops is ``config.stop`` (see
+    :func:`_sentence_done`); it always stops at its length limit.
     """
     k = config.beam
     device = src.device
