@@ -1,6 +1,9 @@
 """Prepare time and peak RSS on Multi30k EN-DE at 1x and 10x (290k pairs), with 1 and 2 workers.
 
-    python benchmarks/bench_prepare.py [--repeats 3]
+    python benchmarks/bench_prepare.py [--repeats 3] [--scales 1,10]
+
+``--scales`` lists the corpus sizes (multiples of the training set); the first is the baseline of
+the peak-RSS ratios printed at the end, one per scale and worker count.
 
 The 10x corpus is the training set written ten times into one gzip file; the vocabulary is
 learned on the same sample size (input_sentence_size) so that only the corpus size changes.
@@ -45,9 +48,11 @@ def make_corpus(times: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--scales", default="1,10")
     args = parser.parse_args()
+    scales = [int(x) for x in args.scales.split(",")]
     rows = []
-    for times in (1, 10):
+    for times in scales:
         root = make_corpus(times)
         for workers in (1, 2):
             recipe = WORK / f"prepare_{times}x_{workers}w.yaml"
@@ -59,13 +64,15 @@ def main() -> None:
                 walls.append(seconds)
                 rss.append(peak)
             pairs = 29_000 * times
-            rows.append({"corpus": f"{times}x ({pairs:,} pairs)", "workers": workers,
+            rows.append({"corpus": f"{times}x ({pairs:,} pairs)", "scale": times, "workers": workers,
                          "seconds (median)": median(walls), "pairs/s": pairs / median(walls),
                          "peak RSS MiB (median)": median(rss)})
     print_table("nmt prepare, Multi30k EN-DE", rows)
-    ratio = rows[2]["peak RSS MiB (median)"] / rows[0]["peak RSS MiB (median)"]
-    print(f"peak RSS 10x / 1x (1 worker): {ratio:.2f}")
-    record("prepare", rows, f"python benchmarks/bench_prepare.py --repeats {args.repeats}")
+    base = {row["workers"]: row["peak RSS MiB (median)"] for row in rows if row["scale"] == scales[0]}
+    for row in rows[2:]:
+        ratio = row["peak RSS MiB (median)"] / base[row["workers"]]
+        print(f"peak RSS {row['scale']}x / {scales[0]}x ({row['workers']} worker(s)): {ratio:.2f}")
+    record("prepare", rows, "python benchmarks/bench_prepare.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
