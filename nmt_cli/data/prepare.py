@@ -188,8 +188,9 @@ def _init_worker(src_model: str, tgt_model: str) -> None:
 
 def _encode_side(processor: spm.SentencePieceProcessor, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
     ids = processor.encode(lines, out_type=int)
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+    # int32 halves what a worker sends back; ids are < 2^31 for any SentencePiece vocabulary.
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
     return flat, lengths
 
 
@@ -210,7 +211,7 @@ def _read_chunks(src: Path, tgt: Path, size: int) -> Iterator[tuple[list[str], l
 
 def _encoded_chunks(chunks: Iterator[tuple[list[str], list[str]]], workers: int,
                     models: tuple[str, str]) -> Iterator[tuple[np.ndarray, ...]]:
-    """Encode chunks in order; at most two chunks per worker are in flight (bounded memory)."""
+    """Encode chunks in order; at most one chunk per worker plus one are in flight (bounded memory)."""
     if workers <= 1:
         _init_worker(*models)
         yield from map(_encode_chunk, chunks)
@@ -220,7 +221,7 @@ def _encoded_chunks(chunks: Iterator[tuple[list[str], list[str]]], workers: int,
         pending: deque = deque()
         for chunk in chunks:
             pending.append(pool.submit(_encode_chunk, chunk))
-            if len(pending) >= 2 * workers:
+            if len(pending) > workers:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
