@@ -182,8 +182,8 @@ class DecodeConfig:
     length_penalty: Literal["gnmt", "average"] = _opt(
         "gnmt", "gnmt: ((5+|Y|)/6)^alpha (the paper); average: |Y|^alpha (fairseq, Marian, CTranslate2)")
     stop: Literal["beam", "top", "bound"] = _opt(
-        "beam", "when a sentence's search ends — beam: once it has `beam` finished hypotheses (fairseq); "
-        "top: as soon as its best candidate ends (OpenNMT-py, CTranslate2); bound: once no open hypothesis "
+        "beam", "when a sentence's search ends — beam: once it has `beam` finished hypotheses (fairseq, CTranslate2); "
+        "top: as soon as its best candidate ends (OpenNMT-py); bound: once no open hypothesis "
         "can still beat them (slowest, exhaustive within the length limit)")
     max_len_a: float = _opt(1.0, "maximum output length is a * source length + b", ge=0)
     max_len_b: int = _opt(50, "see max_len_a", ge=0)

@@ -36,6 +36,14 @@ def test_exported_model_gives_the_same_greedy_outputs(overfit, tmp_path):
                         input="\n".join(lines[:3]) + "\n")
     assert cli.exit_code == 0, cli.output
     assert cli.stdout.splitlines() == ours[:3]
+    # Beam 4: CTranslate2 normalises by |Y|^alpha and stops once a sentence has 4 finished
+    # hypotheses, which is our 'average' length penalty with the 'beam' stop rule.
+    config = replace(loaded.recipe.decode, beam=4, length_penalty="average", stop="beam")
+    ours_beam = [h[0][0] for h in Translator(loaded, config).translate(lines)]
+    assert [h[0][0] for h in engine.translate(lines, config)] == ours_beam
+    refused = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--stop", "top"],
+                            input="A dog.\n")
+    assert refused.exit_code != 0 and refused.output.count("\n") == 1 and "--stop beam" in refused.output
 
 
 VARIANTS = [dict(norm="post"), dict(norm="pre"), dict(positions="learned"), dict(positions="relative"),

@@ -30,7 +30,7 @@ def run(
              "and CTranslate2 use. [recipe: gnmt]", show_default=False),
     stop: str = typer.Option(
         None, "--stop", help="When a sentence's beam search ends. beam: once it has BEAM finished hypotheses "
-        "(fairseq); top: as soon as its best candidate ends (OpenNMT-py, CTranslate2; fastest); bound: once no "
+        "(fairseq, CTranslate2); top: as soon as its best candidate ends (OpenNMT-py; fastest); bound: once no "
         "open hypothesis can still win (slowest). [recipe: beam]", show_default=False),
     max_len_a: float = typer.Option(None, "--max-len-a", min=0.0, help="Max output length = a * source length + b.",
                                     show_default=False),
@@ -59,9 +59,9 @@ def run(
         raise NmtError(f"--stop: '{stop}' is not beam, top or bound")
     if engine not in ("nmt", "ctranslate2"):
         raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
-    if engine == "ctranslate2" and stop not in (None, "top"):
-        raise NmtError(f"--stop {stop}: CTranslate2 always stops when the best candidate ends; use --stop top "
-                       "or leave --stop out")
+    if engine == "ctranslate2" and stop not in (None, "beam"):
+        raise NmtError(f"--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; "
+                       "use --stop beam or leave --stop out")
     if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
     threads = threads or os.cpu_count() or 1

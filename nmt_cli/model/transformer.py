@@ -154,7 +154,7 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """Logits (N, V) of the next token after ``tokens`` (N,), the previous outputs.
 
-        Logits, not log-probabilities: beam search normalises only the candidates it keeps.
+        Logits, not log-probabilities: the search normalises them block by block with its masking.
 
         N may be a multiple of the number of sentences (beam search): rows n*G .. n*G+G-1
         belong to sentence n.
