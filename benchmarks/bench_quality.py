@@ -25,6 +25,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--score-only", action="store_true", help="decode and score the existing run, no training")
+    parser.add_argument("--set", action="append", default=[], help="recipe override (tuning on validation data)")
+    parser.add_argument("--tag", default="", help="suffix of the run folder, to keep variants apart")
     args = parser.parse_args()
     from nmt_cli.config import load_recipe
     from nmt_cli.data.prepare import prepare
@@ -32,10 +34,10 @@ def main() -> None:
     from nmt_cli.score.metrics import score
     from nmt_cli.train.loop import train
 
-    run_dir = WORK / f"quality_{args.recipe}_{args.minutes:g}m"
+    run_dir = WORK / f"quality_{args.recipe}_{args.minutes:g}m{args.tag}"
     recipe = load_recipe(ROOT / "recipes" / f"{args.recipe}.yaml", [
         f"data.root={SHARED / 'multi30k'}", f"data.output={WORK / ('data_' + args.recipe)}", f"train.dir={run_dir}",
-        f"train.max_time={args.minutes:g}m", f"train.threads={args.threads}"])
+        f"train.max_time={args.minutes:g}m", f"train.threads={args.threads}", *args.set])
     if args.score_only:
         if not (run_dir / "model.pt").is_file():
             sys.exit(f"{run_dir}/model.pt: no trained model to score; run without --score-only first")
@@ -57,10 +59,19 @@ def main() -> None:
         outputs = [h[0][0] for h in Translator(loaded, recipe.decode).translate(sources)]
         bleu, chrf = score(outputs, [refs], ("bleu", "chrf"))
         rows.append({"recipe": args.recipe, "test": test, "BLEU": bleu.score, "chrF": chrf.score,
-                     "train minutes": trained, "updates": _last_update(run_dir)})
+                     "train minutes": trained, "updates": _last_update(run_dir), "valid ppl": _last_valid_ppl(run_dir)})
     print_table(f"{args.recipe}: {args.minutes:g} minutes, {args.threads} threads, last 5 averaged, beam 4", rows)
     print(bleu.signature)
     record("quality", rows, "python benchmarks/bench_quality.py " + " ".join(sys.argv[1:]))
+
+
+def _last_valid_ppl(run_dir) -> float | None:
+    """Validation perplexity of the final (not averaged) weights, as training logged it."""
+    import json
+
+    ppl = [json.loads(line)["valid_ppl"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+           if "valid_ppl" in line]
+    return ppl[-1] if ppl else None
 
 
 def _last_update(run_dir) -> int:

@@ -1,18 +1,20 @@
-"""Training throughput on m30k-small and model FLOPs utilisation (MFU).
+"""Training throughput on m30k-small and model FLOPs utilisation (MFU) on non-padding tokens.
 
-    python benchmarks/bench_train.py [--threads 2] [--steps 100] [--warmup-steps 10]
+    python benchmarks/bench_train.py [--threads 2] [--steps 100] [--warmup-steps 10] [--set train.precision=bf16]
 
 m30k-small: Multi30k EN->DE, joint BPE 8,000, 3+3 layers, d_model 256, 4 heads, d_ff 1024,
 dropout 0.1, label smoothing 0.1, tied embeddings, 4,096-token batches (recipes/multi30k_ende.yaml).
 
-MFU = model FLOPs per second / fp32 matmul peak (torch, 2048^3, same process and threads).
-Model FLOPs of a batch = 3 x forward FLOPs (backward = 2 x forward), forward counted from the
-padded shapes (B sentences, S source and T target positions, d = d_model, f = d_ff, L layers,
-V vocabulary, N = non-padding target tokens):
-  encoder  L * B*S * (8 d^2 + 4 d f + 4 S d)                 QKV+out projections, FFN, QK^T and AV
-  decoder  L * B*T * (8 d^2 + 4 d f + 4 T d)                 self-attention block and FFN
-         + L * (B*T * (4 d^2 + 4 S d) + B*S * 4 d^2)         cross-attention (Q, out; K, V on the source)
-  output   N * 2 d V                                         projection to the vocabulary (non-pad only)
+MFU = useful model FLOPs per second / matmul peak of the same precision (torch, 2048^3, same
+process and threads, measured just before training). Useful FLOPs count real tokens only: a
+padded position is work the machine does but the model does not need, so it is left out of the
+numerator and reported as the padding share instead. Model FLOPs of a batch = 3 x forward FLOPs
+(backward = 2 x forward), with s_i and t_i the real source and target lengths of sentence i
+(EOS included), N_s = sum s_i, N_t = sum t_i, d = d_model, f = d_ff, L layers, V vocabulary:
+  encoder  L * (N_s * (8 d^2 + 4 d f) + 4 d * sum s_i^2)          QKV+out projections, FFN, QK^T and AV
+  decoder  L * (N_t * (8 d^2 + 4 d f) + 4 d * sum t_i^2)          self-attention block and FFN
+         + L * (N_t * 4 d^2 + N_s * 4 d^2 + 4 d * sum t_i s_i)    cross-attention (Q, out; K, V; scores)
+  output   N_t * 2 d V                                            projection to the vocabulary
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ import torch
 from common import ROOT, WORK, print_table, record
 
 
-def matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
+def matmul_peak(threads: int, dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10) -> float:
     torch.set_num_threads(threads)
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     for _ in range(3):
         a @ b
     times = []
@@ -38,15 +40,18 @@ def matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
     return 2 * size**3 / statistics.median(times)
 
 
-def batch_flops(batch, model_config, vocab: int) -> float:
-    b, s = batch.src.shape
-    t = batch.tgt_in.shape[1]
+def batch_flops(batch, model_config, vocab: int) -> tuple[float, int, int]:
+    """(useful model FLOPs, real tokens, padded positions) of one batch, source and target together."""
+    src_len = (batch.src != 0).sum(1).double()
+    tgt_len = (batch.tgt_out != 0).sum(1).double()
+    n_s, n_t = float(src_len.sum()), float(tgt_len.sum())
     d, f, layers = model_config.d_model, model_config.d_ff, model_config.layers
     dec_layers = model_config.n_decoder_layers
-    enc = layers * b * s * (8 * d * d + 4 * d * f + 4 * s * d)
-    dec = dec_layers * (b * t * (8 * d * d + 4 * d * f + 4 * t * d) + b * t * (4 * d * d + 4 * s * d) + b * s * 4 * d * d)
-    out = int((batch.tgt_out != 0).sum()) * 2 * d * vocab
-    return 3.0 * (enc + dec + out)
+    enc = layers * (n_s * (8 * d * d + 4 * d * f) + 4 * d * float((src_len**2).sum()))
+    dec = dec_layers * (n_t * (8 * d * d + 4 * d * f) + 4 * d * float((tgt_len**2).sum())
+                        + n_t * 4 * d * d + n_s * 4 * d * d + 4 * d * float((tgt_len * src_len).sum()))
+    out = n_t * 2 * d * vocab
+    return 3.0 * (enc + dec + out), int(n_s + n_t), batch.src.numel() + batch.tgt_out.numel()
 
 
 def main() -> None:
@@ -54,6 +59,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup-steps", type=int, default=10)
+    parser.add_argument("--set", action="append", default=[], help="recipe override, e.g. train.precision=bf16")
     args = parser.parse_args()
     from nmt_cli.config import load_recipe
     from nmt_cli.data.batches import collate
@@ -62,17 +68,18 @@ def main() -> None:
     from nmt_cli.train.loop import Trainer
 
     overrides = [f"data.root={ROOT.parent / 'shared' / 'data' / 'multi30k'}", f"data.output={WORK / 'm30k_small'}",
-                 f"train.dir={WORK / 'bench_train_run'}", f"train.threads={args.threads}", "data.test=[]"]
+                 f"train.dir={WORK / 'bench_train_run'}", f"train.threads={args.threads}", "data.test=[]", *args.set]
     recipe = load_recipe(ROOT / "recipes" / "multi30k_ende.yaml", overrides)
     prepare(recipe, log=lambda _m: None, progress=False)
-    peak = matmul_peak(args.threads)
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(recipe.train.precision, torch.float32)
+    peak = matmul_peak(args.threads, low)
     torch.set_num_threads(args.threads)
     trainer = Trainer(recipe, init_distributed(recipe.train), log=lambda _m: None)
     batches = trainer._epoch_batches()
     trainer.model.train()
-    tokens, src_tokens, flops, times = 0, 0, 0.0, []
+    tokens, src_tokens, flops, real, padded, times = 0, 0, 0.0, 0, 0, []
     for i in range(args.warmup_steps + args.steps):
-        group = [batches[i]]
+        group = [batches[i % len(batches)]]
         start = time.perf_counter()
         sums = trainer._update(group)
         elapsed = time.perf_counter() - start
@@ -80,14 +87,19 @@ def main() -> None:
             times.append(elapsed)
             tokens += sums["tokens"]
             src_tokens += sums["src_tokens"]
-            flops += batch_flops(collate(trainer.data.train, group[0]), recipe.model, trainer.data.tgt_size)
+            batch_useful, batch_real, batch_padded = batch_flops(collate(trainer.data.train, group[0]), recipe.model,
+                                                                 trainer.data.tgt_size)
+            flops += batch_useful
+            real += batch_real
+            padded += batch_padded
     total = sum(times)
-    row = {"threads": args.threads, "steps": args.steps, "target tok/s": tokens / total,
-           "src+tgt tok/s": (tokens + src_tokens) / total, "model GFLOP/s": flops / total / 1e9,
-           "matmul peak GFLOP/s": peak / 1e9, "MFU": flops / total / peak,
-           "median step s": statistics.median(times)}
+    row = {"precision": recipe.train.precision, "threads": args.threads, "steps": args.steps,
+           "target tok/s": tokens / total, "src+tgt tok/s": (tokens + src_tokens) / total,
+           "useful GFLOP/s": flops / total / 1e9, "matmul peak GFLOP/s": peak / 1e9, "MFU": flops / total / peak,
+           "padding share": 1 - real / padded, "median step s": statistics.median(times)}
     print_table("nmt train, m30k-small", [row])
-    record("train", [row], f"python benchmarks/bench_train.py --threads {args.threads} --steps {args.steps}")
+    sets = "".join(f" --set {s}" for s in args.set)
+    record("train", [row], f"python benchmarks/bench_train.py --threads {args.threads} --steps {args.steps}{sets}")
 
 
 if __name__ == "__main__":

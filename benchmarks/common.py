@@ -20,19 +20,25 @@ WORK = Path(__file__).with_name("work")
 
 def machine() -> dict:
     """CPU model, cores, memory, library versions: written next to every figure."""
-    cpu = "unknown"
+    cpu, flags = "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and cpu == "unknown":
                 cpu = line.split(":", 1)[1].strip()
-                break
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
     import torch
 
+    # What decides the fast paths: the vector ISA torch dispatches to and native bf16 (AVX512-BF16, AMX).
+    capability = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                  "native_bf16": sorted(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})}
+
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1), "python": platform.python_version(),
-            "torch": torch.__version__, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    return {"cpu": cpu, **capability, "cores": os.cpu_count(), "memory_gib": round(mem, 1),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def timed_run(cmd: list[str], **kw) -> tuple[float, float, subprocess.CompletedProcess]:

@@ -114,7 +114,10 @@ class ModelConfig:
     max_relative_position: int = _opt(16, "clipping distance k of relative positions", ge=1)
     norm: Literal["post", "pre", "rezero"] = _opt(
         "post", "post: LN(x+F(x)) (paper); pre: x+F(LN(x)) with final LN; rezero: x+a*F(x)")
-    init: Literal["xavier", "tfixup"] = _opt("xavier", "xavier (paper) or tfixup (Huang et al. 2020)")
+    init: Literal["xavier", "fairseq", "tfixup"] = _opt(
+        "xavier", "xavier: every projection Xavier-uniform, zero biases; fairseq: Q/K/V Xavier with gain 1/sqrt(2) "
+        "per projection, feed-forward PyTorch's default uniform(+-1/sqrt(fan_in)), as fairseq; "
+        "tfixup: Huang et al. 2020 (no LayerNorm)")
     share_embeddings: bool = _opt(True, "one embedding for source and target (needs vocab.joint)")
     tie_output: bool = _opt(True, "output projection tied to the target embedding")
     max_positions: int = _opt(1024, "longest sentence in subword tokens (incl. EOS)", ge=8)
@@ -158,7 +161,9 @@ class TrainConfig:
     keep_last: int = _opt(5, "keep the last K step checkpoints (0: keep all)", ge=0)
     average_last: int = _opt(0, "average the last N checkpoints at the end (0: off)", ge=0)
     log_every: int = _opt(100, "log metrics every N updates", ge=1)
-    precision: Literal["fp32", "bf16", "fp16"] = _opt("fp32", "fp32; bf16 autocast; fp16 with loss scaling (CUDA)")
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = _opt(
+        "fp32", "fp32; bf16 autocast; fp16 with loss scaling (CUDA); auto: bf16 where the hardware computes it "
+        "natively (CPUs with AVX512-BF16 or AMX, CUDA devices with bf16), else fp32")
     compile: bool = _opt(False, "torch.compile the model")
     activation_checkpointing: bool = _opt(False, "recompute layer activations in backward (saves memory)")
     threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,8 +11,9 @@ import torch.nn.functional as F
 
 from nmt_cli.config import ModelConfig, TrainConfig
 from nmt_cli.model.attention import RelativePositions, attention, attention_reference
+from nmt_cli.model.loss import label_smoothed_nll, output_loss
 from nmt_cli.model.positions import sinusoidal_table
-from nmt_cli.model.transformer import build_model, count_parameters, label_smoothed_nll
+from nmt_cli.model.transformer import build_model, count_parameters
 from nmt_cli.train.schedule import inverse_sqrt, learning_rate, noam
 
 VARIANTS = [(pos, norm) for pos in ("sinusoidal", "learned", "relative") for norm in ("post", "pre", "rezero")]
@@ -65,6 +67,65 @@ def test_label_smoothing_equals_hand_computation():
     assert loss.item() == pytest.approx(expected_loss, rel=1e-6)
     plain, _ = label_smoothed_nll(logits, target, 0.0)
     assert plain.item() == pytest.approx(F.cross_entropy(logits, target, reduction="sum").item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_fused_output_loss_equals_unfused_in_value_and_gradients(eps, monkeypatch):
+    import nmt_cli.model.loss as loss_module
+
+    monkeypatch.setattr(loss_module, "BLOCK_ROWS", 7)  # several blocks, the last one partial
+    torch.manual_seed(0)
+    hidden = torch.randn(20, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 50, (20,))
+    loss, nll = output_loss(hidden, weight, target, eps)
+    loss.mul(0.37).backward()
+    fused_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    ref_loss, ref_nll = label_smoothed_nll(hidden @ weight.t(), target, eps)
+    ref_loss.mul(0.37).backward()
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-6)
+    torch.testing.assert_close(fused_grads[0], hidden.grad.float(), rtol=1e-5, atol=1e-6, check_dtype=False)
+    torch.testing.assert_close(fused_grads[1], weight.grad.float(), rtol=1e-5, atol=1e-6, check_dtype=False)
+    with torch.no_grad():  # validation: no gradients are built, same values
+        assert output_loss(hidden, weight, target, eps)[0].item() == pytest.approx(ref_loss.item(), rel=1e-6)
+
+
+def test_fused_output_loss_under_bf16_autocast_stays_close_and_fp32():
+    torch.manual_seed(0)
+    hidden = torch.randn(300, 32, requires_grad=True)
+    weight = (0.2 * torch.randn(500, 32)).requires_grad_()
+    target = torch.randint(0, 500, (300,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = output_loss(hidden, weight, target, 0.1)
+    loss.backward()
+    assert loss.dtype == torch.float32 and hidden.grad.dtype == weight.grad.dtype == torch.float32
+    bf16_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    ref, _ = label_smoothed_nll(hidden @ weight.t(), target, 0.1)
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-2)
+    for got, want in zip(bf16_grads, (hidden.grad, weight.grad)):
+        assert (got - want).norm() / want.norm() < 0.02
+
+
+def test_fairseq_init_scales_attention_inputs_and_feed_forward():
+    config = ModelConfig(layers=1, d_model=64, n_heads=4, d_ff=256)
+    xavier = build_model(config, 100, 100)
+    fairseq = build_model(replace(config, init="fairseq"), 100, 100)
+    d = 64
+    for name, model, qkv_bound, w2_bound in (("xavier", xavier, (6 / (4 * d)) ** 0.5, (6 / (5 * d)) ** 0.5),
+                                             ("fairseq", fairseq, (6 / (2 * d)) ** 0.5 / 2 ** 0.5, (1 / (4 * d)) ** 0.5)):
+        layer = model.encoder[0]
+        for block in layer.self_attn.qkv.weight.split(d):
+            assert block.abs().max().item() <= qkv_bound + 1e-6, name
+            assert block.abs().max().item() > 0.9 * qkv_bound, name  # uniform: the extremes are reached
+        assert layer.ffn.w2.weight.abs().max().item() == pytest.approx(w2_bound, rel=0.05), name
+    layer = fairseq.decoder[0]
+    assert layer.self_attn.qkv.bias.abs().max().item() > 0  # PyTorch's default biases, as fairseq's projections
+    assert layer.cross_attn.q.weight.abs().max().item() <= (6 / (2 * d)) ** 0.5 / 2 ** 0.5 + 1e-6
+    assert layer.self_attn.out.bias.abs().max().item() == 0
 
 
 def test_schedules():

@@ -1,8 +1,8 @@
-"""Length buckets: sentences of similar length are batched together to keep padding low.
+"""The length histogram of a prepared corpus, summarised in buckets for ``nmt prepare``'s table.
 
 A pair's length is ``max(src_len, tgt_len) + 1`` (the EOS). Bucket upper bounds grow
-geometrically (about 10% apart), so padding inside a bucket stays under ~10% while short
-sentences get exact-length buckets.
+geometrically (about 10% apart), short sentences get exact-length buckets. Training batches
+are cut from the length-sorted corpus, not per bucket (see ``batches.make_batches``).
 """
 
 from __future__ import annotations
@@ -53,8 +53,3 @@ def bucket_table(histogram: np.ndarray, bounds: list[int]) -> list[tuple[int, in
         rows.append((low, high, int(histogram[low: high + 1].sum())))
         low = high + 1
     return rows
-
-
-def assign_buckets(pair_lengths: np.ndarray, bounds: list[int]) -> np.ndarray:
-    """Bucket index of each pair; lengths past the last bound go to an overflow bucket."""
-    return np.searchsorted(np.asarray(bounds), pair_lengths, side="left")

@@ -41,7 +41,7 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
         scores = scores.masked_fill(future, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.dropout(scores.softmax(dim=-1), p=dropout)
+    weights = F.dropout(scores.float().softmax(dim=-1), p=dropout).to(v.dtype)  # softmax in fp32 under autocast
     out = weights @ v  # (B, H, Tq, d_k)
     if relative is not None:
         out = out + torch.einsum("bhqk,qkd->bhqd", weights, relative.values)
@@ -50,12 +50,17 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout: float = 0.0,
               causal: bool = False, relative: RelativeTerms | None = None) -> Tensor:
-    """Fast path through PyTorch's fused kernel; relative positions use the reference."""
+    """Fast path through PyTorch's fused kernel; relative positions and bf16 on the CPU use the reference."""
     if relative is not None:
         return attention_reference(q, k, v, mask, dropout, causal, relative)
     if causal and q.size(-2) != k.size(-2):
         # Incremental decoding: the new query may see every cached key, so no mask is needed.
         causal = q.size(-2) != 1
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        # PyTorch's CPU flash-attention kernel is slow in bf16 (its backward about 5x its fp32 time on
+        # m30k-small); the formula written out runs its products in bf16 and was 1.6x faster than the
+        # kernel fed fp32 copies (one attention block, forward and backward, 26 positions).
+        return attention_reference(q, k, v, mask, dropout, causal)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 
 
@@ -141,6 +146,10 @@ class MultiHeadAttention(nn.Module):
             return self.out(context)
         b, _, t, _ = context.shape
         return self.out(context.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k))  # (B, Tq, D)
+
+    def input_projections(self) -> list[nn.Linear]:
+        """The fused projections of the input (QKV), or of the query (Q) and the memory (KV)."""
+        return [self.qkv] if self.self_attention else [self.q, self.kv]
 
     def value_and_output_weights(self) -> list[Tensor]:
         """The value and output projection weights (scaled by T-Fixup)."""

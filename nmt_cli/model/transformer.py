@@ -11,28 +11,13 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
 from .layers import DecoderLayer, EncoderLayer
+from .loss import output_loss
 from .positions import LearnedPositions, SinusoidalPositions
-
-
-def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL of ``target`` (N,) under ``logits`` (N, V).
-
-    The smoothing mass ``epsilon`` is spread uniformly over the whole vocabulary:
-    ``loss = (1 - eps) * nll + eps / V * sum_v(-log p_v)``.
-    """
-    log_probs = F.log_softmax(logits.float(), dim=-1)  # (N, V)
-    nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)  # (N,)
-    if epsilon == 0:
-        return nll.sum(), nll.sum()
-    uniform = -log_probs.mean(dim=-1)  # (N,) = sum_v(-log p_v) / V
-    loss = (1.0 - epsilon) * nll + epsilon * uniform
-    return loss.sum(), nll.sum()
 
 
 @dataclass
@@ -129,12 +114,13 @@ class Transformer(nn.Module):
         """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch.
 
         Only non-padding positions go through the output projection, which is the most
-        expensive matrix product of the model for large vocabularies.
+        expensive matrix product of the model for large vocabularies; the projection and the
+        loss run fused, block by block (:func:`..model.loss.output_loss`).
         """
         memory, src_mask = self.encode(src)
         hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
         keep = tgt_out != self.pad_id
-        loss, nll = label_smoothed_nll(self.logits(hidden[keep]), tgt_out[keep], epsilon)
+        loss, nll = output_loss(hidden[keep], self.output.weight, tgt_out[keep], epsilon)
         return loss, nll, int(keep.sum())
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float) -> tuple[Tensor, Tensor, int]:
@@ -175,7 +161,12 @@ def _positions(config: ModelConfig) -> nn.Module | None:
 
 
 def _initialise(model: Transformer, config: ModelConfig) -> None:
-    """Xavier-uniform linear layers, N(0, d^-1/2) embeddings; T-Fixup rescales on top.
+    """Xavier-uniform linear layers, N(0, d^-1/2) embeddings; ``fairseq`` and T-Fixup adjust on top.
+
+    ``fairseq`` (fairseq's ``MultiheadAttention.reset_parameters`` and ``nn.Linear`` feed-forward):
+    each of Q, K and V is Xavier-uniform with gain 1/sqrt(2) as its own d x d matrix, with
+    PyTorch's default biases; the feed-forward layers keep PyTorch's default uniform(+-1/sqrt(fan_in)),
+    which makes W2 about half as large as Xavier's.
 
     T-Fixup (Huang et al. 2020, section 3.3): with no LayerNorm, scale the decoder's
     value/output projections, feed-forward weights and input embeddings by (9 N)^-1/4 and
@@ -190,6 +181,8 @@ def _initialise(model: Transformer, config: ModelConfig) -> None:
         nn.init.normal_(embedding.weight, std=config.d_model ** -0.5)
         with torch.no_grad():
             embedding.weight[model.pad_id].zero_()
+    if config.init == "fairseq":
+        _fairseq_init(model)
     if config.init != "tfixup":
         return
     dec_scale = (9 * config.n_decoder_layers) ** -0.25
@@ -205,6 +198,26 @@ def _initialise(model: Transformer, config: ModelConfig) -> None:
         model.tgt_embed.weight.mul_(dec_scale)
         if model.src_embed is not model.tgt_embed:
             model.src_embed.weight.mul_(enc_scale)
+
+
+def _fairseq_init(model: Transformer) -> None:
+    """fairseq's initialisation of the attention input projections and the feed-forward layers."""
+    for layer in [*model.encoder, *model.decoder]:
+        layer.ffn.w1.reset_parameters()  # PyTorch's default: uniform(+-1/sqrt(fan_in)), biases too
+        layer.ffn.w2.reset_parameters()
+        for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):
+            if attn is not None:
+                for projection in attn.input_projections():
+                    projection.reset_parameters()  # default biases
+                    _xavier_per_block(projection.weight, gain=2 ** -0.5)
+
+
+def _xavier_per_block(weight: Tensor, gain: float) -> None:
+    """Xavier-uniform on each (d x d) block of a fused (k*d x d) projection, as if it were k separate ones."""
+    d = weight.size(1)
+    with torch.no_grad():
+        for block in weight.split(d, dim=0):
+            nn.init.xavier_uniform_(block, gain=gain)
 
 
 def build_model(config: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Transformer:

@@ -41,6 +41,7 @@ from .distributed import (
     set_threads,
     shutdown,
 )
+from .precision import autocast, resolve_precision
 from .schedule import learning_rate
 from .state import TrainState
 from .validate import ValidationResult, validate
@@ -55,7 +56,6 @@ class Dataset:
     train: ParallelData
     valid: ParallelData | None
     valid_refs: Path | None
-    bounds: list[int]
     vocab_blobs: dict[str, bytes]
     src_size: int
     tgt_size: int
@@ -80,7 +80,7 @@ def load_dataset(recipe: Recipe) -> Dataset:
         valid = ParallelData.load(data_dir, "valid", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
         valid_refs = text_paths(data_dir, "valid", recipe)[1]
     blobs = {"src": (data_dir / vocab["src_model"]).read_bytes(), "tgt": (data_dir / vocab["tgt_model"]).read_bytes()}
-    return Dataset(train, valid, valid_refs, meta["buckets"]["bounds"], blobs, vocab["src_size"], vocab["tgt_size"],
+    return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"],
                    load_vocab(data_dir / vocab["tgt_model"]))
 
 
@@ -123,7 +123,8 @@ class Trainer:
         schedule = learning_rate(self.config, recipe.model.d_model)
         # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.config.precision == "fp16")
+        self.precision = resolve_precision(self.config.precision, info.device)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         self.state = TrainState()
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._last_save_time = time.monotonic()
@@ -183,7 +184,8 @@ class Trainer:
         info, config = self.info, self.config
         if info.is_main:
             self.log(f"model: {count_parameters(self.model):,} parameters; {len(self.data.train):,} training pairs; "
-                     f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}")
+                     f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}; "
+                     f"precision {self.precision}" + (" (auto)" if config.precision == "auto" else ""))
         self.model.train()
         started = time.monotonic() - self.state.elapsed
         window = _Window()
@@ -215,7 +217,7 @@ class Trainer:
         return self.state
 
     def _epoch_batches(self) -> list[np.ndarray]:
-        return make_batches(self.data.train.pair_lengths, self.data.bounds, self.config.max_tokens,
+        return make_batches(self.data.train.pair_lengths, self.config.max_tokens,
                             self.recipe.model.max_positions, self.config.seed, self.state.epoch)
 
     def _update(self, group: list[np.ndarray]) -> dict[str, float]:
@@ -247,11 +249,7 @@ class Trainer:
         return sums
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        precision = self.config.precision
-        if precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        return torch.autocast(self.info.device.type, dtype=dtype)
+        return autocast(self.precision, self.info.device)
 
     # ----------------------------------------------------------------- after each update
 
@@ -387,8 +385,10 @@ class _Window:
 def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
     config = recipe.train
     cls = torch.optim.AdamW if config.weight_decay else torch.optim.Adam
+    # One fused kernel over all parameters instead of several small operations per tensor.
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in model.parameters())
     return cls(model.parameters(), lr=1.0, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
-               weight_decay=config.weight_decay)
+               weight_decay=config.weight_decay, fused=fused)
 
 
 def _describe_validation(step: int, result: ValidationResult) -> str:

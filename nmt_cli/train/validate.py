@@ -32,7 +32,7 @@ class ValidationResult:
 @torch.inference_mode()
 def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, device: torch.device) -> tuple[float, float]:
     """Per-token label-smoothed loss and NLL over the whole validation set (nats)."""
-    batches = make_batches(data.pair_lengths, [int(data.pair_lengths.max())], recipe.train.max_tokens,
+    batches = make_batches(data.pair_lengths, recipe.train.max_tokens,
                            recipe.model.max_positions, seed=None)
     total_loss = total_nll = 0.0
     tokens = 0

@@ -1,0 +1,83 @@
+"""Training throughput, nmt against fairseq 0.12, in one run: alternating rounds, same data and model.
+
+    python benchmarks/bench_vs_fairseq.py --fairseq-venv FSQ --fairseq-bin BIN [--steps 150] [--rounds 2] \\
+        [--set train.precision=fp32 ...]
+
+The same measurement as ``../shared/peers/train_side_by_side.sh`` (m30k-small, 2 threads, 4,096-token
+batches, validation and checkpoints off; target tokens/s of the log windows after update 25, median
+over all rounds), with recipe overrides for our side (``--set``), so that fp32 and our default
+precision can be compared against fairseq's fp32 in one sitting. fairseq's figure is its ``wps``
+(target tokens per second of training time), ours the same quantity from ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from bench_per_token import FAIRSEQ_MODEL
+from common import ROOT, WORK, print_table, record
+
+
+def run_nmt(run_dir: Path, steps: int, overrides: list[str], env: dict) -> list[float]:
+    sets = [f"train.dir={run_dir}", f"train.max_steps={steps}", "train.max_time=", "train.valid_bleu=false",
+            "train.validate_every=0", "train.save_every=0", "train.average_last=0", "train.log_every=25",
+            "train.threads=2", *overrides]
+    cmd = [sys.executable, "-m", "nmt_cli", "train", "recipes/multi30k_ende.yaml", "--no-resume"]
+    for item in sets:
+        cmd += ["--set", item]
+    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if result.returncode != 0:
+        sys.exit(f"nmt failed:\n{result.stderr[-3000:]}")
+    rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
+    return [r["tgt_tokens_per_s"] for r in rows if "tgt_tokens_per_s" in r and r["step"] > 25]
+
+
+def run_fairseq(venv: Path, data_bin: Path, steps: int, env: dict, log: Path) -> list[float]:
+    cmd = [str(venv / "bin" / "fairseq-train"), str(data_bin), "--cpu", "--seed", "1", "--source-lang", "en",
+           "--target-lang", "de", *FAIRSEQ_MODEL, "--dropout", "0.1", "--max-update", str(steps),
+           "--disable-validation", "--no-save", "--log-format", "simple", "--log-interval", "25"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    log.write_text(result.stdout + result.stderr, encoding="utf-8")
+    if result.returncode != 0:
+        sys.exit(f"fairseq failed:\n{result.stderr[-3000:]}")
+    speeds = []
+    for line in (result.stdout + result.stderr).splitlines():
+        update, wps = re.search(r"num_updates=(\d+)", line), re.search(r"wps=([\d.]+)", line)
+        if "train_inner" in line and update and wps and int(update.group(1)) > 25:
+            speeds.append(float(wps.group(1)))
+    return speeds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fairseq-venv", type=Path, required=True)
+    parser.add_argument("--fairseq-bin", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--set", action="append", default=[], help="recipe override for our side")
+    args = parser.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    out = WORK / "vs_fairseq"
+    out.mkdir(parents=True, exist_ok=True)
+    ours: list[float] = []
+    theirs: list[float] = []
+    for round_ in range(1, args.rounds + 1):
+        ours += run_nmt(out / f"nmt_{round_}", args.steps, args.set, env)
+        theirs += run_fairseq(args.fairseq_venv, args.fairseq_bin, args.steps, env, out / f"fairseq_{round_}.log")
+    row = {"nmt settings": " ".join(args.set) or "recipe as is", "nmt tgt tok/s": statistics.median(ours),
+           "nmt windows": len(ours), "fairseq tgt tok/s": statistics.median(theirs), "fairseq windows": len(theirs),
+           "ratio": statistics.median(ours) / statistics.median(theirs)}
+    print_table(f"training throughput, updates 26-{args.steps}, {args.rounds} alternating rounds", [row])
+    record("vs_fairseq", [row], " ".join(["python", *sys.argv]))
+
+
+if __name__ == "__main__":
+    main()
