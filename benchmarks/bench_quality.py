@@ -5,6 +5,11 @@ checkpoints, decode with beam 4, and report BLEU and chrF on the Multi30k test s
 
 ``--score-only`` re-scores the model a previous run left in ``benchmarks/work`` (for instance
 after a change to the decoder) instead of training again.
+
+``--also-at 15`` also scores the model a 15-minute budget would have produced, from the same run:
+the schedule does not depend on the budget, so the first 15 minutes of a 30-minute run are a
+15-minute run; its model is the average of the last 5 checkpoints written by then (run with
+``--set train.keep_last=0`` so they are kept).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import argparse
 import gzip
 import sys
 import time
+from pathlib import Path
 
 from common import ROOT, SHARED, WORK, print_table, record
 
@@ -27,6 +33,8 @@ def main() -> None:
     parser.add_argument("--score-only", action="store_true", help="decode and score the existing run, no training")
     parser.add_argument("--set", action="append", default=[], help="recipe override (tuning on validation data)")
     parser.add_argument("--tag", default="", help="suffix of the run folder, to keep variants apart")
+    parser.add_argument("--also-at", type=float, action="append", default=[],
+                        help="also score the model of a shorter budget (minutes) from the same run")
     args = parser.parse_args()
     from nmt_cli.config import load_recipe
     from nmt_cli.data.prepare import prepare
@@ -50,27 +58,54 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    loaded = load_model(run_dir)
+    models = [(args.minutes, run_dir / "model.pt")]
+    models += [(minutes, _model_at(run_dir, minutes, recipe.train.average_last)) for minutes in args.also_at]
     rows = []
     tgt = recipe.data.tgt_lang
-    for test in TESTS:
-        sources = gzip.decompress((SHARED / "multi30k" / f"{test}.en.gz").read_bytes()).decode().splitlines()
-        refs = gzip.decompress((SHARED / "multi30k" / f"{test}.{tgt}.gz").read_bytes()).decode().splitlines()
-        outputs = [h[0][0] for h in Translator(loaded, recipe.decode).translate(sources)]
-        bleu, chrf = score(outputs, [refs], ("bleu", "chrf"))
-        rows.append({"recipe": args.recipe, "test": test, "BLEU": bleu.score, "chrF": chrf.score,
-                     "train minutes": trained, "updates": _last_update(run_dir), "valid ppl": _last_valid_ppl(run_dir)})
+    for minutes, path in models:
+        loaded = load_model(path)
+        for test in TESTS:
+            sources = gzip.decompress((SHARED / "multi30k" / f"{test}.en.gz").read_bytes()).decode().splitlines()
+            refs = gzip.decompress((SHARED / "multi30k" / f"{test}.{tgt}.gz").read_bytes()).decode().splitlines()
+            outputs = [h[0][0] for h in Translator(loaded, recipe.decode).translate(sources)]
+            bleu, chrf = score(outputs, [refs], ("bleu", "chrf"))
+            rows.append({"recipe": args.recipe, "budget min": minutes, "test": test, "BLEU": bleu.score,
+                         "chrF": chrf.score, "train minutes": trained if minutes == args.minutes else None,
+                         "updates": _step_of(path, run_dir), "valid ppl": _valid_ppl(run_dir, _step_of(path, run_dir))})
     print_table(f"{args.recipe}: {args.minutes:g} minutes, {args.threads} threads, last 5 averaged, beam 4", rows)
     print(bleu.signature)
     record("quality", rows, "python benchmarks/bench_quality.py " + " ".join(sys.argv[1:]))
 
 
-def _last_valid_ppl(run_dir) -> float | None:
-    """Validation perplexity of the final (not averaged) weights, as training logged it."""
+def _model_at(run_dir, minutes: float, average_last: int):
+    """The averaged model a budget of ``minutes`` would have written, from the run's kept checkpoints."""
+    from nmt_cli.train import checkpoint
+
+    found = [(path, checkpoint.load(path)) for path in checkpoint.step_checkpoints(run_dir)]
+    within = [path for path, payload in found if payload["train_state"]["elapsed"] <= 60 * minutes]
+    if len(within) < average_last:
+        sys.exit(f"{run_dir}: fewer than {average_last} checkpoints within {minutes:g} minutes; "
+                 "train with --set train.keep_last=0")
+    target = run_dir / f"model_at_{minutes:g}m.pt"
+    checkpoint.average_checkpoints(within[-average_last:], target)
+    return target
+
+
+def _step_of(path, run_dir) -> int:
+    """The last update that went into a model file (for an average: its newest checkpoint)."""
+    from nmt_cli.train import checkpoint
+
+    averaged = checkpoint.load(path).get("averaged_from") or []
+    steps = [checkpoint.load(Path(p))["train_state"]["step"] for p in averaged if Path(p).is_file()]
+    return max(steps) if steps else _last_update(run_dir)
+
+
+def _valid_ppl(run_dir, step: int) -> float | None:
+    """Validation perplexity logged at the last validation at or before ``step`` (unaveraged weights)."""
     import json
 
-    ppl = [json.loads(line)["valid_ppl"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-           if "valid_ppl" in line]
+    ppl = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if "valid_ppl" in line]
+    ppl = [r["valid_ppl"] for r in ppl if r["step"] <= step]
     return ppl[-1] if ppl else None
 
 

@@ -1,6 +1,10 @@
 """Training throughput on m30k-small and model FLOPs utilisation (MFU) on non-padding tokens.
 
     python benchmarks/bench_train.py [--threads 2] [--steps 100] [--warmup-steps 10] [--set train.precision=bf16]
+                                     [--profile 5]
+
+``--profile N`` then runs N more updates under the torch profiler and prints the operators by
+self CPU time (where an update's time goes).
 
 m30k-small: Multi30k EN->DE, joint BPE 8,000, 3+3 layers, d_model 256, 4 heads, d_ff 1024,
 dropout 0.1, label smoothing 0.1, tied embeddings, 4,096-token batches (recipes/multi30k_ende.yaml).
@@ -60,6 +64,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup-steps", type=int, default=10)
     parser.add_argument("--set", action="append", default=[], help="recipe override, e.g. train.precision=bf16")
+    parser.add_argument("--profile", type=int, default=0, help="profile this many more updates")
     args = parser.parse_args()
     from nmt_cli.config import load_recipe
     from nmt_cli.data.batches import collate
@@ -98,6 +103,13 @@ def main() -> None:
            "useful GFLOP/s": flops / total / 1e9, "matmul peak GFLOP/s": peak / 1e9, "MFU": flops / total / peak,
            "padding share": 1 - real / padded, "median step s": statistics.median(times)}
     print_table("nmt train, m30k-small", [row])
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for i in range(args.profile):
+                trainer._update([batches[(args.warmup_steps + args.steps + i) % len(batches)]])
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
     sets = "".join(f" --set {s}" for s in args.set)
     record("train", [row], f"python benchmarks/bench_train.py --threads {args.threads} --steps {args.steps}{sets}")
 

@@ -1,12 +1,13 @@
 """Training throughput, nmt against fairseq 0.12, in one run: alternating rounds, same data and model.
 
     python benchmarks/bench_vs_fairseq.py --fairseq-venv FSQ --fairseq-bin BIN [--steps 150] [--rounds 2] \\
-        [--set train.precision=fp32 ...]
+        [--arm fp32=train.precision=fp32 --arm default= ...]
 
 The same measurement as ``../shared/peers/train_side_by_side.sh`` (m30k-small, 2 threads, 4,096-token
 batches, validation and checkpoints off; target tokens/s of the log windows after update 25, median
-over all rounds), with recipe overrides for our side (``--set``), so that fp32 and our default
-precision can be compared against fairseq's fp32 in one sitting. fairseq's figure is its ``wps``
+over all rounds), with several settings of our side (``--arm NAME=KEY=VALUE,...``) run in turn
+within every round, so that fp32 and our default precision are compared against fairseq's fp32
+in one sitting. fairseq's figure is its ``wps``
 (target tokens per second of training time), ours the same quantity from ``metrics.jsonl``.
 """
 
@@ -21,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench_per_token import FAIRSEQ_MODEL
+from bench_per_token import FAIRSEQ_MODEL, parse_arm
 from common import ROOT, WORK, print_table, record
 
 
@@ -62,21 +63,25 @@ def main() -> None:
     parser.add_argument("--fairseq-bin", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--set", action="append", default=[], help="recipe override for our side")
+    parser.add_argument("--arm", action="append", default=[], help="NAME=KEY=VALUE,... recipe overrides for our side")
     args = parser.parse_args()
+    arms = [parse_arm(text) for text in args.arm] or [("nmt", [])]
     env = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     out = WORK / "vs_fairseq"
     out.mkdir(parents=True, exist_ok=True)
-    ours: list[float] = []
+    ours: dict[str, list[float]] = {name: [] for name, _ in arms}
     theirs: list[float] = []
     for round_ in range(1, args.rounds + 1):
-        ours += run_nmt(out / f"nmt_{round_}", args.steps, args.set, env)
         theirs += run_fairseq(args.fairseq_venv, args.fairseq_bin, args.steps, env, out / f"fairseq_{round_}.log")
-    row = {"nmt settings": " ".join(args.set) or "recipe as is", "nmt tgt tok/s": statistics.median(ours),
-           "nmt windows": len(ours), "fairseq tgt tok/s": statistics.median(theirs), "fairseq windows": len(theirs),
-           "ratio": statistics.median(ours) / statistics.median(theirs)}
-    print_table(f"training throughput, updates 26-{args.steps}, {args.rounds} alternating rounds", [row])
-    record("vs_fairseq", [row], " ".join(["python", *sys.argv]))
+        for name, overrides in arms:
+            ours[name] += run_nmt(out / f"{name}_{round_}", args.steps, overrides, env)
+    fairseq_median = statistics.median(theirs)
+    rows = [{"nmt arm": name, "settings": " ".join(overrides) or "recipe as is",
+             "nmt tgt tok/s": statistics.median(ours[name]), "nmt windows": len(ours[name]),
+             "fairseq tgt tok/s": fairseq_median, "fairseq windows": len(theirs),
+             "ratio": statistics.median(ours[name]) / fairseq_median} for name, overrides in arms]
+    print_table(f"training throughput, updates 26-{args.steps}, {args.rounds} alternating rounds", rows)
+    record("vs_fairseq", rows, " ".join(["python", *sys.argv]))
 
 
 if __name__ == "__main__":

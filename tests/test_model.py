@@ -150,6 +150,16 @@ def test_fast_attention_matches_reference(causal):
                                attention_reference(q, k, v, mask, causal=causal), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_attention_on_cpu_stays_close_to_fp32(causal):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    mask = None if causal else torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
+    low = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, causal=causal)
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.float(), attention(q, k, v, mask, causal=causal), atol=3e-2, rtol=3e-2)
+
+
 def test_relative_terms_clip_distances():
     rel = RelativePositions(d_k=2, max_distance=2)
     terms = rel(4, 4)
