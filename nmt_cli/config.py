@@ -136,7 +136,9 @@ class TrainConfig:
 
     dir: str = _opt("", "run folder (default: runs/RECIPE_NAME)")
     seed: int = _opt(1, "random seed (batches, dropout, initialisation)")
-    max_tokens: int = _opt(4096, "tokens per batch per process, padding included", ge=1)
+    max_tokens: int | Literal["auto"] = _opt(
+        4096, "tokens per batch per process, padding included; auto: the largest batch that fits in GPU memory "
+        "(probed at start; 4096 on the CPU)", ge=1)
     update_freq: int = _opt(1, "batches accumulated per update (per process)", ge=1)
     max_steps: int = _opt(100_000, "stop after this many updates (0: no limit)", ge=0)
     max_epochs: int = _opt(0, "stop after this many epochs (0: no limit)", ge=0)
@@ -392,8 +394,16 @@ def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], sou
             fail("a list")
         return tuple(_coerce(item_kind, v, f"{key}[{i}]", {}, source) for i, v in enumerate(items))
     if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(kind):
+            return None
         args = [a for a in typing.get_args(kind) if a is not type(None)]
-        return None if value is None else _coerce(args[0], value, key, meta, source)
+        for arg in args:  # the first alternative that accepts the value
+            try:
+                return _coerce(arg, value, key, meta, source)
+            except RecipeError as err:
+                if "out of range" in str(err):
+                    raise
+        fail(" or ".join(_expected(arg) for arg in args))
     if kind is bool:
         if not isinstance(value, bool):
             fail("true or false")
@@ -401,6 +411,8 @@ def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], sou
         if isinstance(value, bool) or not isinstance(value, int):
             fail("an integer")
     elif kind is float:
+        if isinstance(value, str):  # YAML 1.1 reads 5e-4 (no dot) as a string
+            value = _float_or_none(value) if value.strip() else value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail("a number")
         value = float(value)
@@ -413,7 +425,23 @@ def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], sou
     return value
 
 
+def _float_or_none(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _expected(kind: Any) -> str:
+    """What a value of ``kind`` looks like, for error messages."""
+    if typing.get_origin(kind) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(kind)))
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
+
+
 def _check_range(value: Any, key: str, meta: typing.Mapping[str, Any], source: str) -> None:
+    if isinstance(value, str):
+        return
     for check, ok, words in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
                              ("le", lambda v, b: v <= b, "<=")):
         if check in meta and not ok(value, meta[check]):

@@ -20,6 +20,34 @@ MULTI30K = DATA / "multi30k"
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` skip cleanly on machines without a GPU (CI)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+def kill_at_first_checkpoint(cmd: list[str], run_dir: Path, timeout: float = 180) -> int:
+    """Start ``nmt train`` (``cmd``), SIGKILL it once a step checkpoint exists; return that checkpoint's step."""
+    import signal
+    import subprocess
+    import time
+
+    from nmt_cli.train import checkpoint
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while not checkpoint.step_checkpoints(run_dir) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "training ended before it could be killed"
+    return int(checkpoint.step_checkpoints(run_dir)[-1].stem.split("_")[1])
+
+
 def need(path: Path) -> Path:
     """Return ``path``, or skip (fail under CI) when the shared data is not there."""
     if not path.exists():

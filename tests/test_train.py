@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import kill_at_first_checkpoint
 
 from nmt_cli.config import load_recipe
 from nmt_cli.errors import CheckpointError, NmtError
@@ -55,15 +56,7 @@ def test_resume_after_sigkill_is_bitwise_exact(prepared, tmp_path):
     recipe_path = tmp_path / "r.yaml"
     recipe_path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_train_cmd(recipe_path, killed, 10_000), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not checkpoint.step_checkpoints(killed) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    k = int(checkpoint.step_checkpoints(killed)[-1].stem.split("_")[1])
+    k = kill_at_first_checkpoint(_train_cmd(recipe_path, killed, 10_000), killed, timeout=120)
     resumed = subprocess.run(_train_cmd(recipe_path, killed, 2 * k), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from {checkpoint.step_path(killed, k)}" in resumed.stderr.replace("\n", "")

@@ -25,7 +25,10 @@ def run(
     """Train the model the recipe describes; the run folder holds checkpoints, metrics and model.pt."""
     resolved = recipe_from_cli(recipe, overrides)  # validate before launching anything
     processes = gpus or nproc
-    if processes > 1 and "WORLD_SIZE" not in os.environ:
+    if gpus:
+        _check_gpus(gpus)
+    # --gpus always goes through torchrun (NCCL), one GPU included; CPU processes only when several.
+    if (gpus or processes > 1) and "WORLD_SIZE" not in os.environ:
         from ..train.distributed import launch
 
         args = [str(recipe), *[a for item in overrides for a in ("--set", item)]]
@@ -41,3 +44,14 @@ def run(
     if int(os.environ.get("RANK", "0")) == 0:
         console.print(f"done: translate with  [bold]nmt translate -m {run_dir}[/] < input.txt", soft_wrap=True)
     sys.stdout.flush()
+
+
+def _check_gpus(gpus: int) -> None:
+    import torch
+
+    from ..errors import NmtError
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus > found:
+        raise NmtError(f"--gpus {gpus}: this machine has {found} CUDA device(s); "
+                       + ("use --gpus " + str(found) if found else "train on the CPU with --nproc N or no option"))

@@ -48,10 +48,17 @@ class Batch:
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     target_tokens: int
+    source_tokens: int = 0
 
-    def to(self, device: torch.device) -> Batch:
-        return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
-                     self.tgt_out.to(device, non_blocking=True), self.target_tokens)
+    def to(self, device: torch.device | str) -> Batch:
+        device = torch.device(device)
+
+        def move(tensor: torch.Tensor) -> torch.Tensor:
+            # From pinned memory the copy runs asynchronously; from pageable memory it would block.
+            source = tensor.pin_memory() if device.type == "cuda" else tensor
+            return source.to(device, non_blocking=True)
+
+        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.target_tokens, self.source_tokens)
 
 
 def make_batches(pair_lengths: np.ndarray, max_tokens: int, max_positions: int, seed: int | None,
@@ -99,7 +106,7 @@ def collate(data: ParallelData, indices: np.ndarray) -> Batch:
     src = _pad([np.append(s, EOS_ID) for s in srcs])
     tgt_in = _pad([np.insert(t, 0, BOS_ID) for t in tgts])
     tgt_out = _pad([np.append(t, EOS_ID) for t in tgts])
-    return Batch(src, tgt_in, tgt_out, int(sum(len(t) + 1 for t in tgts)))
+    return Batch(src, tgt_in, tgt_out, int(sum(len(t) + 1 for t in tgts)), int(sum(len(s) + 1 for s in srcs)))
 
 
 def _pad(rows: list[np.ndarray]) -> torch.Tensor:

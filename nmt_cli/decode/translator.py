@@ -37,13 +37,14 @@ class LoadedModel:
     path: Path
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
+def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load a model folder (its ``model.pt``) or any checkpoint file written by nmt."""
     payload = torchfile.load(Path(path), map_location="cpu")
-    return model_from_payload(payload, Path(path), device)
+    return model_from_payload(payload, Path(path), device, dtype)
 
 
-def model_from_payload(payload: dict[str, Any], origin: Path, device: str | torch.device = "cpu") -> LoadedModel:
+def model_from_payload(payload: dict[str, Any], origin: Path, device: str | torch.device = "cpu",
+                       dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Rebuild the model described by a checkpoint payload."""
     try:
         recipe = recipe_from_dict(payload["recipe"], source=f"{origin} (stored recipe)")
@@ -60,7 +61,7 @@ def model_from_payload(payload: dict[str, Any], origin: Path, device: str | torc
     except RuntimeError as err:
         first = str(err).strip().splitlines()[0]
         raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({first})") from None
-    model.to(device).eval()
+    model.to(device=device, dtype=dtype).eval()  # the search scores in fp32 whatever the weights' dtype
     return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin)
 
 

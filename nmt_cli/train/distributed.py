@@ -27,6 +27,8 @@ class DistInfo:
     local_rank: int
     local_world_size: int
     device: torch.device
+    process_group: bool = False  # joined a torch.distributed group (torchrun), even of one process
+
 
     @property
     def is_main(self) -> bool:
@@ -34,11 +36,16 @@ class DistInfo:
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        return self.process_group
 
 
 def init_distributed(config: TrainConfig) -> DistInfo:
-    """Join the process group torchrun describes (NCCL on CUDA, gloo on CPU), or run alone."""
+    """Join the process group torchrun describes (NCCL on CUDA, gloo on CPU), or run alone.
+
+    Under torchrun the group is joined even by a single process (``nmt train --gpus 1``), so
+    one GPU runs the same NCCL and DistributedDataParallel path as eight.
+    """
+    launched = "WORLD_SIZE" in os.environ
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -49,10 +56,10 @@ def init_distributed(config: TrainConfig) -> DistInfo:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    if world > 1 and not dist.is_initialized():
+    if (world > 1 or launched) and not dist.is_initialized():
         dist.init_process_group("nccl" if use_cuda else "gloo",
                                 timeout=timedelta(minutes=config.dist_timeout_minutes))
-    return DistInfo(rank, world, local_rank, local_world, device)
+    return DistInfo(rank, world, local_rank, local_world, device, dist.is_initialized())
 
 
 def set_threads(config: TrainConfig, info: DistInfo) -> int:

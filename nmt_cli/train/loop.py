@@ -41,6 +41,14 @@ from .distributed import (
     set_threads,
     shutdown,
 )
+from .memory import (
+    CPU_MAX_TOKENS,
+    MAX_SPLIT,
+    free_cuda_memory,
+    largest_fitting,
+    split_rows,
+    with_headroom,
+)
 from .precision import autocast, resolve_precision
 from .schedule import learning_rate
 from .state import TrainState
@@ -130,6 +138,8 @@ class Trainer:
         self._last_save_time = time.monotonic()
         self.network: torch.nn.Module = self.model
         self.last_lr = 0.0
+        self.max_tokens = recipe.train.max_tokens if isinstance(recipe.train.max_tokens, int) else CPU_MAX_TOKENS
+        self.split = 1  # each batch runs as this many accumulation steps (raised after a CUDA OOM)
 
     # ----------------------------------------------------------------- set-up
 
@@ -152,6 +162,7 @@ class Trainer:
         barrier(self.info)
         if existing:
             self._restore(existing[-1])
+        self.max_tokens = self.state.max_tokens = self._resolve_max_tokens()
         if self.info.distributed:
             self.network = DistributedDataParallel(self.model, device_ids=[self.info.local_rank]
                                                    if self.info.device.type == "cuda" else None)
@@ -170,12 +181,57 @@ class Trainer:
         self.state.load_state_dict(payload["train_state"])
         rng = payload["rng"]
         same_world = len(rng["torch"]) == self.info.world_size
-        torch.set_rng_state(rng["torch"][self.info.rank] if same_world else rng["torch"][0])
+        # The checkpoint was mapped onto the training device; RNG states must be CPU byte tensors.
+        torch.set_rng_state((rng["torch"][self.info.rank] if same_world else rng["torch"][0]).cpu())
         if self.info.device.type == "cuda" and rng.get("cuda") and same_world:
-            torch.cuda.set_rng_state(rng["cuda"][self.info.rank])
+            torch.cuda.set_rng_state(rng["cuda"][self.info.rank].cpu())
         if not same_world:
             torch.manual_seed(self.config.seed + 1000 * self.info.rank + self.state.step)
         self.log(f"resuming from {path} (update {self.state.step:,}, epoch {self.state.epoch})")
+
+    def _resolve_max_tokens(self) -> int:
+        """The batch size: the one a resumed run used, the recipe's, or (auto) probed on the GPU."""
+        if self.state.max_tokens:
+            return self.state.max_tokens  # same batches as before the interruption
+        if self.config.max_tokens != "auto":
+            return int(self.config.max_tokens)
+        if self.info.device.type != "cuda":
+            self.log(f"train.max_tokens auto: {CPU_MAX_TOKENS:,} on the CPU (auto sizes batches to GPU memory)")
+            return CPU_MAX_TOKENS
+        longest = min(int(self.data.train.pair_lengths.max()), self.recipe.model.max_positions)
+        widths = sorted({longest, min(16, longest)})  # long sentences, and many short rows
+        # Adam keeps two fp32 moments per parameter; hold their room while probing.
+        reserve = torch.empty(2 * count_parameters(self.model), dtype=torch.float32, device=self.info.device)
+        with torch.random.fork_rng(devices=[self.info.device]):  # the probe must not shift the run's randomness
+            fitted = largest_fitting(lambda tokens: self._fits(tokens, widths))
+        del reserve
+        free_cuda_memory(self.info.device)
+        torch.cuda.reset_peak_memory_stats(self.info.device)
+        if fitted == 0:
+            raise NmtError(f"train.max_tokens auto: not even a batch of {widths[-1]} tokens fits in GPU memory; "
+                           "set train.activation_checkpointing: true, precision bf16, or a smaller model")
+        chosen = min(gather_objects(with_headroom(fitted), self.info))  # every process uses the same size
+        self.log(f"train.max_tokens auto: batches of {fitted:,} tokens fit in GPU memory "
+                 f"(sentences of {widths[-1]} and {widths[0]} tokens); training with {chosen:,}")
+        return chosen
+
+    def _fits(self, tokens: int, widths: list[int]) -> bool:
+        """Whether forward and backward of all-real-token batches of ``tokens`` run without OOM."""
+        fits = True
+        try:
+            for width in widths:
+                rows = max(1, tokens // width)
+                ids = torch.randint(4, self.data.tgt_size, (3, rows, width), device=self.info.device)
+                src = ids[0] % self.data.src_size
+                with self._autocast():
+                    loss, _, _ = self.model(src.clamp(min=4), ids[1], ids[2], self.config.label_smoothing)
+                loss.backward()
+                del ids, src, loss
+        except torch.cuda.OutOfMemoryError:
+            fits = False
+        self.optimizer.zero_grad(set_to_none=True)
+        free_cuda_memory(self.info.device)
+        return fits
 
     # ----------------------------------------------------------------- the loop
 
@@ -184,7 +240,8 @@ class Trainer:
         info, config = self.info, self.config
         if info.is_main:
             self.log(f"model: {count_parameters(self.model):,} parameters; {len(self.data.train):,} training pairs; "
-                     f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}; "
+                     f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}"
+                     + (f" ({torch.distributed.get_backend()})" if info.distributed else "") + "; "
                      f"precision {self.precision}" + (" (auto)" if config.precision == "auto" else ""))
         self.model.train()
         started = time.monotonic() - self.state.elapsed
@@ -204,8 +261,12 @@ class Trainer:
                     sums = self._update(batches[first: first + per_update])
                     window.add({**sums, "seconds": time.perf_counter() - clock})
                     self.state.epoch_batches_done += per_update
-                    self.state.step += 1
                     self.state.elapsed = time.monotonic() - started
+                    if sums["skipped"]:  # fp16 overflow: the data is consumed, the update does not count
+                        self.state.skipped_updates += 1
+                        reason = self._stop_reason(stop)
+                        continue
+                    self.state.step += 1
                     bar.update(1)
                     reason = self._after_update(window, bar, stop)
                 if reason is None:
@@ -217,36 +278,63 @@ class Trainer:
         return self.state
 
     def _epoch_batches(self) -> list[np.ndarray]:
-        return make_batches(self.data.train.pair_lengths, self.config.max_tokens,
+        return make_batches(self.data.train.pair_lengths, self.max_tokens,
                             self.recipe.model.max_positions, self.config.seed, self.state.epoch)
 
     def _update(self, group: list[np.ndarray]) -> dict[str, float]:
+        """One optimizer step over ``group``; after a CUDA OOM, again with each batch split finer."""
+        while True:
+            try:
+                return self._try_update(group)
+            except torch.cuda.OutOfMemoryError:
+                pass  # recover outside the handler, so the traceback's frames free their tensors
+            self._recover_from_oom()
+
+    def _recover_from_oom(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        free_cuda_memory(self.info.device)
+        if self.info.distributed or self.split >= MAX_SPLIT:
+            why = ("the other processes are already waiting for this one's gradients" if self.info.distributed
+                   else f"even batches split {self.split} ways do not fit")
+            raise NmtError(f"out of GPU memory at update {self.state.step + 1:,} ({why}); lower train.max_tokens "
+                           f"(now {self.max_tokens:,}) or set train.activation_checkpointing: true")
+        self.split *= 2
+        self.log(f"out of GPU memory at update {self.state.step + 1:,}: each batch now runs as {self.split} "
+                 "accumulation steps (same gradients, less memory)")
+        self._write_metrics({"step": self.state.step, "oom_split": self.split})
+
+    def _try_update(self, group: list[np.ndarray]) -> dict[str, float]:
         """Forward/backward over this process's share of ``group``, then one optimizer step."""
         info = self.info
         total_tokens = sum(target_tokens(self.data.train, b) for b in group)
-        mine = group[info.rank:: info.world_size]
-        sums = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0}
-        for i, indices in enumerate(mine):
+        pieces = [indices[part] for indices in group[info.rank:: info.world_size]
+                  for part in split_rows(len(indices), self.split)]
+        sums: dict[str, Any] = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0}
+        for i, indices in enumerate(pieces):
             batch = collate(self.data.train, indices).to(info.device)
-            sync = i == len(mine) - 1 or not isinstance(self.network, DistributedDataParallel)
+            sync = i == len(pieces) - 1 or not isinstance(self.network, DistributedDataParallel)
             with (contextlib.nullcontext() if sync else self.network.no_sync()), self._autocast():
                 loss, nll, n = self.network(batch.src, batch.tgt_in, batch.tgt_out, self.config.label_smoothing)
                 # DDP averages gradients over processes; scaling by W makes that a sum.
                 scaled = loss * (info.world_size / total_tokens)
             self.scaler.scale(scaled).backward()
-            sums["loss"] += float(loss.detach())
-            sums["nll"] += float(nll.detach())
+            # Summed on the device and read once per update: each read waits for the GPU.
+            sums["loss"] += loss.detach()
+            sums["nll"] += nll.detach()
             sums["tokens"] += n
-            sums["src_tokens"] += int((batch.src != PAD_ID).sum())
+            sums["src_tokens"] += batch.source_tokens
         self.scaler.unscale_(self.optimizer)
         if self.config.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
         self.last_lr = self.optimizer.param_groups[0]["lr"]  # the rate this update used
-        self.scaler.step(self.optimizer)
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+        self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients overflowed
         self.scaler.update()
-        self.scheduler.step()
+        skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
+        if not skipped:
+            self.scheduler.step()  # a skipped update must not advance the learning-rate schedule
         self.optimizer.zero_grad(set_to_none=True)
-        return sums
+        return {**sums, "loss": float(sums["loss"]), "nll": float(sums["nll"]), "skipped": skipped}
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.precision, self.info.device)
@@ -263,6 +351,11 @@ class Trainer:
         timed = config.save_minutes and time.monotonic() - self._last_save_time >= 60 * config.save_minutes
         if (config.save_every and state.step % config.save_every == 0) or timed:
             self._save()
+        return self._stop_reason(stop)
+
+    def _stop_reason(self, stop: StopRequest) -> str | None:
+        """Why training stops now (a signal, the time or update budget), or None to go on."""
+        config, state = self.config, self.state
         time_up = bool(config.max_seconds) and state.elapsed >= config.max_seconds
         if all_true_anywhere(stop.signal is not None or time_up, self.info):
             if stop.signal is not None or not time_up:
@@ -278,6 +371,9 @@ class Trainer:
                   "lr": self.last_lr, "elapsed": round(self.state.elapsed, 1)}
         if self.info.device.type == "cuda":
             record["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+        if self.scaler.is_enabled():
+            record["loss_scale"] = self.scaler.get_scale()
+            record["skipped_updates"] = self.state.skipped_updates
         bar.set_postfix(loss=f"{stats['loss']:.3f}", ppl=f"{stats['ppl']:.1f}", lr=f"{record['lr']:.2e}",
                         tok_s=f"{stats['tgt_tokens_per_s']:.0f}")
         if bar.disable and self.info.is_main:
@@ -374,6 +470,7 @@ class _Window:
         tokens = max(self.sums.get("tokens", 0.0), 1.0)
         nll = self.sums.get("nll", 0.0) / tokens
         stats = {"loss": self.sums.get("loss", 0.0) / tokens, "nll": nll, "ppl": math.exp(min(nll, 50.0)),
+                 "tgt_tokens": int(self.sums.get("tokens", 0.0)),
                  # This process's tokens times the world size: ranks get batches of equal size on average.
                  "tgt_tokens_per_s": world_size * tokens / seconds,
                  "tgt_tokens_per_s_per_process": tokens / seconds,

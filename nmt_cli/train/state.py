@@ -8,7 +8,7 @@ from typing import Any
 
 @dataclass
 class TrainState:
-    """Update count, data position (epoch and global batches consumed in it), validation history."""
+    """Update count (applied updates only), data position (epoch and global batches consumed in it), validation history."""
 
     step: int = 0
     epoch: int = 1
@@ -17,6 +17,8 @@ class TrainState:
     best_step: int = 0
     bad_validations: int = 0
     elapsed: float = 0.0
+    max_tokens: int = 0  # the batch size in use (train.max_tokens: auto resolves once, then resumes keep it)
+    skipped_updates: int = 0  # fp16 updates skipped because the scaled gradients overflowed
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)

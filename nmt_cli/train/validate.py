@@ -16,6 +16,7 @@ from ..data.vocab import EOS_ID
 from ..decode.search import search
 from ..model.transformer import Transformer
 from ..score.metrics import corpus_bleu
+from .memory import CPU_MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,9 @@ class ValidationResult:
 @torch.inference_mode()
 def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, device: torch.device) -> tuple[float, float]:
     """Per-token label-smoothed loss and NLL over the whole validation set (nats)."""
-    batches = make_batches(data.pair_lengths, recipe.train.max_tokens,
-                           recipe.model.max_positions, seed=None)
+    # Inference needs less memory than training: a fixed size serves when training sizes its own (auto).
+    max_tokens = recipe.train.max_tokens if isinstance(recipe.train.max_tokens, int) else CPU_MAX_TOKENS
+    batches = make_batches(data.pair_lengths, max_tokens, recipe.model.max_positions, seed=None)
     total_loss = total_nll = 0.0
     tokens = 0
     for indices in batches:

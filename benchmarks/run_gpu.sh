@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole GPU measurement of docs/benchmarks.md ("On a GPU"), one stage per call (each fits a 10-minute slot):
+#   benchmarks/run_gpu.sh tests  LOGDIR   pytest -m cuda, plus the HF-peer mapping tests
+#   benchmarks/run_gpu.sh train  LOGDIR   training throughput, base and big, nmt vs the HF MarianMT loop
+#   benchmarks/run_gpu.sh decode LOGDIR   train a base-size Multi30k model for 150 s, then decode vs HF generate
+# Needs ../shared/data (Multi30k, newstest2014) beside the checkout and `pip install -e .` done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stage=$1 logs=${2:-benchmarks/work/gpu_logs}
+mkdir -p "$logs"
+export PYTHONUNBUFFERED=1
+python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))" | tee "$logs/device.txt"
+case $stage in
+  tests)
+    python3 -m pytest -m cuda -v -s tests/test_cuda.py 2>&1 | tee "$logs/cuda_tests.log" || true
+    python3 -m pytest -q tests/test_hf_peer.py 2>&1 | tee -a "$logs/cuda_tests.log" ;;
+  train)
+    python3 benchmarks/bench_gpu.py train --models base,big --max-tokens 12288 --steps 30 \
+      --warmup 10 --rounds 3 2>&1 | tee "$logs/train.log" ;;
+  train-auto)
+    python3 benchmarks/bench_gpu.py train --models base,big --max-tokens auto --steps 30 --warmup 8 --rounds 2 \
+      2>&1 | tee "$logs/train_auto.log" ;;
+  compile)  # slow: dynamic batch shapes recompile (3+ minutes for base on the H100)
+    python3 benchmarks/bench_gpu.py train --models big --compile off,on --steps 30 --warmup 8 --rounds 2 --no-peer \
+      2>&1 | tee "$logs/compile.log" ;;
+  decode)
+    data=benchmarks/work/gpu_m30k run=benchmarks/work/gpu_base_m30k
+    base=(--set data.root=../shared/data/multi30k --set data.output=$data --set train.dir=$run --set model.layers=6
+          --set model.d_model=512 --set model.n_heads=8 --set model.d_ff=2048 --set train.precision=bf16
+          --set train.max_time=150s --set train.validate_every=0 --set train.lr=7e-4 --set train.warmup=1000
+          --set train.max_tokens=12000 --set train.save_every=250 --set train.keep_last=5 --set train.average_last=5)
+    python3 -m nmt_cli prepare recipes/multi30k_ende.yaml --set data.root=../shared/data/multi30k --set data.output=$data \
+      2>&1 | tee "$logs/decode_prepare.log"
+    python3 -m nmt_cli train recipes/multi30k_ende.yaml "${base[@]}" 2>&1 | tail -n 30 | tee "$logs/decode_train.log"
+    python3 benchmarks/bench_gpu.py decode --model $run --dtype bf16 --lines 500 --bs1-lines 40 \
+      2>&1 | tee "$logs/decode.log" ;;
+  *) echo "stage: tests, train, compile or decode" >&2; exit 2 ;;
+esac
