@@ -30,3 +30,13 @@ class CheckpointError(NmtError):
 
 class DownloadError(NmtError):
     """A download failed or its checksum did not match."""
+
+
+class TrainingStopped(NmtError):
+    """Training stopped on SIGINT/SIGTERM after writing a checkpoint: exit 130/143 like an interrupted
+    Unix tool, so ``nmt train ... && nmt translate ...`` does not go on with an unfinished model."""
+
+    def __init__(self, signal_name: str, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.exit_code = exit_code

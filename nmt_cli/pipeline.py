@@ -18,6 +18,7 @@ from .decode.translator import Translator, load_model
 from .errors import NmtError
 from .score.metrics import MetricResult, score
 from .train.loop import train
+from .utils.files import split_lines
 
 PAIRS = ("en-de", "en-fr")
 Log = Callable[[str], None]
@@ -69,8 +70,8 @@ def run_quickstart(recipe: Recipe, log: Log = print, examples: int = 5) -> Quick
     seconds["train"] = time.monotonic() - clock
     clock = time.monotonic()
     source, reference = text_paths(recipe.data_dir, "test", recipe)
-    sources = source.read_text(encoding="utf-8").splitlines()
-    references = reference.read_text(encoding="utf-8").splitlines()
+    sources = split_lines(source.read_text(encoding="utf-8"))
+    references = split_lines(reference.read_text(encoding="utf-8"))
     loaded = load_model(recipe.run_dir)
     translator = Translator(loaded, replace(recipe.decode, batch_tokens=4000))
     outputs = [hyps[0][0] for hyps in translator.translate(sources)]

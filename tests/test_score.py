@@ -97,3 +97,22 @@ def test_bad_input_gets_one_line_errors(files, tmp_path, case, message):
     assert result.exit_code != 0
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\x85", "\x0c", "\r", "\x1c", "\u2029"])
+def test_score_splits_lines_only_at_newlines_as_sacrebleu_does(tmp_path, multi30k, separator):
+    """A Unicode line separator inside a sentence must not shift the hypotheses against the references."""
+    from sacrebleu import corpus_bleu
+
+    refs = read_lines(multi30k / "test_2016_flickr.de.gz", 200)
+    hyps = [" ".join(line.split()[:-1]) for line in refs]  # imperfect hypotheses: BLEU well below 100
+    hyps[10] = hyps[10].replace(" ", f" {separator}", 1)
+    refs[20] = refs[20].replace(" ", f" {separator}", 1)
+    (tmp_path / "hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8", newline="")
+    (tmp_path / "ref").write_text("\ufeff" + "".join(r + "\r\n" for r in refs), encoding="utf-8", newline="")
+    result = CliRunner().invoke(app, ["score", str(tmp_path / "hyp"), str(tmp_path / "ref"), "--json"])
+    assert result.exit_code == 0, result.output
+    bleu = json.loads(result.output)[0]
+    assert bleu["name"] == "BLEU"
+    assert bleu["score"] == pytest.approx(corpus_bleu(hyps, [refs]).score, abs=0.01)
+    assert 20 < bleu["score"] < 90

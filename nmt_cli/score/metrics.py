@@ -17,6 +17,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.metrics.base import Metric
 
 from ..errors import DataError
+from ..utils.files import split_lines
 
 METRICS = ("bleu", "chrf", "ter")
 
@@ -119,14 +120,13 @@ def _with_references(name: str, refs: list[list[str]]) -> Metric:
 def read_lines(path: str | Path, stdin_text: str | None = None) -> list[str]:
     """Lines of a UTF-8 text file (``-`` reads the given stdin text), with one-line errors."""
     if str(path) == "-":
-        text = stdin_text or ""
-        return text.splitlines()
+        return split_lines(stdin_text or "")
     path = Path(path)
     if not path.exists() or path.is_dir():  # exists(), not is_file(): pipes such as <(zcat ref.gz) are fine
         raise DataError(f"{path}: file not found; check the path")
     data = path.read_bytes()
     try:
-        return data.decode("utf-8").splitlines()
+        return split_lines(data.decode("utf-8"))
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise DataError(f"{path}:{line}: invalid UTF-8; save the file as UTF-8") from None

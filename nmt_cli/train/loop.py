@@ -28,7 +28,7 @@ from ..config import Recipe, dump_recipe, recipe_to_dict
 from ..data.batches import ParallelData, collate, make_batches, target_tokens
 from ..data.prepare import load_meta, text_paths
 from ..data.vocab import PAD_ID, load_vocab
-from ..errors import CheckpointError, NmtError
+from ..errors import CheckpointError, NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model, count_parameters
 from ..utils.files import atomic_open
 from . import checkpoint
@@ -246,6 +246,7 @@ class Trainer:
         self.model.train()
         started = time.monotonic() - self.state.elapsed
         window = _Window()
+        self.stopped_by: str | None = None
         with StopRequest() as stop, self._progress() as bar:
             reason = None
             while reason is None:
@@ -274,6 +275,7 @@ class Trainer:
                     self.state.epoch_batches_done = 0
                     if config.max_epochs and self.state.epoch > config.max_epochs:
                         reason = f"reached {config.max_epochs} epochs"
+            self.stopped_by = stop.signal
         self._finish(reason)
         return self.state
 
@@ -503,6 +505,11 @@ def train(recipe: Recipe, resume: bool | None = None, log: Log = print) -> Path:
         trainer.run()
     finally:
         shutdown(info)
+    if trainer.stopped_by:
+        code = 128 + signal.Signals[trainer.stopped_by].value  # 130 for SIGINT, 143 for SIGTERM
+        raise TrainingStopped(trainer.stopped_by, code, f"{recipe.run_dir}: stopped by {trainer.stopped_by} after "
+                              f"update {trainer.state.step:,} with a checkpoint written; run the same command to "
+                              "resume")
     return recipe.run_dir
 
 

@@ -79,3 +79,17 @@ def sha256_file(path: str | os.PathLike[str], block: int = 1 << 20) -> str:
         while chunk := handle.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as sacreBLEU and the Unix tools count them: split on ``\\n`` only.
+
+    ``str.splitlines`` also splits on U+2028, U+0085, form feed, lone CR and more, which appear inside
+    real sentences and would silently shift every following line against its reference. A CR
+    before the ``\\n`` (Windows line ends) and a UTF-8 byte-order mark at the start are dropped.
+    """
+    text = text.removeprefix("\ufeff")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start another
+    return [line.removesuffix("\r") for line in lines]
