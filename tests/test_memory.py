@@ -119,6 +119,9 @@ def test_resume_keeps_the_batch_size_of_the_run(prepared, tmp_path):
     first.run()
     resumed, _ = _trainer(prepared, tmp_path / "run", "train.max_tokens=1200", "train.max_steps=4")
     assert resumed.max_tokens == 1200 and resumed.state.step == 2
+    changed, messages = _trainer(prepared, tmp_path / "run", "train.max_tokens=900", "train.max_steps=4")
+    assert changed.max_tokens == 900  # the recipe's new value wins, with a warning
+    assert any("changed from 1,200 to 900" in m for m in messages)
 
 
 class _OverflowsFirst(torch.nn.Module):

@@ -191,10 +191,14 @@ class Trainer:
 
     def _resolve_max_tokens(self) -> int:
         """The batch size: the one a resumed run used, the recipe's, or (auto) probed on the GPU."""
-        if self.state.max_tokens:
-            return self.state.max_tokens  # same batches as before the interruption
+        stored = self.state.max_tokens  # what the run used before an interruption (0 for a new run)
         if self.config.max_tokens != "auto":
+            if stored and stored != self.config.max_tokens:
+                self.log(f"train.max_tokens changed from {stored:,} to {self.config.max_tokens:,}: batches from here "
+                         "on differ from the interrupted run's")
             return int(self.config.max_tokens)
+        if stored:
+            return stored  # auto resolves once: a resumed run keeps its batches
         if self.info.device.type != "cuda":
             self.log(f"train.max_tokens auto: {CPU_MAX_TOKENS:,} on the CPU (auto sizes batches to GPU memory)")
             return CPU_MAX_TOKENS
