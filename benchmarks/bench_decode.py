@@ -1,6 +1,7 @@
 """Decoding speed: sentences/s and target tokens/s, beam 4 and greedy, batch sizes 1, 16, 64.
 
     python benchmarks/bench_decode.py MODEL_DIR [--ct2 CT2_DIR] [--repeats 3] [--threads 2] [--sets m30k,wmt14]
+                                      [--max-lines N]
 
 Each run is ``nmt translate`` in a fresh process (so peak RSS is per run), reading Multi30k
 test 2016 (1,000 sentences) and newstest2014 English (3,003 sentences). The reported time is
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="1,16,64")
     parser.add_argument("--beams", default="4,1")
     parser.add_argument("--stop", default=None, help="our beam search's stop rule (default: the recipe's)")
+    parser.add_argument("--max-lines", type=int, default=0, help="only the first N lines of each test set (0: all)")
     args = parser.parse_args()
     import gzip
 
@@ -42,7 +44,8 @@ def main() -> None:
     rows = []
     for name in args.sets.split(","):
         source = WORK / f"decode_{name}.en"
-        source.write_bytes(gzip.decompress(SETS[name].read_bytes()))
+        lines = gzip.decompress(SETS[name].read_bytes()).splitlines(keepends=True)
+        source.write_bytes(b"".join(lines[: args.max_lines or None]))
         for beam in map(int, args.beams.split(",")):
             for batch in map(int, args.batch_sizes.split(",")):
                 runs: dict[str, list[tuple[float, float, float, str]]] = {engine: [] for engine in engines}

@@ -100,11 +100,11 @@ class DownloadSource:
 class ModelConfig:
     """Transformer sizes and variants; defaults are the paper's base model."""
 
-    layers: int = _opt(6, "encoder layers (and decoder layers unless decoder_layers is set)", ge=1)
-    decoder_layers: int = _opt(0, "decoder layers (0: same as layers)", ge=0)
-    d_model: int = _opt(512, "model width", ge=2)
-    n_heads: int = _opt(8, "attention heads; must divide d_model", ge=1)
-    d_ff: int = _opt(2048, "feed-forward inner width", ge=1)
+    layers: int = _opt(6, "encoder layers (and decoder layers unless decoder_layers is set)", ge=1, le=1000)
+    decoder_layers: int = _opt(0, "decoder layers (0: same as layers)", ge=0, le=1000)
+    d_model: int = _opt(512, "model width", ge=2, le=65536)
+    n_heads: int = _opt(8, "attention heads; must divide d_model", ge=1, le=4096)
+    d_ff: int = _opt(2048, "feed-forward inner width", ge=1, le=1 << 20)
     dropout: float = _opt(0.1, "residual and embedding dropout", ge=0, le=1)
     attention_dropout: float = _opt(0.0, "dropout on attention weights", ge=0, le=1)
     activation_dropout: float = _opt(0.0, "dropout after the feed-forward activation", ge=0, le=1)
@@ -120,7 +120,7 @@ class ModelConfig:
         "tfixup: Huang et al. 2020 (no LayerNorm)")
     share_embeddings: bool = _opt(True, "one embedding for source and target (needs vocab.joint)")
     tie_output: bool = _opt(True, "output projection tied to the target embedding")
-    max_positions: int = _opt(1024, "longest sentence in subword tokens (incl. EOS)", ge=8)
+    max_positions: int = _opt(1024, "longest sentence in subword tokens (incl. EOS)", ge=8, le=1 << 20)
 
     @property
     def n_decoder_layers(self) -> int:
@@ -135,7 +135,7 @@ class TrainConfig:
     """Optimisation, batching, stopping, validation and checkpoints."""
 
     dir: str = _opt("", "run folder (default: runs/RECIPE_NAME)")
-    seed: int = _opt(1, "random seed (batches, dropout, initialisation)")
+    seed: int = _opt(1, "random seed (batches, dropout, initialisation)", ge=0, le=2**32 - 1)
     max_tokens: int | Literal["auto"] = _opt(
         4096, "tokens per batch per process, padding included; auto: the largest batch that fits in GPU memory "
         "(probed at start; 4096 on the CPU)", ge=1)
@@ -298,6 +298,23 @@ def require_data(recipe: Recipe, source: str = "recipe") -> None:
         raise RecipeError(f"{source}: missing required value data.train (corpus prefixes)")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error, not a silent overwrite."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, typing.Hashable) and key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"'{key}' appears twice, at lines {first_line[key]} and {line}; keep one",
+                    key_node.start_mark)
+            if isinstance(key, typing.Hashable):
+                first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _load_yaml_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     resolved = path.resolve()
     if resolved in seen:
@@ -307,7 +324,7 @@ def _load_yaml_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise RecipeError(f"{path}: recipe not found{where}; check the path")
     try:
         with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
+            raw = yaml.load(handle, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark else ""

@@ -18,7 +18,7 @@ from .decode.translator import Translator, load_model
 from .errors import NmtError
 from .score.metrics import MetricResult, score
 from .train.loop import train
-from .utils.files import split_lines
+from .utils.files import atomic_open, split_lines
 
 PAIRS = ("en-de", "en-fr")
 Log = Callable[[str], None]
@@ -76,7 +76,8 @@ def run_quickstart(recipe: Recipe, log: Log = print, examples: int = 5) -> Quick
     translator = Translator(loaded, replace(recipe.decode, batch_tokens=4000))
     outputs = [hyps[0][0] for hyps in translator.translate(sources)]
     hypotheses = recipe.run_dir / "test.hyp"
-    hypotheses.write_text("".join(line + "\n" for line in outputs), encoding="utf-8")
+    with atomic_open(hypotheses, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in outputs))
     seconds["translate"] = time.monotonic() - clock
     step = max(1, len(sources) // examples)
     shown = [(sources[i], references[i], outputs[i]) for i in range(0, len(sources), step)][:examples]

@@ -126,13 +126,46 @@ def test_interrupted_transfer_resumes_with_range(server, tmp_path):
     assert (tmp_path / "corpora" / "corpus.en").read_text() == "Hello world.\nGood morning.\n"
 
 
-def test_checksum_mismatch_is_refused_and_removed(server, tmp_path):
-    server.files["/bad.tgz"] = build_archive()
+def test_checksum_mismatch_is_refused_and_moved_aside(server, tmp_path):
+    archive = build_archive()
+    server.files["/bad.tgz"] = archive
     recipe = recipe_for(tmp_path, server.url + "/bad.tgz", "0" * 64)
-    with pytest.raises(DownloadError, match="checksum mismatch .*the file was removed"):
+    found = hashlib.sha256(archive).hexdigest()
+    with pytest.raises(DownloadError, match=f"checksum mismatch \\(expected sha256 0{{64}}, found {found}\\).*bad.tgz.bad"):
         download_all(recipe, progress=False, cache=tmp_path / "cache", log=lambda _m: None)
-    assert list((tmp_path / "cache").iterdir()) == []
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["bad.tgz.bad"]
+    assert (tmp_path / "cache" / "bad.tgz.bad").read_bytes() == archive
     assert not (tmp_path / "corpora" / "corpus.en").exists()
+
+
+def test_wrong_file_in_the_cache_is_moved_aside_not_deleted(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "none.tgz").write_bytes(b"placed here by hand")
+    recipe = recipe_for(tmp_path, "http://127.0.0.1:9/none.tgz", "1" * 64)
+    logs: list[str] = []
+    with pytest.raises(DownloadError) as err:
+        download_all(recipe, progress=False, cache=cache, log=logs.append)
+    found = hashlib.sha256(b"placed here by hand").hexdigest()
+    message = str(err.value)
+    assert "\n" not in message and "cannot download" in message
+    assert f"wrong checksum: expected sha256 {'1' * 64}, found {found}" in message
+    assert (cache / "none.tgz.bad").read_bytes() == b"placed here by hand"
+    assert any("checksum mismatch" in line for line in logs)
+
+
+def test_offline_download_lists_every_missing_file(tmp_path):
+    path = tmp_path / "r.yaml"
+    sources = "".join(f"  - url: http://127.0.0.1:9/part{i}.tgz\n    sha256: '{'0' * 64}'\n    save_as: part{i}.tgz\n"
+                      for i in range(3))
+    path.write_text(f"data: {{src_lang: en, tgt_lang: de, root: {tmp_path / 'corpora'}, train: [c]}}\n"
+                    f"download:\n{sources}")
+    with pytest.raises(DownloadError) as err:
+        download_all(load_recipe(path), progress=False, cache=tmp_path / "cache", log=lambda _m: None)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("3 of 3 files could not be fetched")
+    for i in range(3):
+        assert f"part{i}.tgz: cannot download" in message and str(tmp_path / "cache" / f"part{i}.tgz") in message
 
 
 def test_http_404_and_no_network(server, tmp_path):

@@ -131,7 +131,8 @@ def test_invalid_utf8_names_the_line_and_replace_goes_on(tmp_path, multi30k):
 def test_empty_after_filtering(tmp_path):
     write_slice(tmp_path / "c", "train", {"en": ["", "a"], "de": ["x", "a b c d e"]})
     recipe = corpus_recipe(tmp_path)
-    with pytest.raises(DataError, match=r"no training pair is left after cleaning \(dropped 1 empty, 1 ratio\)"):
+    with pytest.raises(DataError, match=r"the train split is empty \(2 lines read, 0 kept\); data.clean dropped 1 empty, "
+                                        r"1 ratio; check the files or relax data.clean"):
         quiet(recipe)
     assert_nothing_complete(recipe)
 

@@ -127,7 +127,7 @@ def test_average_refuses_other_model_settings(overfit, prepared, tmp_path):
     other = tmp_path / "other.pt"
     payload = checkpoint.load(run_dir / "model.pt")
     payload["recipe"]["model"]["d_ff"] = 7
-    checkpoint.save(other, payload)
+    checkpoint.save(other, payload, kind="weights")
     with pytest.raises(CheckpointError, match="different model settings"):
         checkpoint.average_checkpoints([run_dir / "model.pt", other], tmp_path / "x.pt")
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ..errors import NmtError
+from ..utils.run_folder import STEP_PATTERN, refuse_output_inside_runs
 from .common import console
 
 
@@ -18,7 +20,19 @@ def run(
     from ..train.checkpoint import average_checkpoints, select_checkpoints
 
     paths = select_checkpoints(inputs, last)
+    _check_output(output, paths)
     average_checkpoints(paths, output)
     console.print(f"averaged {len(paths)} checkpoints into {output}:", markup=False)
     for path in paths:
         console.print(f"  {path}", markup=False)
+
+
+def _check_output(output: Path, inputs: list[Path]) -> None:
+    """The averaged file never replaces what it reads, nor a training checkpoint."""
+    if output.is_dir():
+        raise NmtError(f"{output}: is a folder; name the model file to write, e.g. {output / 'model.pt'}")
+    if any(output.resolve() == path.resolve() for path in inputs):
+        raise NmtError(f"{output}: is one of the checkpoints being averaged; write the average to another file")
+    if STEP_PATTERN.match(output.name):
+        raise NmtError(f"{output}: a step_N.pt name is kept for training checkpoints; choose another name")
+    refuse_output_inside_runs(output, "an averaged model")

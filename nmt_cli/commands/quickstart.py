@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ..utils.run_folder import RunFolder
 from .common import SetOption, console
 
 
@@ -36,7 +37,7 @@ def _summary(result, pair: str) -> None:
         examples.add_row(*row)
     console.print(examples)
     r = result.recipe
-    recipe_file = r.run_dir / "recipe.yaml"
+    recipe_file = RunFolder(r.run_dir).recipe_file
     timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result.seconds.items())
     # Plain lines, not a panel: a panel would cut long paths, and these are meant to be copied.
     console.print(f"\n[bold]model folder:[/] {result.run_dir}   ({timing})", soft_wrap=True)

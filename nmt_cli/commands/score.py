@@ -33,6 +33,8 @@ def run(
     for name in names:
         if name not in m.METRICS:
             raise NmtError(f"--metrics: unknown metric '{name}'; choose from {', '.join(m.METRICS)}")
+    if tokenize is not None and tokenize not in m.BLEU_TOKENIZERS:
+        raise NmtError(f"--tokenize {tokenize}: unknown sacreBLEU tokenizer; choose from {', '.join(m.BLEU_TOKENIZERS)}")
     needed = 3 if compare else 2
     if len(files) < needed:
         raise NmtError(f"give {'HYP_A HYP_B REF' if compare else 'HYP REF'} [REF...]: {len(files)} file(s) given")

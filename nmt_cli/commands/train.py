@@ -21,6 +21,9 @@ def run(
     nproc: int = typer.Option(0, "--nproc", help="Launch N processes on this machine through torchrun (CPU: gloo).",
                               min=0),
     gpus: int = typer.Option(0, "--gpus", help="Launch one process per GPU through torchrun (NCCL).", min=0),
+    start_from: str = typer.Option(
+        None, "--from", help="Resume from this checkpoint instead of the newest: a step number (1200) or a file.",
+        show_default=False),
 ) -> None:
     """Train the model the recipe describes; the run folder holds checkpoints, metrics and model.pt."""
     resolved = recipe_from_cli(recipe, overrides)  # validate before launching anything
@@ -34,13 +37,16 @@ def run(
         args = [str(recipe), *[a for item in overrides for a in ("--set", item)]]
         if resume is not None:
             args.append("--resume" if resume else "--no-resume")
+        if start_from is not None:
+            args += ["--from", start_from]
         if gpus:
             args += ["--set", "train.device=cuda"]
         console.print(f"launching {processes} processes through torchrun", markup=False)
         raise typer.Exit(launch(processes, args))
     from ..train.loop import train
 
-    run_dir = train(resolved, resume=resume, log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    run_dir = train(resolved, resume=resume, start_from=start_from,
+                    log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
     if int(os.environ.get("RANK", "0")) == 0:
         console.print(f"done: translate with  [bold]nmt translate -m {run_dir}[/] < input.txt", soft_wrap=True)
     sys.stdout.flush()

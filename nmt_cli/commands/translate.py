@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import sys
@@ -68,6 +69,7 @@ def run(
                        "use --stop beam or leave --stop out")
     if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
+    _check_output(output, input, model)
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     target = _device(device)
@@ -138,10 +140,27 @@ def _lines(path: Path | None) -> Iterator[Iterator[str]]:
 
 def _checked(handle: IO[bytes], name: str) -> Iterator[str]:
     for number, raw in enumerate(handle, start=1):
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            console.print(f"{name}: removed the UTF-8 byte-order mark at the start", markup=False)
+            raw = raw[len(codecs.BOM_UTF8):]
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError:
             raise NmtError(f"{name}:{number}: invalid UTF-8; convert the input to UTF-8") from None
+
+
+def _check_output(output: Path | None, input: Path | None, model: Path) -> None:
+    """The output file never replaces the input being read or the model."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise NmtError(f"{output}: is a folder; name the output file")
+    target = output.resolve()
+    read = [input] if input is not None else []
+    read += [model, model / "model.pt"] if model.is_dir() else [model]
+    for path in read:
+        if path.exists() and target == path.resolve():
+            raise NmtError(f"{output}: is also what this command reads ({path}); write the output to another file")
 
 
 @contextlib.contextmanager
@@ -168,7 +187,8 @@ def _progress(items: Iterator, show: bool) -> Iterator:
 def _report(stats, seconds: float, show: bool, max_positions: int) -> None:
     if stats.truncated:
         console.print(f"warning: {stats.truncated} input line(s) longer than the model's {max_positions - 1} "
-                      "tokens were truncated", markup=False, soft_wrap=True)
+                      f"tokens (model.max_positions {max_positions}, EOS included) were truncated",
+                      markup=False, soft_wrap=True)
     if show:
         rate = stats.sentences / max(seconds, 1e-9)
         console.print(f"translated {stats.sentences:,} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "

@@ -7,7 +7,10 @@ a broken file is reported with its line number instead of silently damaged.
 
 from __future__ import annotations
 
+import codecs
+import gzip
 import hashlib
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,27 +44,72 @@ def _find(base: Path, lang: str) -> Path:
 
 
 class HashingReader:
-    """Iterates the lines of a file as ``str`` while hashing the raw bytes read."""
+    """Iterates the lines of a file as ``str`` while hashing the raw bytes read.
+
+    Lines split on ``\\n`` only (as sacreBLEU and the Unix tools count them). Each line comes
+    without its line end; a UTF-8 byte-order mark at the start of the file is dropped, and a lone
+    CR inside a line (which other tools would take for a line break) becomes a space. The
+    counters say how often each happened, so the caller can report it.
+    """
 
     def __init__(self, path: Path, errors: str) -> None:
         self.path = path
         self.errors = errors
         self.sha256 = hashlib.sha256()
         self.lines = 0
+        self.bom_removed = False
+        self.lone_cr_lines = 0
+        self.replaced_lines = 0  # lines with invalid UTF-8 replaced (--encoding-errors replace)
 
     def __iter__(self) -> Iterator[str]:
         with open_binary(self.path) as handle:
-            for raw in handle:
+            for raw in _guard_gzip(handle, self):
                 self.lines += 1
                 self.sha256.update(raw)
-                yield self._decode(raw)
+                if self.lines == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8):]
+                    self.bom_removed = True
+                yield self._clean(self._decode(raw))
+
+    def _clean(self, line: str) -> str:
+        line = line.removesuffix("\n").removesuffix("\r")
+        if "\r" in line:
+            self.lone_cr_lines += 1
+            line = line.replace("\r", " ")
+        return line
 
     def _decode(self, raw: bytes) -> str:
         try:
-            return raw.decode("utf-8", errors=self.errors)
+            return raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise DataError(f"{self.path}:{self.lines}: invalid UTF-8 at byte {err.start}; "
-                            "fix the file or pass --encoding-errors replace") from None
+            if self.errors == "strict":
+                raise DataError(f"{self.path}:{self.lines}: invalid UTF-8 at byte {err.start}; "
+                                "fix the file or pass --encoding-errors replace") from None
+        self.replaced_lines += 1
+        return raw.decode("utf-8", errors=self.errors)
+
+    def notes(self) -> list[str]:
+        """What was changed while reading, for the log (empty when nothing was)."""
+        notes = []
+        if self.bom_removed:
+            notes.append(f"{self.path}: removed the UTF-8 byte-order mark at the start")
+        if self.lone_cr_lines:
+            notes.append(f"{self.path}: {self.lone_cr_lines:,} line(s) held a lone carriage return (CR), "
+                         "replaced by a space")
+        if self.replaced_lines:
+            notes.append(f"{self.path}: {self.replaced_lines:,} line(s) had invalid UTF-8, replaced by U+FFFD")
+        return notes
+
+
+def _guard_gzip(handle: Iterator[bytes], reader: HashingReader) -> Iterator[bytes]:
+    """Iterate ``handle``, turning a corrupt or truncated gzip stream into a one-line error."""
+    try:
+        yield from handle
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        cause = "truncated: the file ends before the compressed data does" if isinstance(err, EOFError) else (
+            f"not valid gzip data ({err})")
+        raise DataError(f"{reader.path}: {cause}, after {reader.lines:,} lines; download or compress it again") \
+            from None
 
 
 class ParallelReader:
@@ -83,7 +131,7 @@ class ParallelReader:
                 for _ in src_iter:  # count the rest: the reader's counter advances
                     pass
                 _mismatch(self.pair, self._src.lines, self._tgt.lines)
-            yield src_line.rstrip("\r\n"), tgt_line.rstrip("\r\n")
+            yield src_line, tgt_line
         if next(tgt_iter, None) is not None:
             for _ in tgt_iter:
                 pass
@@ -93,6 +141,10 @@ class ParallelReader:
     def lines(self) -> int:
         """Pairs read so far."""
         return self._src.lines
+
+    def notes(self) -> list[str]:
+        """What was changed while reading either file (byte-order marks, lone CRs, replaced bytes)."""
+        return self._src.notes() + self._tgt.notes()
 
     @property
     def hashes(self) -> dict[str, str]:

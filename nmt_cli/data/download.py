@@ -44,9 +44,19 @@ def download_all(recipe: Recipe, log: Log = print, progress: bool = True, cache:
     cache = ensure_writable_dir(cache or cache_dir())
     root = ensure_writable_dir(recipe.data.root)
     written: list[Path] = []
+    failures: list[str] = []
     for source in recipe.download:
-        archive = fetch(source, cache, log, progress)
+        try:
+            archive = fetch(source, cache, log, progress)
+        except DownloadError as err:  # go on: the user learns every missing file at once
+            failures.append(str(err))
+            continue
         written += unpack(source, archive, root, log)
+    if len(failures) == 1:
+        raise DownloadError(failures[0])
+    if failures:
+        raise DownloadError(f"{len(failures)} of {len(recipe.download)} files could not be fetched: "
+                            + " | ".join(failures))
     return written
 
 
@@ -57,24 +67,34 @@ def file_name(source: DownloadSource) -> str:
 def fetch(source: DownloadSource, cache: Path, log: Log = print, progress: bool = True) -> Path:
     """The verified local copy of ``source``: from the cache, or downloaded (resuming a partial file)."""
     target = cache / file_name(source)
+    bad = target.with_name(target.name + ".bad")
+    note = ""
     if target.is_file():
-        if sha256_file(target) == source.sha256:
+        digest = sha256_file(target)
+        if digest == source.sha256:
             log(f"[skip] {target.name} is in the cache and verified")
             return target
-        target.unlink()
+        os.replace(target, bad)  # kept for the user to inspect, never silently deleted
+        note = (f" (the cached {target} had the wrong checksum: expected sha256 {source.sha256}, found {digest}; "
+                f"moved aside to {bad})")
+        log(f"{target}: checksum mismatch (expected sha256 {source.sha256}, found {digest}); moved aside to {bad}, "
+            "downloading again")
     partial = target.with_name(target.name + ".part")
-    _transfer(source.url, partial, progress)
+    try:
+        _transfer(source.url, partial, progress, target)
+    except DownloadError as err:
+        raise DownloadError(f"{err}{note}") from None
     digest = sha256_file(partial)
     if digest != source.sha256:
-        partial.unlink()
-        raise DownloadError(f"{source.url}: checksum mismatch (expected sha256 {source.sha256}, got {digest}); "
-                            "the file was removed: run again, or check the URL and checksum in the recipe")
+        os.replace(partial, bad)
+        raise DownloadError(f"{source.url}: checksum mismatch (expected sha256 {source.sha256}, found {digest}); "
+                            f"the file was moved aside to {bad}: run again, or check the URL and checksum in the recipe")
     os.replace(partial, target)
     log(f"downloaded and verified {target}")
     return target
 
 
-def _transfer(url: str, partial: Path, progress: bool) -> None:
+def _transfer(url: str, partial: Path, progress: bool, target: Path) -> None:
     have = partial.stat().st_size if partial.exists() else 0
     request = urllib.request.Request(url, headers={"User-Agent": "nmt-download"})
     if have:
@@ -88,7 +108,7 @@ def _transfer(url: str, partial: Path, progress: bool) -> None:
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise DownloadError(f"{url}: cannot download ({reason}); without network, fetch it by hand and put it at "
-                            f"{partial.with_suffix('')}") from None
+                            f"{target}") from None
     with response:
         resumed = getattr(response, "status", 200) == 206  # file:// responses have no status or length
         mode = "ab" if resumed else "wb"

@@ -28,7 +28,8 @@ from tqdm import tqdm
 from .. import __version__
 from ..config import Recipe, recipe_to_dict, require_data
 from ..errors import DataError
-from ..utils.files import atomic_open, ensure_writable_dir
+from ..utils.files import atomic_open, ensure_writable_dir, remove_stale_temps
+from ..utils.process import die_with_parent
 from .binary import TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
@@ -44,16 +45,15 @@ def prepare(recipe: Recipe, force: bool = False, log: Log = print, progress: boo
     out = ensure_writable_dir(recipe.data_dir)
     (out / "text").mkdir(exist_ok=True)
     (out / ".state").mkdir(exist_ok=True)
+    for folder in (out, out / "text", out / ".state"):
+        for leftover in remove_stale_temps(folder):
+            log(f"removed {leftover}, left behind by a killed process")
     meta_path = out / "meta.json"
     if force:
         meta_path.unlink(missing_ok=True)
     splits = _splits(recipe)
     cleaned = {name: _clean_split(recipe, name, pairs, out, force, log, progress)
                for name, pairs in splits.items()}
-    if cleaned["train"]["kept"] == 0:
-        files = ", ".join(str(p.src) for p in splits["train"])
-        raise DataError(f"{files}: no training pair is left after cleaning ({_drops(cleaned['train'])}); "
-                        "check the files or relax data.clean")
     vocab = _learn_vocab_step(recipe, out, cleaned["train"], force, log)
     encoded = {name: _encode_split(recipe, name, out, cleaned[name], vocab, force, log, progress)
                for name in splits}
@@ -108,6 +108,10 @@ def _stamp(out: Path, step: str, key: str, result: dict[str, Any]) -> dict[str, 
 # --------------------------------------------------------------------------- cleaning
 
 
+# Bumped when the reading rules change (BOM, lone CR), so that cleaned text of older versions is redone.
+TEXT_RULES = 2
+
+
 def text_paths(out: Path, split: str, recipe: Recipe) -> tuple[Path, Path]:
     """Where the cleaned text of a split is kept (also the references for validation BLEU)."""
     return out / "text" / f"{split}.{recipe.data.src_lang}", out / "text" / f"{split}.{recipe.data.tgt_lang}"
@@ -118,7 +122,7 @@ def _clean_split(recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path,
     src_out, tgt_out = text_paths(out, split, recipe)
     is_train = split == "train"
     key = _key(_fingerprint([p for pair in pairs for p in (pair.src, pair.tgt)]), recipe.data.encoding_errors,
-               recipe_to_dict(recipe)["data"]["clean"] if is_train else "strip")
+               recipe_to_dict(recipe)["data"]["clean"] if is_train else "strip", TEXT_RULES)
     cached = _cached(out, f"clean.{split}", key, [src_out, tgt_out], force)
     if cached is not None:
         log(f"[skip] {split}: cleaned text is up to date ({cached['kept']:,} pairs)")
@@ -139,10 +143,21 @@ def _clean_split(recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path,
                 ft.write(tgt + "\n")
             read += reader.lines
             hashes.update(reader.hashes)
-    n_kept = cleaner.kept if is_train else read
+            for note in reader.notes():
+                log(note)
+        n_kept = cleaner.kept if is_train else read
+        if n_kept == 0:  # raised inside the with: the empty files are discarded, earlier text stays
+            _refuse_empty(split, pairs, read, _drops({"dropped": dict(cleaner.dropped)}))
     result = {"read": read, "kept": n_kept, "dropped": dict(cleaner.dropped), "sha256": hashes}
     log(f"{split}: read {read:,} pairs, kept {n_kept:,}" + (f" ({_drops(result)})" if is_train else ""))
     return _stamp(out, f"clean.{split}", key, result)
+
+
+def _refuse_empty(split: str, pairs: list[CorpusPair], read: int, drops: str) -> None:
+    names = ", ".join(f"{p.src} / {p.tgt}" for p in pairs)
+    fix = (f"data.clean {drops}; check the files or relax data.clean" if split == "train" and read
+           else f"give data.{split} non-empty files" + ("" if split == "train" else f", or remove data.{split}"))
+    raise DataError(f"{names}: the {split} split is empty ({read:,} lines read, 0 kept); {fix}")
 
 
 def _drops(result: dict[str, Any]) -> str:
@@ -181,7 +196,9 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
 _WORKER: dict[str, spm.SentencePieceProcessor] = {}
 
 
-def _init_worker(src_model: str, tgt_model: str) -> None:
+def _init_worker(src_model: str, tgt_model: str, parent: int | None = None) -> None:
+    if parent is not None:
+        die_with_parent(parent)
     _WORKER["src"] = load_vocab(Path(src_model))
     _WORKER["tgt"] = _WORKER["src"] if tgt_model == src_model else load_vocab(Path(tgt_model))
 
@@ -200,7 +217,8 @@ def _encode_chunk(chunk: tuple[list[str], list[str]]) -> tuple[np.ndarray, ...]:
 
 
 def _read_chunks(src: Path, tgt: Path, size: int) -> Iterator[tuple[list[str], list[str]]]:
-    with open(src, encoding="utf-8") as fs, open(tgt, encoding="utf-8") as ft:
+    # newline="\n": lines end at \n only, as the cleaning step wrote them.
+    with open(src, encoding="utf-8", newline="\n") as fs, open(tgt, encoding="utf-8", newline="\n") as ft:
         while True:
             src_lines = [line.rstrip("\n") for line in itertools.islice(fs, size)]
             tgt_lines = [line.rstrip("\n") for line in itertools.islice(ft, size)]
@@ -217,7 +235,7 @@ def _encoded_chunks(chunks: Iterator[tuple[list[str], list[str]]], workers: int,
         yield from map(_encode_chunk, chunks)
         return
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
-                             initializer=_init_worker, initargs=models) as pool:
+                             initializer=_init_worker, initargs=(*models, os.getpid())) as pool:
         pending: deque = deque()
         for chunk in chunks:
             pending.append(pool.submit(_encode_chunk, chunk))

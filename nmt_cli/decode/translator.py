@@ -55,7 +55,9 @@ def model_from_payload(payload: dict[str, Any], origin: Path, device: str | torc
         raise CheckpointError(f"{origin}: holds no SentencePiece model; it was not written by nmt train")
     src_vocab = load_vocab_bytes(vocab["src"], str(origin))
     tgt_vocab = src_vocab if vocab["tgt"] == vocab["src"] else load_vocab_bytes(vocab["tgt"], str(origin))
-    model = build_model(recipe.model, src_vocab.GetPieceSize(), tgt_vocab.GetPieceSize(), PAD_ID)
+    sizes = (src_vocab.GetPieceSize(), tgt_vocab.GetPieceSize())
+    _check_shapes(payload["model"], recipe, sizes, origin)  # before allocating what a crafted recipe asks for
+    model = build_model(recipe.model, *sizes, PAD_ID)
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as err:
@@ -63,6 +65,24 @@ def model_from_payload(payload: dict[str, Any], origin: Path, device: str | torc
         raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({first})") from None
     model.to(device=device, dtype=dtype).eval()  # the search scores in fp32 whatever the weights' dtype
     return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin)
+
+
+def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple[int, int], origin: Path) -> None:
+    """Compare the stored weights with the model the stored recipe describes, built without memory."""
+    try:
+        with torch.device("meta"):
+            skeleton = build_model(recipe.model, *sizes, PAD_ID)
+    except (RuntimeError, ValueError, OverflowError) as err:
+        raise CheckpointError(f"{origin}: its stored model settings describe no buildable model "
+                              f"({str(err).splitlines()[0]})") from None
+    expected = skeleton.state_dict()
+    for key in sorted(set(expected) | set(weights)):
+        if key not in weights or key not in expected:
+            where = "missing from the file" if key not in weights else "not part of the model"
+            raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({key} is {where})")
+        if tuple(weights[key].shape) != tuple(expected[key].shape):
+            raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({key} has shape "
+                                  f"{tuple(weights[key].shape)}; the recipe's model needs {tuple(expected[key].shape)})")
 
 
 @dataclass
@@ -95,11 +115,19 @@ class Translator:
         """Yield, for every input line in order, its n-best list of (text, score)."""
         source = iter(lines)
         while chunk := list(itertools.islice(source, self.chunk_lines)):
-            yield from self._translate_chunk([line.rstrip("\r\n") for line in chunk])
+            # A lone CR inside a line is a space here, as prepare reads it.
+            yield from self._translate_chunk([line.rstrip("\r\n").replace("\r", " ") for line in chunk])
 
     def _translate_chunk(self, lines: list[str]) -> list[list[tuple[str, float]]]:
-        encoded = self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)
-        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        return self.translate_encoded(self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int))
+
+    def translate_encoded(self, encoded: list[list[int]]) -> list[list[tuple[str, float]]]:
+        """The n-best lists of sentences already encoded as source ids (no EOS), in order.
+
+        Empty sentences give an empty line; too long ones are truncated and counted.
+        """
+        encoded = list(encoded)
+        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in encoded]
         todo = []
         for i, ids in enumerate(encoded):
             self.stats.sentences += 1

@@ -10,6 +10,7 @@ CTranslate2 is optional: ``pip install 'nmt-cli[ct2]'``.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,8 +22,10 @@ from ..config import DecodeConfig, dump_recipe, load_recipe
 from ..decode.translator import LoadedModel
 from ..errors import NmtError
 from ..model.positions import SinusoidalPositions
+from ..utils.run_folder import refuse_output_inside_runs
 
 SPM_SOURCE, SPM_TARGET, RECIPE_FILE = "source.spm.model", "target.spm.model", "nmt_recipe.yaml"
+EXPORT_MARKER = ".nmt-export"  # marks a folder as ours: --force may replace it, and nothing else
 
 
 def _require() -> object:
@@ -126,23 +129,50 @@ def build_spec(loaded: LoadedModel):
 
 
 def export(loaded: LoadedModel, output: Path, quantization: str | None = None, force: bool = False) -> Path:
-    """Write a CTranslate2 model folder (plus the SentencePiece models) to ``output``."""
+    """Write a CTranslate2 model folder (plus the SentencePiece models) to ``output``.
+
+    ``force`` replaces only an earlier export of ours (recognised by its marker file), never a run
+    folder or any other folder, and never the folder the model is read from.
+    """
+    _check_output(loaded.path, output, force)
     spec = build_spec(loaded)
-    if output.exists() and not force:
-        raise NmtError(f"{output}: already exists; choose another folder or pass --force")
-    staging = output.with_name(f".{output.name}.tmp")
+    staging = output.with_name(f".{output.name}.tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    spec.save(str(staging))
-    (staging / SPM_SOURCE).write_bytes(loaded.src_vocab.serialized_model_proto())
-    (staging / SPM_TARGET).write_bytes(loaded.tgt_vocab.serialized_model_proto())
-    (staging / RECIPE_FILE).write_text(dump_recipe(loaded.recipe), encoding="utf-8")
-    if output.exists():
-        shutil.rmtree(output)
-    staging.rename(output)
+    try:
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        spec.save(str(staging))
+        (staging / SPM_SOURCE).write_bytes(loaded.src_vocab.serialized_model_proto())
+        (staging / SPM_TARGET).write_bytes(loaded.tgt_vocab.serialized_model_proto())
+        (staging / RECIPE_FILE).write_text(dump_recipe(loaded.recipe), encoding="utf-8")
+        (staging / EXPORT_MARKER).write_text(f"exported from {loaded.path}\n", encoding="utf-8")
+        if output.exists():  # an earlier export (checked above): set it aside, put the new one in place
+            old = output.with_name(f".{output.name}.old{os.getpid()}")
+            output.rename(old)
+            staging.rename(output)
+            shutil.rmtree(old)
+        else:
+            staging.rename(output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return output
+
+
+def _check_output(model: Path, output: Path, force: bool) -> None:
+    refuse_output_inside_runs(output, "an exported model")
+    source, target = model.resolve(), output.resolve()
+    if target == source or target in source.parents:
+        raise NmtError(f"{output}: holds the model being exported ({model}); export into another folder")
+    if not output.exists():
+        return
+    if not force:
+        raise NmtError(f"{output}: already exists; choose another folder or pass --force")
+    # Exports of nmt 0.1 carry no marker, but our recipe file beside model.bin.
+    ours = (output / EXPORT_MARKER).is_file() or ((output / "model.bin").is_file() and (output / RECIPE_FILE).is_file())
+    if not output.is_dir() or not ours:
+        raise NmtError(f"{output}: not an earlier `nmt export` folder (no {EXPORT_MARKER} marker in it); --force "
+                       "replaces only those. Choose a new folder")
 
 
 class CTranslate2Engine:

@@ -8,7 +8,9 @@ text tokenized with ``sacremoses``; it is always reported beside the sacreBLEU f
 
 from __future__ import annotations
 
+import gzip
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,9 @@ class MetricResult:
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]):
     """sacreBLEU corpus BLEU with default settings (used by validation during training)."""
     return BLEU().corpus_score(list(hypotheses), [list(r) for r in references])
+
+
+BLEU_TOKENIZERS = tuple(BLEU.TOKENIZERS)  # sacreBLEU's names for --tokenize
 
 
 def make_metric(name: str, tokenize: str | None = None, lowercase: bool = False) -> Metric:
@@ -125,11 +130,23 @@ def read_lines(path: str | Path, stdin_text: str | None = None) -> list[str]:
     if not path.exists() or path.is_dir():  # exists(), not is_file(): pipes such as <(zcat ref.gz) are fine
         raise DataError(f"{path}: file not found; check the path")
     data = path.read_bytes()
+    if path.suffix == ".gz" or data[:2] == b"\x1f\x8b":  # a gzip file: read what it holds
+        data = _gunzip(data, path)
     try:
         return split_lines(data.decode("utf-8"))
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise DataError(f"{path}:{line}: invalid UTF-8; save the file as UTF-8") from None
+
+
+def _gunzip(data: bytes, path: Path) -> bytes:
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise DataError(f"{path}: truncated gzip file (it ends before the compressed data does); "
+                        "download or compress it again") from None
+    except (gzip.BadGzipFile, zlib.error) as err:
+        raise DataError(f"{path}: not valid gzip data ({err}); decompress it by hand or fix the file") from None
 
 
 def check_aligned(hypotheses: Sequence[str], hyp_name: str, references: Sequence[Sequence[str]],

@@ -1,49 +1,96 @@
-"""Checkpoint files: self-describing, written atomically, loaded with ``weights_only=True``.
+"""Checkpoint files: self-describing, typed, written atomically, loaded with ``weights_only=True``.
 
-A checkpoint holds the model weights, the resolved recipe, the SentencePiece model(s) and
-the format and toolkit versions, so that any single file can translate. Training
-checkpoints add the optimizer, schedule, data position and RNG states. Averaging is two
-pure functions, :func:`select_checkpoints` and :func:`average_state_dicts`.
+Every file holds the model weights, the resolved recipe, the SentencePiece model(s), the
+format and toolkit versions and its kind: ``training`` checkpoints (``checkpoints/step_*.pt``)
+add the optimizer, schedule, data position, RNG states and the identity of the prepared
+data; ``weights`` files (``model.pt``, ``best.pt``, averages) hold the model only, and are
+never taken for a training checkpoint. Averaging streams: one checkpoint in memory at a time.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import CheckpointError
-from ..utils.torchfile import MODEL_FILE, load, save
+from ..utils.run_folder import BEST_FILE, CHECKPOINT_DIR, MODEL_FILE, RunFolder
+from ..utils.torchfile import load, save
 
-__all__ = ["MODEL_FILE", "load", "save", "average_checkpoints", "average_state_dicts", "select_checkpoints"]
+__all__ = ["MODEL_FILE", "BEST_FILE", "CHECKPOINT_DIR", "load", "save", "TrainingCheckpoint", "load_training",
+           "average_checkpoints", "average_state_dicts", "select_checkpoints", "data_identity", "vocab_digest"]
 
-STEP_PATTERN = re.compile(r"^step_(\d+)\.pt$")
-BEST_FILE = "best.pt"
-CHECKPOINT_DIR = "checkpoints"
+TRAINING_KEYS = ("optimizer", "scheduler", "scaler", "train_state", "rng")
 
 
 def step_checkpoints(run_dir: Path) -> list[Path]:
     """The step checkpoints of a run, oldest first."""
-    folder = Path(run_dir) / CHECKPOINT_DIR
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := STEP_PATTERN.match(p.name))]
-    return [p for _, p in sorted(found)]
+    return RunFolder(run_dir).step_checkpoints()
 
 
 def step_path(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / CHECKPOINT_DIR / f"step_{step:08d}.pt"
+    return RunFolder(run_dir).step_path(step)
 
 
-def prune(run_dir: Path, keep_last: int) -> None:
-    """Delete all but the newest ``keep_last`` step checkpoints (0 keeps everything)."""
-    if keep_last <= 0:
-        return
-    for old in step_checkpoints(run_dir)[:-keep_last]:
-        old.unlink(missing_ok=True)
+@dataclass(frozen=True)
+class TrainingCheckpoint:
+    """A training checkpoint, checked to hold everything resuming needs."""
+
+    path: Path
+    payload: dict[str, Any]
+
+    @property
+    def model_section(self) -> dict[str, Any]:
+        return self.payload["recipe"].get("model", {})
+
+    @property
+    def step(self) -> int:
+        return int(self.payload["train_state"].get("step", 0))
+
+    @property
+    def vocab(self) -> dict[str, bytes]:
+        return self.payload.get("vocab") or {}
+
+    @property
+    def data(self) -> dict[str, Any] | None:
+        """The prepared training data's identity (absent in checkpoints of nmt before 0.2)."""
+        return self.payload.get("data")
+
+
+def load_training(path: Path, map_location: str | torch.device = "cpu") -> TrainingCheckpoint:
+    """Load a checkpoint to resume from; a weights-only file is refused with a one-line error."""
+    payload = load(path, map_location=map_location)
+    if payload["kind"] != "training":
+        raise CheckpointError(f"{path}: holds model weights only (as written by `nmt average` or for translation), "
+                              "not a training checkpoint; resume from a checkpoints/step_*.pt file")
+    missing = [key for key in TRAINING_KEYS if not isinstance(payload.get(key), dict)]
+    if missing:
+        raise CheckpointError(f"{path}: training checkpoint without {', '.join(missing)}; it is damaged or "
+                              "not written by nmt train; resume from another checkpoint")
+    return TrainingCheckpoint(Path(path), payload)
+
+
+def vocab_digest(blob: bytes) -> str:
+    """Short SHA-256 of a SentencePiece model, as error messages show it."""
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def data_identity(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What makes prepared training data the same: input files, cleaning result, vocabulary, encoding."""
+    train = meta["splits"]["train"]
+    files = [path for pair in train["files"] for path in pair]
+    inputs = {Path(p).name: meta.get("inputs_sha256", {}).get(p, "") for p in files}
+    return {"train_inputs_sha256": hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12],
+            "train_pairs": train.get("sentences"), "train_target_tokens": train.get("tgt_tokens"),
+            "vocab_sizes": [meta["vocab"]["src_size"], meta["vocab"]["tgt_size"]]}
+
+
+# --------------------------------------------------------------------------- averaging
 
 
 def select_checkpoints(inputs: Sequence[Path], last: int = 0) -> list[Path]:
@@ -65,46 +112,85 @@ def select_checkpoints(inputs: Sequence[Path], last: int = 0) -> list[Path]:
     return [Path(p) for p in inputs]
 
 
-def average_state_dicts(states: Sequence[dict[str, torch.Tensor]], names: Sequence[str] = ()) -> dict[str, torch.Tensor]:
+class _RunningMean:
+    """Float64 running sum of parameter dicts: memory for one sum, whatever the number of inputs."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.first_name = ""
+        self.count = 0
+
+    def add(self, state: Mapping[str, torch.Tensor], name: str) -> None:
+        if self.count == 0:
+            self.first_name = name
+            self.dtypes = {key: tensor.dtype for key, tensor in state.items()}
+            self.sums = {key: tensor.to(torch.float64, copy=True) if tensor.is_floating_point() else tensor.clone()
+                         for key, tensor in state.items()}
+        else:
+            self._check_same_architecture(state, name)
+            for key, tensor in state.items():
+                if tensor.is_floating_point():
+                    self.sums[key] += tensor.to(torch.float64)
+        self.count += 1
+
+    def _check_same_architecture(self, state: Mapping[str, torch.Tensor], name: str) -> None:
+        if state.keys() != self.sums.keys():
+            differ = sorted(set(self.sums) ^ set(state))[:3]
+            raise CheckpointError(f"{name}: different architecture from {self.first_name} "
+                                  f"(parameters {', '.join(differ)} differ); average only checkpoints of one run")
+        for key, tensor in state.items():
+            if tensor.shape != self.sums[key].shape:
+                raise CheckpointError(f"{name}: different architecture from {self.first_name} ({key} has shape "
+                                      f"{tuple(tensor.shape)}, not {tuple(self.sums[key].shape)})")
+
+    def mean(self) -> dict[str, torch.Tensor]:
+        if self.count == 0:
+            raise CheckpointError("no checkpoints to average")
+        return {key: (total / self.count).to(self.dtypes[key]) if total.is_floating_point() else total
+                for key, total in self.sums.items()}
+
+
+def average_state_dicts(states: Sequence[Mapping[str, torch.Tensor]], names: Sequence[str] = ()) -> dict[str, torch.Tensor]:
     """Element-wise mean of parameter dicts, accumulated in float64, returned in the input dtypes.
 
     Raises :class:`CheckpointError` when the dicts do not hold the same names and shapes.
     """
-    if not states:
-        raise CheckpointError("no checkpoints to average")
     names = list(names) or [f"checkpoint {i + 1}" for i in range(len(states))]
-    reference = states[0]
-    for name, state in zip(names[1:], states[1:]):
-        if state.keys() != reference.keys():
-            missing = sorted(set(reference) ^ set(state))[:3]
-            raise CheckpointError(f"{name}: different architecture from {names[0]} "
-                                  f"(parameters {', '.join(missing)} differ); average only checkpoints of one run")
-        for key, tensor in state.items():
-            if tensor.shape != reference[key].shape:
-                raise CheckpointError(f"{name}: different architecture from {names[0]} ({key} has shape "
-                                      f"{tuple(tensor.shape)}, not {tuple(reference[key].shape)})")
-    averaged = {}
-    for key, tensor in reference.items():
-        if not tensor.is_floating_point():
-            averaged[key] = tensor.clone()
-            continue
-        total = torch.zeros_like(tensor, dtype=torch.float64)
-        for state in states:
-            total += state[key].to(torch.float64)
-        averaged[key] = (total / len(states)).to(tensor.dtype)
-    return averaged
+    mean = _RunningMean()
+    for name, state in zip(names, states):
+        mean.add(state, name)
+    return mean.mean()
 
 
 def average_checkpoints(paths: Sequence[Path], output: Path) -> dict[str, Any]:
-    """Average the model weights of ``paths`` into a translation-ready file at ``output``."""
-    payloads = [load(p) for p in paths]
-    first = payloads[0]
-    for path, payload in zip(paths[1:], payloads[1:]):
-        if payload["recipe"].get("model") != first["recipe"].get("model"):
-            raise CheckpointError(f"{path}: different model settings from {paths[0]}; "
+    """Average the model weights of ``paths`` into a weights file at ``output``.
+
+    One input is mapped at a time and only its weights are read (never the optimizer state), so
+    memory stays that of one model plus a float64 sum however many checkpoints are averaged.
+    The result's ``step`` is the newest input's.
+    """
+    mean, first, steps = _RunningMean(), None, []
+    for path in paths:
+        payload = load(path, mmap=True)
+        if first is None:
+            first = {"recipe": payload["recipe"], "vocab": payload.get("vocab"), "path": path}
+        elif payload["recipe"].get("model") != first["recipe"].get("model"):
+            raise CheckpointError(f"{path}: different model settings from {first['path']}; "
                                   "average only checkpoints of one architecture")
-    weights = average_state_dicts([p["model"] for p in payloads], [str(p) for p in paths])
-    result = {"model": weights, "recipe": first["recipe"], "vocab": first["vocab"],
-              "averaged_from": [str(p) for p in paths], "step": first.get("train_state", {}).get("step")}
-    save(output, result)
+        mean.add(payload["model"], str(path))
+        steps.append(_step_of(payload))
+        del payload  # unmaps the file
+    if first is None:
+        raise CheckpointError("no checkpoints to average")
+    known = [s for s in steps if s is not None]
+    result = {"model": mean.mean(), "recipe": first["recipe"], "vocab": first["vocab"],
+              "averaged_from": [str(p) for p in paths], "step": max(known) if known else None}
+    save(output, result, kind="weights")
     return result
+
+
+def _step_of(payload: Mapping[str, Any]) -> int | None:
+    state = payload.get("train_state")
+    step = state.get("step") if isinstance(state, dict) else payload.get("step")
+    return int(step) if isinstance(step, int) else None

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..config import TrainConfig
+from ..utils.process import die_with_parent
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ def init_distributed(config: TrainConfig) -> DistInfo:
     one GPU runs the same NCCL and DistributedDataParallel path as eight.
     """
     launched = "WORLD_SIZE" in os.environ
+    if launched:
+        die_with_parent(os.getppid())  # a killed torchrun takes its workers along, not leaving orphans training
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -31,7 +31,9 @@ from ..data.vocab import PAD_ID, load_vocab
 from ..errors import CheckpointError, NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model, count_parameters
 from ..utils.files import atomic_open
+from ..utils.run_folder import RunFolder
 from . import checkpoint
+from .checkpoint import TrainingCheckpoint, data_identity, load_training, vocab_digest
 from .distributed import (
     DistInfo,
     all_true_anywhere,
@@ -52,7 +54,7 @@ from .memory import (
 from .precision import autocast, resolve_precision
 from .schedule import learning_rate
 from .state import TrainState
-from .validate import ValidationResult, validate
+from .validate import ValidationResult, Vocabularies, validate
 
 Log = Callable[[str], None]
 
@@ -67,7 +69,8 @@ class Dataset:
     vocab_blobs: dict[str, bytes]
     src_size: int
     tgt_size: int
-    tgt_vocab: Any
+    vocabs: Vocabularies
+    identity: dict[str, Any]  # what makes it the same prepared data (checked on resume)
 
 
 def load_dataset(recipe: Recipe) -> Dataset:
@@ -88,8 +91,8 @@ def load_dataset(recipe: Recipe) -> Dataset:
         valid = ParallelData.load(data_dir, "valid", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
         valid_refs = text_paths(data_dir, "valid", recipe)[1]
     blobs = {"src": (data_dir / vocab["src_model"]).read_bytes(), "tgt": (data_dir / vocab["tgt_model"]).read_bytes()}
-    return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"],
-                   load_vocab(data_dir / vocab["tgt_model"]))
+    vocabs = Vocabularies(load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"]))
+    return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
 
 
 class StopRequest:
@@ -122,6 +125,7 @@ class Trainer:
         self.recipe, self.info, self.log = recipe, info, log
         self.config = recipe.train
         self.run_dir = recipe.run_dir
+        self.folder = RunFolder(recipe.run_dir)
         self.data = load_dataset(recipe)
         torch.manual_seed(self.config.seed)
         self.model: Transformer = build_model(recipe.model, self.data.src_size, self.data.tgt_size, PAD_ID)
@@ -134,46 +138,109 @@ class Trainer:
         self.precision = resolve_precision(self.config.precision, info.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         self.state = TrainState()
-        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.metrics_path = self.folder.metrics_file
         self._last_save_time = time.monotonic()
         self.network: torch.nn.Module = self.model
         self.last_lr = 0.0
         self.max_tokens = recipe.train.max_tokens if isinstance(recipe.train.max_tokens, int) else CPU_MAX_TOKENS
         self.split = 1  # each batch runs as this many accumulation steps (raised after a CUDA OOM)
+        self._warned_truncation = False
 
     # ----------------------------------------------------------------- set-up
 
-    def prepare_run_dir(self, resume: bool | None) -> None:
-        """Create the run folder, or resume from its newest checkpoint."""
-        existing = checkpoint.step_checkpoints(self.run_dir)
-        if existing and resume is False:
-            raise NmtError(f"{self.run_dir}: already holds checkpoints; resume (the default), delete the folder, "
-                           "or set train.dir to a new folder")
-        if resume and not existing:
-            raise NmtError(f"{self.run_dir}: no checkpoint to resume from; run without --resume to start")
+    def prepare_run_dir(self, resume: bool | None, start_from: str | None = None) -> str | None:
+        """Create the run folder, or resume from a checkpoint of it; every check comes before any write.
+
+        Returns why the run is already finished (then nothing was trained or changed), or None.
+        """
+        start = self._start_checkpoint(resume, start_from)
+        if start is not None:
+            self._check_compatible(start)
+            finished = self._finished_reason(start.payload["train_state"])
+            if finished:
+                if self.info.is_main and not self.folder.model_file.is_file():
+                    self._restore(start)  # killed before the model file was written: write it now
+                    self._write_model_file()
+                return f"{finished} at update {start.step:,}"
         if self.info.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / checkpoint.CHECKPOINT_DIR).mkdir(exist_ok=True)
-            with atomic_open(self.run_dir / "recipe.yaml", "w", encoding="utf-8") as handle:
+            for leftover in self.folder.remove_stale_temps():
+                self.log(f"removed {leftover}, left behind by a killed process")
+            self.folder.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            with atomic_open(self.folder.recipe_file, "w", encoding="utf-8") as handle:
                 handle.write(dump_recipe(self.recipe))
-            for side, name in (("src", "spm.src.model"), ("tgt", "spm.tgt.model")):
-                with atomic_open(self.run_dir / name, "wb") as handle:
+            for side in ("src", "tgt"):
+                with atomic_open(self.folder.spm_file(side), "wb") as handle:
                     handle.write(self.data.vocab_blobs[side])
         barrier(self.info)
-        if existing:
-            self._restore(existing[-1])
+        if start is not None:
+            self._restore(start)
         self.max_tokens = self.state.max_tokens = self._resolve_max_tokens()
         if self.info.distributed:
             self.network = DistributedDataParallel(self.model, device_ids=[self.info.local_rank]
                                                    if self.info.device.type == "cuda" else None)
         if self.config.compile:
             self.network = torch.compile(self.network)
+        return None
 
-    def _restore(self, path: Path) -> None:
-        payload = checkpoint.load(path, map_location=self.info.device)
-        if payload["recipe"]["model"] != recipe_to_dict(self.recipe)["model"]:
-            raise CheckpointError(f"{path}: was trained with other model settings than the recipe; "
-                                  "resume with the same model section, or use a new train.dir")
+    def _start_checkpoint(self, resume: bool | None, start_from: str | None) -> TrainingCheckpoint | None:
+        """The checkpoint to resume from (``--from``, else the newest), or None for a new run."""
+        existing = self.folder.step_checkpoints()
+        if start_from is not None:
+            if resume is False:
+                raise NmtError("--from and --no-resume contradict each other; drop one")
+            return load_training(self.folder.find_checkpoint(start_from), self.info.device)
+        if existing and resume is False:
+            raise NmtError(f"{self.run_dir}: already holds checkpoints; resume (the default), delete the folder, "
+                           "or set train.dir to a new folder")
+        if resume and not existing:
+            raise NmtError(f"{self.run_dir}: no checkpoint to resume from; run without --resume to start")
+        if not existing:
+            return None
+        try:
+            return load_training(existing[-1], self.info.device)
+        except CheckpointError as err:
+            raise CheckpointError(f"{err} — it is the newest checkpoint of {self.run_dir}; "
+                                  + _previous_good(existing[:-1])) from None
+
+    def _check_compatible(self, start: TrainingCheckpoint) -> None:
+        """Refuse to resume with another model section, vocabulary or prepared data: name what differs."""
+        ours = recipe_to_dict(self.recipe)["model"]
+        defaults = recipe_to_dict(Recipe())["model"]  # keys added after the checkpoint was written
+        for key in sorted(set(ours) | set(start.model_section)):
+            stored, now = start.model_section.get(key, defaults.get(key)), ours.get(key)
+            if stored != now:
+                raise CheckpointError(f"{start.path}: model.{key} is {stored!r} in the run but {now!r} in the recipe; "
+                                      f"resume with the run's value (--set model.{key}={stored}) or use a new train.dir")
+        for side in ("src", "tgt"):
+            stored, now = start.vocab.get(side, b""), self.data.vocab_blobs[side]
+            if stored != now:
+                raise CheckpointError(
+                    f"{start.path}: the run was trained with another {side} vocabulary (SentencePiece model sha256 "
+                    f"{vocab_digest(stored)}) than {self.recipe.data_dir} holds ({vocab_digest(now)}); its token ids "
+                    "would mean other pieces. Prepare with the run's vocabulary, or use a new train.dir")
+        stored_data = start.data or {}
+        for key, now in self.data.identity.items():
+            if key in stored_data and stored_data[key] != now:
+                raise CheckpointError(
+                    f"{start.path}: the prepared training data changed since this run started ({key}: "
+                    f"{stored_data[key]!r} then, {now!r} in {self.recipe.data_dir}); the saved data position would "
+                    "be wrong. Re-prepare the run's data, or use a new train.dir")
+
+    def _finished_reason(self, state: dict[str, Any]) -> str | None:
+        """Which stop rule a checkpoint's state already met (a finished run is not trained further)."""
+        config = self.config
+        if config.max_steps and state.get("step", 0) >= config.max_steps:
+            return f"train.max_steps {config.max_steps:,} reached"
+        if config.max_epochs and state.get("epoch", 1) > config.max_epochs:
+            return f"train.max_epochs {config.max_epochs} reached"
+        if config.max_seconds and state.get("elapsed", 0.0) >= config.max_seconds:
+            return f"train.max_time {config.max_time} used"
+        if config.patience and state.get("bad_validations", 0) >= config.patience:
+            return f"stopped early (train.patience {config.patience})"
+        return None
+
+    def _restore(self, start: TrainingCheckpoint) -> None:
+        payload, path = start.payload, start.path
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
@@ -393,14 +460,19 @@ class Trainer:
             return False
         stop = False
         if self.info.is_main:
-            result = validate(self.model, self.data.valid, self.data.valid_refs, self.data.tgt_vocab,
+            result = validate(self.model, self.data.valid, self.data.valid_refs, self.data.vocabs,
                               self.recipe, self.info.device)
             self._write_metrics({"step": self.state.step, **result.as_dict()})
             self.log(_describe_validation(self.state.step, result))
+            if result.truncated and not self._warned_truncation:
+                self._warned_truncation = True
+                self.log(f"warning: {result.truncated:,} validation source(s) are longer than model.max_positions "
+                         f"({self.recipe.model.max_positions}) and were truncated for validation BLEU; raise "
+                         "model.max_positions or shorten those sentences")
             score = result.bleu if result.bleu is not None else -result.loss
             if self.state.best_score is None or score > self.state.best_score:
                 self.state.best_score, self.state.best_step, self.state.bad_validations = score, self.state.step, 0
-                checkpoint.save(self.run_dir / checkpoint.BEST_FILE, self._model_payload())
+                checkpoint.save(self.folder.best_file, self._model_payload(), kind="weights")
             else:
                 self.state.bad_validations += 1
             stop = bool(self.config.patience) and self.state.bad_validations >= self.config.patience
@@ -420,17 +492,18 @@ class Trainer:
         if self.info.is_main:
             payload = {**self._model_payload(), "optimizer": self.optimizer.state_dict(),
                        "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-                       "train_state": self.state.state_dict(), "rng": rng, "world_size": self.info.world_size}
-            checkpoint.save(checkpoint.step_path(self.run_dir, self.state.step), payload)
-            checkpoint.prune(self.run_dir, self.config.keep_last)
+                       "train_state": self.state.state_dict(), "rng": rng, "world_size": self.info.world_size,
+                       "data": self.data.identity}
+            checkpoint.save(self.folder.step_path(self.state.step), payload, kind="training")
+            self.folder.prune(self.config.keep_last)
         barrier(self.info)
 
     def _finish(self, reason: str) -> None:
         """Final checkpoint, validation and model file (averaged if the recipe asks)."""
         if self.config.validate_every == 0 or self.state.step % self.config.validate_every:
             self._validate_and_track()  # validate the final weights unless that just happened
-        last = checkpoint.step_checkpoints(self.run_dir)
-        if not last or last[-1] != checkpoint.step_path(self.run_dir, self.state.step):
+        last = self.folder.step_checkpoints()
+        if not last or last[-1] != self.folder.step_path(self.state.step):
             self._save()
         if self.info.is_main:
             self.log(f"stopped after update {self.state.step:,}: {reason}")
@@ -438,15 +511,15 @@ class Trainer:
         barrier(self.info)
 
     def _write_model_file(self) -> None:
-        target = self.run_dir / checkpoint.MODEL_FILE
+        target = self.folder.model_file
         n = self.config.average_last
-        found = checkpoint.step_checkpoints(self.run_dir)
+        found = self.folder.step_checkpoints()
         if n > 1 and len(found) > 1:
             used = found[-n:]
             checkpoint.average_checkpoints(used, target)
             self.log(f"averaged the last {len(used)} checkpoints into {target}")
         else:
-            checkpoint.save(target, self._model_payload())
+            checkpoint.save(target, self._model_payload(), kind="weights")
             self.log(f"model written to {target}")
 
     def _write_metrics(self, record: dict[str, Any]) -> None:
@@ -494,19 +567,40 @@ def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
                weight_decay=config.weight_decay, fused=fused)
 
 
+def _previous_good(older: list[Path]) -> str:
+    """How to resume when the newest checkpoint is damaged: name the newest readable one before it."""
+    for path in reversed(older):
+        try:
+            load_training(path)
+        except CheckpointError:
+            continue
+        return f"resume from the previous good one with --from {int(path.stem.split('_')[1])} ({path})"
+    return "no earlier readable checkpoint is kept: delete the damaged file and train anew"
+
+
 def _describe_validation(step: int, result: ValidationResult) -> str:
     bleu = f" | BLEU {result.bleu:.2f}" if result.bleu is not None else ""
     return f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}{bleu}"
 
 
-def train(recipe: Recipe, resume: bool | None = None, log: Log = print) -> Path:
-    """Train ``recipe`` (alone or as one process of a torchrun group); return the run folder."""
+def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_from: str | None = None) -> Path:
+    """Train ``recipe`` (alone or as one process of a torchrun group); return the run folder.
+
+    ``start_from`` (``--from``) names the checkpoint to resume from: a step number or a file.
+    """
     info = init_distributed(recipe.train)
     try:
-        set_threads(recipe.train, info)
-        trainer = Trainer(recipe, info, log if info.is_main else (lambda _msg: None))
-        trainer.prepare_run_dir(resume)
-        trainer.run()
+        # One `nmt train` per run folder: the main process holds its lock for the whole run.
+        owner = RunFolder(recipe.run_dir).locked(log) if info.is_main else contextlib.nullcontext()
+        with owner:
+            set_threads(recipe.train, info)
+            trainer = Trainer(recipe, info, log if info.is_main else (lambda _msg: None))
+            finished = trainer.prepare_run_dir(resume, start_from)
+            if finished:
+                log(f"{recipe.run_dir}: already finished ({finished}); nothing to do. To train on, raise that "
+                    "limit (e.g. --set train.max_steps=N) or use another train.dir")
+                return recipe.run_dir
+            trainer.run()
     finally:
         shutdown(info)
     if trainer.stopped_by:

@@ -6,17 +6,24 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import sentencepiece as spm
 import torch
 
 from ..config import Recipe
 from ..data.batches import ParallelData, collate, make_batches
-from ..data.vocab import EOS_ID
-from ..decode.search import search
+from ..decode.translator import LoadedModel, Translator
 from ..model.transformer import Transformer
 from ..score.metrics import corpus_bleu
+from ..utils.files import split_lines
 from .memory import CPU_MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class Vocabularies:
+    """The source and target SentencePiece models of a run."""
+
+    src: spm.SentencePieceProcessor
+    tgt: spm.SentencePieceProcessor
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,7 @@ class ValidationResult:
     nll: float
     ppl: float
     bleu: float | None
+    truncated: int = 0  # validation sources cut to model.max_positions for decoding
 
     def as_dict(self) -> dict[str, float | None]:
         return {"valid_loss": self.loss, "valid_nll": self.nll, "valid_ppl": self.ppl, "valid_bleu": self.bleu}
@@ -38,6 +46,8 @@ def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, devi
     batches = make_batches(data.pair_lengths, max_tokens, recipe.model.max_positions, seed=None)
     total_loss = total_nll = 0.0
     tokens = 0
+    if not batches:  # every pair longer than model.max_positions: no loss to report
+        return math.nan, math.nan
     for indices in batches:
         batch = collate(data, indices).to(device)
         loss, nll, n = model.loss(batch.src, batch.tgt_in, batch.tgt_out, recipe.train.label_smoothing)
@@ -48,37 +58,28 @@ def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, devi
 
 
 @torch.inference_mode()
-def validation_bleu(model: Transformer, data: ParallelData, references: Path, tgt_vocab: spm.SentencePieceProcessor,
-                    recipe: Recipe, device: torch.device) -> float:
-    """sacreBLEU of the decoded validation sources against the (cleaned) reference text."""
-    config = replace(recipe.decode, beam=recipe.train.valid_beam)
-    lengths = data.src.lengths + 1
-    order = np.argsort(-lengths, kind="stable")
-    outputs: list[str] = [""] * len(data)
-    start = 0
-    while start < len(order):
-        width = int(lengths[order[start]])
-        size = max(1, config.batch_tokens // width)
-        rows = order[start: start + size]
-        src = torch.nn.utils.rnn.pad_sequence(
-            [torch.from_numpy(np.append(data.src[i].astype(np.int64), EOS_ID)) for i in rows],
-            batch_first=True, padding_value=0).to(device)
-        for i, hyps in zip(rows, search(model, src, config)):
-            outputs[i] = tgt_vocab.decode(hyps[0].tokens) if hyps else ""
-        start += size
-    with open(references, encoding="utf-8") as handle:
-        refs = [line.rstrip("\n") for line in handle]
-    return corpus_bleu(outputs, [refs]).score
+def validation_bleu(model: Transformer, data: ParallelData, references: Path, vocabs: Vocabularies,
+                    recipe: Recipe, device: torch.device) -> tuple[float, int]:
+    """sacreBLEU of the decoded validation sources against the (cleaned) reference text, and how many
+    sources were truncated to ``model.max_positions``; decoding goes through :class:`Translator`, as
+    ``nmt translate`` does."""
+    loaded = LoadedModel(model, recipe, vocabs.src, vocabs.tgt, Path("(validation)"))
+    translator = Translator(loaded, replace(recipe.decode, beam=recipe.train.valid_beam), device)
+    outputs = [hyps[0][0] for hyps in translator.translate_encoded([data.src[i].tolist() for i in range(len(data))])]
+    refs = split_lines(references.read_text(encoding="utf-8"))
+    return corpus_bleu(outputs, [refs]).score, translator.stats.truncated
 
 
-def validate(model: Transformer, data: ParallelData, references: Path, tgt_vocab: spm.SentencePieceProcessor,
+def validate(model: Transformer, data: ParallelData, references: Path, vocabs: Vocabularies,
              recipe: Recipe, device: torch.device) -> ValidationResult:
     """Loss, NLL, perplexity and (if the recipe asks) BLEU on the validation set."""
     was_training = model.training
     model.eval()
+    bleu, truncated = None, 0
     try:
         loss, nll = validation_loss(model, data, recipe, device)
-        bleu = validation_bleu(model, data, references, tgt_vocab, recipe, device) if recipe.train.valid_bleu else None
+        if recipe.train.valid_bleu:
+            bleu, truncated = validation_bleu(model, data, references, vocabs, recipe, device)
     finally:
         model.train(was_training)
-    return ValidationResult(loss, nll, math.exp(min(nll, 50.0)), bleu)
+    return ValidationResult(loss, nll, math.exp(min(nll, 50.0)), bleu, truncated)

@@ -11,11 +11,16 @@ import gzip
 import hashlib
 import io
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from ..errors import NmtError
+from .process import pid_alive
+
+# The temporary files of atomic_path: ".NAME.tmpPID".
+TEMP_PATTERN = re.compile(r"^\..+\.tmp(\d+)$")
 
 
 @contextlib.contextmanager
@@ -34,6 +39,20 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that killed processes left in ``folder`` (their PID is gone)."""
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for path in folder.iterdir():
+        match = TEMP_PATTERN.match(path.name)
+        if match and path.is_file() and not pid_alive(int(match.group(1))):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager

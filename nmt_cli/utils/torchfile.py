@@ -16,20 +16,27 @@ import torch
 from .. import __version__
 from ..errors import CheckpointError
 from .files import atomic_path
+from .run_folder import MODEL_FILE
 
 FORMAT_VERSION = 1
-MODEL_FILE = "model.pt"
+KINDS = ("training", "weights")  # a full training checkpoint, or model weights only (model.pt, best.pt, averages)
 
 
-def save(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` plus format/version fields to ``path`` atomically."""
-    payload = {"format_version": FORMAT_VERSION, "nmt_version": __version__, **payload}
+def save(path: Path, payload: dict[str, Any], kind: str) -> None:
+    """Write ``payload`` plus format, version and kind fields to ``path`` atomically."""
+    if kind not in KINDS:
+        raise ValueError(f"checkpoint kind {kind!r}")
+    payload = {"format_version": FORMAT_VERSION, "nmt_version": __version__, **payload, "kind": kind}
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
 
 
-def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint safely; any damage becomes a one-line :class:`CheckpointError`."""
+def load(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """Load a checkpoint safely; any damage becomes a one-line :class:`CheckpointError`.
+
+    ``mmap`` maps the file instead of reading it: tensors that are never touched (the optimizer
+    state of a training checkpoint, when only the weights are wanted) cost no memory.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / MODEL_FILE
@@ -37,15 +44,24 @@ def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]
         raise CheckpointError(f"{path}: checkpoint not found; name a model folder or a .pt file "
                               "written by `nmt train` or `nmt average`")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError, ValueError) as err:
         raise CheckpointError(f"{path}: truncated or corrupt checkpoint ({type(err).__name__}); "
                               "use another checkpoint or re-create it") from None
     if not isinstance(payload, dict) or "model" not in payload or "recipe" not in payload:
         raise CheckpointError(f"{path}: not an nmt checkpoint (no model weights and recipe inside)")
-    if payload.get("format_version", 0) > FORMAT_VERSION:
-        raise CheckpointError(f"{path}: written by a newer nmt (format {payload['format_version']}); "
-                              "upgrade nmt to read it")
+    version = payload.get("format_version", 0)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"{path}: written by a newer nmt (format {version}); upgrade nmt to read it")
+    if not isinstance(payload["model"], dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in payload["model"].items()):
+        raise CheckpointError(f"{path}: its model weights are not a mapping of names to tensors; not an nmt checkpoint")
+    if not isinstance(payload["recipe"], dict):
+        raise CheckpointError(f"{path}: its stored recipe is not a mapping; not an nmt checkpoint")
+    # Files from before kinds were stored: a training checkpoint is the one with optimizer state.
+    payload.setdefault("kind", "training" if "optimizer" in payload else "weights")
+    if payload["kind"] not in KINDS:
+        raise CheckpointError(f"{path}: unknown checkpoint kind {payload['kind']!r}; not an nmt checkpoint")
     return payload
 
 

@@ -1,0 +1,168 @@
+"""The run folder (``runs/NAME/``): its layout, its lock and what may be written into it.
+
+Every command that reads or writes a run goes through :class:`RunFolder`, so the layout is
+spelled out here once (``docs/run-folder.md`` describes each file):
+
+    recipe.yaml            the resolved recipe the run trains       (train writes; train, translate read)
+    spm.src.model, spm.tgt.model   the vocabularies, as prepared    (train writes)
+    checkpoints/step_*.pt  training checkpoints, the last K kept    (train writes, resume reads)
+    best.pt                weights of the best validation score     (train writes)
+    model.pt               the final (or averaged) weights          (train, average -o write; translate reads)
+    metrics.jsonl          one JSON line per log / validation event (train appends)
+    .lock                  PID and host of the `nmt train` that owns the folder
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ..errors import NmtError
+from .files import remove_stale_temps
+from .process import pid_alive
+
+RECIPE_FILE = "recipe.yaml"
+SPM_FILES = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
+CHECKPOINT_DIR = "checkpoints"
+BEST_FILE = "best.pt"
+MODEL_FILE = "model.pt"
+METRICS_FILE = "metrics.jsonl"
+LOCK_FILE = ".lock"
+
+STEP_PATTERN = re.compile(r"^step_(\d+)\.pt$")
+
+
+class RunFolder:
+    """One training run's folder; paths, checkpoints, the lock and leftovers."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    # ------------------------------------------------------------------ layout
+
+    @property
+    def recipe_file(self) -> Path:
+        return self.path / RECIPE_FILE
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / CHECKPOINT_DIR
+
+    @property
+    def best_file(self) -> Path:
+        return self.path / BEST_FILE
+
+    @property
+    def model_file(self) -> Path:
+        return self.path / MODEL_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / LOCK_FILE
+
+    def spm_file(self, side: str) -> Path:
+        return self.path / SPM_FILES[side]
+
+    def step_path(self, step: int) -> Path:
+        return self.checkpoint_dir / f"step_{step:08d}.pt"
+
+    def step_checkpoints(self) -> list[Path]:
+        """The step checkpoints, oldest first."""
+        if not self.checkpoint_dir.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.checkpoint_dir.iterdir() if (m := STEP_PATTERN.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def prune(self, keep_last: int) -> None:
+        """Delete all but the newest ``keep_last`` step checkpoints (0 keeps everything)."""
+        if keep_last <= 0:
+            return
+        for old in self.step_checkpoints()[:-keep_last]:
+            old.unlink(missing_ok=True)
+
+    def find_checkpoint(self, choice: str) -> Path:
+        """``--from``: a step number (``1200``) or a path (absolute, or relative to the run folder)."""
+        if choice.isdigit():
+            path = self.step_path(int(choice))
+            if not path.is_file():
+                kept = ", ".join(str(int(STEP_PATTERN.match(p.name).group(1))) for p in self.step_checkpoints())
+                raise NmtError(f"--from {choice}: {path} does not exist; kept steps: {kept or 'none'}")
+            return path
+        path = Path(choice)
+        for candidate in (path, self.path / path, self.checkpoint_dir / path):
+            if candidate.is_file():
+                return candidate
+        raise NmtError(f"--from {choice}: no such checkpoint file (nor under {self.path}); name a step or a file")
+
+    # ------------------------------------------------------------------ ownership
+
+    @contextlib.contextmanager
+    def locked(self, log: Callable[[str], None]) -> Iterator[None]:
+        """Hold the folder's lock; a second ``nmt train`` is refused, a dead holder's lock is taken over."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        mine = f"{os.getpid()} {socket.gethostname()}\n"
+        while True:
+            try:
+                fd = os.open(self.lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                pid, host = _read_lock(self.lock_file)
+                if pid is not None and not _holder_is_dead(pid, host):
+                    raise NmtError(f"{self.path}: in use by another `nmt train` (PID {pid} on {host}); wait for it "
+                                   f"to finish or stop it, or train into another train.dir") from None
+                log(f"{self.lock_file}: taking over the lock of a run that is no longer running "
+                    f"(PID {pid} on {host})")
+                self.lock_file.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as handle:
+                handle.write(mine)
+            break
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                if self.lock_file.read_text() == mine:
+                    self.lock_file.unlink()
+
+    def remove_stale_temps(self) -> list[Path]:
+        """Delete the temporary files that killed processes left behind (their PID is gone)."""
+        return [*remove_stale_temps(self.path), *remove_stale_temps(self.checkpoint_dir)]
+
+    # ------------------------------------------------------------------ what others may write
+
+    @staticmethod
+    def looks_like_run(path: Path) -> bool:
+        """A folder that ``nmt train`` made (or is making)."""
+        return (path / CHECKPOINT_DIR).is_dir() or (path / LOCK_FILE).exists() or (
+            (path / RECIPE_FILE).is_file() and (path / MODEL_FILE).is_file())
+
+
+def refuse_output_inside_runs(output: Path, what: str) -> None:
+    """``nmt average -o`` / ``nmt export``: never into a run's ``checkpoints/`` or over a run folder."""
+    resolved = output.resolve()
+    for folder in (resolved, *resolved.parents):
+        if folder.name == CHECKPOINT_DIR and RunFolder.looks_like_run(folder.parent):
+            raise NmtError(f"{output}: is inside the training checkpoints of {folder.parent}; {what} would be "
+                           "taken for a training checkpoint there. Write it elsewhere (e.g. "
+                           f"{folder.parent / MODEL_FILE})")
+
+
+def _read_lock(path: Path) -> tuple[int | None, str]:
+    try:
+        pid, host = path.read_text().split()
+        return int(pid), host
+    except (OSError, ValueError):
+        return None, "?"  # unreadable or half-written: its writer died before finishing it
+
+
+def _holder_is_dead(pid: int, host: str) -> bool:
+    if host != socket.gethostname():
+        return False  # a process on another machine (shared disk) cannot be checked; assume alive
+    return not pid_alive(pid)
