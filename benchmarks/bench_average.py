@@ -45,7 +45,7 @@ def make_checkpoints(count: int, vocab: int) -> list[Path]:
                 p.add_(torch.randn_like(p) * 1e-3)
         payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": {}, "scaler": {},
                    "train_state": {"step": i + 1}, "rng": {"torch": [torch.get_rng_state()]},
-                   "recipe": recipe_to_dict(recipe), "vocab": {"src": b"", "tgt": b""}}
+                   "recipe": recipe_to_dict(recipe), "vocab": {"src": b"(no vocabulary)", "tgt": b"(no vocabulary)"}}
         save(path, payload, kind="training")
     print(f"{count} checkpoints of {count_parameters(model):,} parameters, "
           f"{paths[0].stat().st_size / 2**20:,.0f} MiB each", flush=True)
@@ -71,7 +71,8 @@ def main() -> None:
             for count in counts:
                 out = WORK / "average_out.pt"
                 seconds, peak, _ = timed_run([sys.executable, "-m", "nmt_cli", "average", *map(str, paths[-count:]),
-                                              "-o", str(out)], env={**os.environ, "PYTHONPATH": str(tree)})
+                                              "-o", str(out)], cwd=tree,  # -m takes the package from the working directory
+                                              env={**os.environ, "PYTHONPATH": str(tree)})
                 peaks.setdefault((name, count), []).append(peak)
                 walls.setdefault((name, count), []).append(seconds)
     rows = [{"code": name, "checkpoints": count, "peak RSS MiB (median)": median(peaks[(name, count)]),

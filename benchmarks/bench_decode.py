@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--beams", default="4,1")
     parser.add_argument("--stop", default=None, help="our beam search's stop rule (default: the recipe's)")
     parser.add_argument("--max-lines", type=int, default=0, help="only the first N lines of each test set (0: all)")
+    parser.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 for both engines (CTranslate2: compute type)")
     args = parser.parse_args()
     import gzip
 
@@ -70,7 +71,7 @@ def main() -> None:
 def _run(engine: str, model: str, source, name: str, beam: int, batch: int, args) -> tuple:
     out = WORK / f"decode_{engine}_{name}_b{beam}_bs{batch}.out"
     cmd = [sys.executable, "-m", "nmt_cli", "translate", "-m", model, "-i", str(source), "-o", str(out),
-           "--beam", str(beam), "--threads", str(args.threads), "--progress", "--engine", engine]
+           "--beam", str(beam), "--threads", str(args.threads), "--progress", "--engine", engine, "--dtype", args.dtype]
     if batch:
         cmd += ["--batch-size", str(batch), "--batch-tokens", "100000"]
     if args.stop and engine == "nmt":

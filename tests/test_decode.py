@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from nmt_cli.data.batches import pad_rows
 from nmt_cli.decode.search import beam_search, greedy_search
-from nmt_cli.decode.translator import Translator, _pad, load_model
+from nmt_cli.decode.translator import Translator, load_model
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def loaded(overfit):
 
 
 def encode(loaded, lines):
-    return _pad([loaded.src_vocab.encode(line) + [3] for line in lines])
+    return pad_rows([loaded.src_vocab.encode(line) + [3] for line in lines])
 
 
 def test_memorised_pairs_translate_back_exactly(loaded, overfit):

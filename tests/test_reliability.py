@@ -455,3 +455,16 @@ def test_score_reads_gzip_and_names_a_damaged_one(multi30k, tmp_path):
     cut.write_bytes(reference.read_bytes()[:3000])
     result = runner.invoke(app, ["score", str(plain), str(cut)])
     assert result.exit_code == 1 and f"{cut}: truncated gzip file" in one_line_error(result)
+
+
+def test_ctranslate2_compute_type_it_cannot_run_is_one_line(short_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    folder = tmp_path / "ct2"
+    assert runner.invoke(app, ["export", str(short_run), str(folder)]).exit_code == 0
+    result = runner.invoke(app, ["translate", "-m", str(folder), "--engine", "ctranslate2", "--dtype", "fp16",
+                                 "--device", "cpu"], input="A man.\n")
+    assert result.exit_code == 1 and "CTranslate2 cannot run it with compute type float16 on cpu" in \
+        one_line_error(result)
+    fp32 = runner.invoke(app, ["translate", "-m", str(folder), "--engine", "ctranslate2", "--dtype", "fp32"],
+                         input="A man.\n")
+    assert fp32.exit_code == 0 and fp32.output.count("\n") >= 1

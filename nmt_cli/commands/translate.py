@@ -44,8 +44,10 @@ def run(
                                    show_default=False),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
-    dtype: str = typer.Option("fp32", "--dtype", help="Weights and arithmetic: fp32, or bf16/fp16 (faster on "
-                              "GPUs; outputs can differ slightly from fp32's)."),
+    dtype: str = typer.Option(None, "--dtype", help="Weights and arithmetic: fp32 (default), or bf16/fp16 (faster "
+                              "on GPUs and on CPUs with native bf16; outputs can differ slightly from fp32's). With "
+                              "--engine ctranslate2: its compute type float32/bfloat16/float16 (default: the type "
+                              "the model was exported with).", show_default=False),
     engine: str = typer.Option("nmt", "--engine", help="nmt (PyTorch), or ctranslate2 with -m naming a folder "
                                "written by `nmt export` (length penalty there is always |Y|^alpha)."),
     progress: bool = typer.Option(None, "--progress/--no-progress",
@@ -60,7 +62,7 @@ def run(
         raise NmtError(f"--length-penalty: '{length_penalty}' is not gnmt or average")
     if stop not in (None, "beam", "top", "bound"):
         raise NmtError(f"--stop: '{stop}' is not beam, top or bound")
-    if dtype not in ("fp32", "bf16", "fp16"):
+    if dtype not in (None, "fp32", "bf16", "fp16"):
         raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16 or fp16")
     if engine not in ("nmt", "ctranslate2"):
         raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
@@ -78,12 +80,14 @@ def run(
     if engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine
 
-        ct2 = CTranslate2Engine(model, device=target.type, threads=threads)
+        # The same precision names for both engines; CTranslate2 calls them compute types.
+        compute_type = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
+        ct2 = CTranslate2Engine(model, device=target.type, threads=threads, compute_type=compute_type)
         config = with_overrides(ct2.decode_config, **options)
         stats, max_positions = TranslationStats(), 0
         results = _ct2_results(ct2, config, nbest, stats)
     else:
-        weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        weights = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         loaded = load_model(model, target, weights)
         config = with_overrides(loaded.recipe.decode, **options)
         translator = Translator(loaded, config, target, nbest=nbest)

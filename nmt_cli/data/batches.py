@@ -103,13 +103,14 @@ def collate(data: ParallelData, indices: np.ndarray) -> Batch:
     """Pad the pairs ``indices`` into a :class:`Batch` (EOS after the source, BOS/EOS around the target)."""
     srcs = [data.src[i] for i in indices]
     tgts = [data.tgt[i] for i in indices]
-    src = _pad([np.append(s, EOS_ID) for s in srcs])
-    tgt_in = _pad([np.insert(t, 0, BOS_ID) for t in tgts])
-    tgt_out = _pad([np.append(t, EOS_ID) for t in tgts])
+    src = pad_rows([np.append(s, EOS_ID) for s in srcs])
+    tgt_in = pad_rows([np.insert(t, 0, BOS_ID) for t in tgts])
+    tgt_out = pad_rows([np.append(t, EOS_ID) for t in tgts])
     return Batch(src, tgt_in, tgt_out, int(sum(len(t) + 1 for t in tgts)), int(sum(len(s) + 1 for s in srcs)))
 
 
-def _pad(rows: list[np.ndarray]) -> torch.Tensor:
+def pad_rows(rows: list[np.ndarray] | list[list[int]]) -> torch.Tensor:
+    """Token id rows as one int64 tensor, right-padded with PAD_ID (training, validation and decoding)."""
     width = max(len(r) for r in rows)
     out = np.full((len(rows), width), PAD_ID, dtype=np.int64)
     for i, row in enumerate(rows):

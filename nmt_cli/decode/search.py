@@ -18,9 +18,8 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
-
-PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # fixed by nmt's vocabularies (see data.vocab)
 
 
 @dataclass(frozen=True)

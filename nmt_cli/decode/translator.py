@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import sentencepiece as spm
 import torch
 
 from ..config import DecodeConfig, Recipe, recipe_from_dict
+from ..data.batches import pad_rows
 from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
 from ..model.transformer import Transformer, build_model
@@ -139,7 +139,7 @@ class Translator:
                 encoded[i] = ids[: self.max_src]
             todo.append(i)
         for batch in self._batches(todo, encoded):
-            src = _pad([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
+            src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
             for i, hyps in zip(batch, search(self.loaded.model, src, self.config, self.nbest)):
                 results[i] = [self._detokenize(h) for h in hyps] or [("", float("-inf"))]
         return results
@@ -160,13 +160,6 @@ class Translator:
     def _detokenize(self, hyp: Hypothesis) -> tuple[str, float]:
         self.stats.output_tokens += len(hyp.tokens) + 1
         return self.loaded.tgt_vocab.decode(hyp.tokens), hyp.score
-
-
-def _pad(rows: list[list[int]]) -> torch.Tensor:
-    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return torch.from_numpy(out)
 
 
 def with_overrides(config: DecodeConfig, **values: Any) -> DecodeConfig:

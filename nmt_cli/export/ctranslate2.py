@@ -185,8 +185,12 @@ class CTranslate2Engine:
         if not (folder / "model.bin").is_file():
             raise NmtError(f"{folder}: not a CTranslate2 model folder; create it with "
                            "nmt export MODEL_DIR OUT --format ctranslate2")
-        self.translator = ctranslate2.Translator(str(folder), device=device, intra_threads=threads,
-                                                 compute_type=compute_type)
+        try:
+            self.translator = ctranslate2.Translator(str(folder), device=device, intra_threads=threads,
+                                                     compute_type=compute_type)
+        except (ValueError, RuntimeError) as err:
+            raise NmtError(f"{folder}: CTranslate2 cannot run it with compute type {compute_type} on {device} "
+                           f"({str(err).splitlines()[0]}); use another --dtype, or leave it out") from None
         self.src = spm.SentencePieceProcessor(model_file=str(folder / SPM_SOURCE))
         self.tgt = spm.SentencePieceProcessor(model_file=str(folder / SPM_TARGET))
         self.output_tokens = 0
