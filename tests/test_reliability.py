@@ -468,3 +468,11 @@ def test_ctranslate2_compute_type_it_cannot_run_is_one_line(short_run, tmp_path)
     fp32 = runner.invoke(app, ["translate", "-m", str(folder), "--engine", "ctranslate2", "--dtype", "fp32"],
                          input="A man.\n")
     assert fp32.exit_code == 0 and fp32.output.count("\n") >= 1
+
+
+def test_unknown_export_quantization_is_one_line_and_writes_nothing(short_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    result = runner.invoke(app, ["export", str(short_run), str(tmp_path / "ct2"), "--quantization", "bogus"])
+    message = one_line_error(result)
+    assert result.exit_code == 1 and "--quantization bogus" in message and "int8" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml", "run"]

@@ -141,7 +141,10 @@ def export(loaded: LoadedModel, output: Path, quantization: str | None = None, f
     staging.mkdir(parents=True)
     try:
         spec.validate()
-        spec.optimize(quantization=quantization)
+        try:
+            spec.optimize(quantization=quantization)
+        except ValueError as err:  # CTranslate2 names the types it accepts
+            raise NmtError(f"--quantization {quantization}: {str(err).splitlines()[0]}") from None
         spec.save(str(staging))
         (staging / SPM_SOURCE).write_bytes(loaded.src_vocab.serialized_model_proto())
         (staging / SPM_TARGET).write_bytes(loaded.tgt_vocab.serialized_model_proto())
