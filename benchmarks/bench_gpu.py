@@ -3,6 +3,12 @@
     python benchmarks/bench_gpu.py train  [--models base,big] [--max-tokens auto] [--steps 40] [--rounds 2]
                                           [--compile off,on] [--no-peer]
     python benchmarks/bench_gpu.py decode --model RUN [--beams 4,1] [--batch-sizes 1,16,64,0] [--dtype bf16]
+    python benchmarks/bench_gpu.py profile --models big [--max-tokens 12288] [--model RUN --beam 4 --batch-size 64]
+
+``profile`` runs torch.profiler over a few training updates of each arm (and, with ``--model``,
+over decoding the same lines with both engines) and prints the top kernels by GPU time, the
+GPU's busy share of the wall time and the host-side time per update: where a target is missed,
+this says whether the GPU or the Python/launch side is the limit.
 
 Training data is WMT-like: the source/target length pairs of newstest2014 (words x 1.3, the
 pieces per word of a 37k joint BPE on news text), resampled to 200,000 pairs, with token ids
@@ -372,6 +378,89 @@ def run_decode_bench(args: argparse.Namespace) -> None:
                f"--batch-sizes {args.batch_sizes} --dtype {args.dtype}")
 
 
+# --------------------------------------------------------------------------- profiles
+
+
+def profiled(name: str, work, repeats: int, out: Path | None) -> None:
+    """Run ``work()`` ``repeats`` times under torch.profiler; print wall time, GPU busy share, top kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    start = time.perf_counter()
+    work()  # untimed: wall time without the profiler's own overhead
+    sync()
+    plain = time.perf_counter() - start
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            work()
+        sync()
+    averages = prof.key_averages()
+    kernel_us = sum(e.self_device_time_total for e in averages if e.device_type.name == "CUDA")
+    launches = sum(e.count for e in averages if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                                                            "cuLaunchKernelEx"))
+    print(f"== profile {name}: {plain * 1e3:.1f} ms per run without the profiler; under it, GPU kernels "
+          f"{kernel_us / repeats / 1e3:.1f} ms per run = {kernel_us / repeats / 1e6 / plain:.0%} of the plain wall "
+          f"time; {launches / repeats:.0f} kernel launches per run", flush=True)
+    print(averages.table(sort_by="self_device_time_total", row_limit=22, max_name_column_width=70), flush=True)
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=70), flush=True)
+    if out is not None:
+        prof.export_chrome_trace(str(out / f"trace_{name.replace(' ', '_')}.json"))
+
+
+def run_profile(args: argparse.Namespace) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hf_peer import hf_loss, to_marian
+
+    from nmt_cli.data.batches import collate
+
+    out = Path(args.trace_dir) if args.trace_dir else None
+    print(f"device: {device_line()}", flush=True)
+    if args.models:
+        data = wmt_like_dataset(template_dataset(), WORK / "gpu_wmt_like", args.pairs)
+    for model in filter(None, args.models.split(",")):
+        trainer = our_trainer(model, data, args.max_tokens, False)
+        batches = trainer._epoch_batches()
+        batches = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))]
+        updates = iter(range(10**9))
+        time_ours(trainer, batches, 3, 3)  # warm the allocator and the kernels' autotuning
+        profiled(f"nmt {model} train x{args.updates}", lambda: [trainer._update([batches[next(updates) % 64]])
+                                                                 for _ in range(args.updates)], 2, out)
+        marian = to_marian(trainer.model)
+        optimizer = torch.optim.AdamW(marian.parameters(), lr=5e-4, fused=True)
+        marian.train()
+
+        def hf_updates() -> None:
+            for _ in range(args.updates):
+                batch = collate(trainer.data.train, batches[next(updates) % 64]).to(DEVICE)
+                with torch.autocast(DEVICE, dtype=torch.bfloat16):
+                    loss, n = hf_loss(marian, batch.src, batch.tgt_in, batch.tgt_out, 0.1)
+                (loss / n).backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                float(loss.detach())
+
+        hf_updates()
+        profiled(f"hf {model} train x{args.updates}", hf_updates, 2, out)
+        del trainer, marian, optimizer
+        torch.cuda.empty_cache()
+    if args.model:
+        from nmt_cli.decode.translator import load_model
+
+        loaded = load_model(args.model, DEVICE, torch.bfloat16)
+        marian = to_marian(loaded.model).eval()
+        lines = read_gz(MULTI30K / "test_2016_flickr.en.gz")[: args.lines]
+        for beam in (args.beam, 1):
+            ours_decode(loaded, lines, beam, args.batch_size)
+            profiled(f"nmt decode beam {beam} batch {args.batch_size} x{len(lines)}",
+                     lambda: ours_decode(loaded, lines, beam, args.batch_size), 1, None)
+            hf_args = (loaded.recipe.decode.batch_tokens, loaded.recipe.decode.max_len_b)
+            hf_decode(marian, loaded, lines, beam, args.batch_size, *hf_args)
+            profiled(f"hf decode beam {beam} batch {args.batch_size} x{len(lines)}",
+                     lambda: hf_decode(marian, loaded, lines, beam, args.batch_size, *hf_args), 1, None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -392,6 +481,16 @@ def main() -> None:
     decode.add_argument("--bs1-lines", type=int, default=200)
     decode.add_argument("--repeats", type=int, default=2)
     decode.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
+    prof = sub.add_parser("profile")
+    prof.add_argument("--models", default="big", help="training arms to profile ('' for none)")
+    prof.add_argument("--max-tokens", default="12288")
+    prof.add_argument("--pairs", type=int, default=200_000)
+    prof.add_argument("--updates", type=int, default=3, help="updates per profiled run")
+    prof.add_argument("--model", help="a trained run folder: also profile decoding with it")
+    prof.add_argument("--beam", type=int, default=4)
+    prof.add_argument("--batch-size", type=int, default=64)
+    prof.add_argument("--lines", type=int, default=256)
+    prof.add_argument("--trace-dir", help="write Chrome traces of the training profiles here")
     parser.add_argument("--smoke", action="store_true", help="check the script on the CPU with tiny models")
     args = parser.parse_args()
     global DEVICE
@@ -400,7 +499,7 @@ def main() -> None:
     elif not torch.cuda.is_available():
         raise SystemExit("bench_gpu.py needs a CUDA GPU (or --smoke to check the script on the CPU)")
     torch.backends.cuda.matmul.allow_tf32 = False
-    (run_train_bench if args.what == "train" else run_decode_bench)(args)
+    {"train": run_train_bench, "decode": run_decode_bench, "profile": run_profile}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 #   benchmarks/run_gpu.sh tests  LOGDIR   pytest -m cuda, plus the HF-peer mapping tests
 #   benchmarks/run_gpu.sh train  LOGDIR   training throughput, base and big, nmt vs the HF MarianMT loop
 #   benchmarks/run_gpu.sh decode LOGDIR   train a base-size Multi30k model for 150 s, then decode vs HF generate
+#   benchmarks/run_gpu.sh profile LOGDIR  torch.profiler top kernels: training (base, big) and decoding, nmt and HF
+# DECODE_TRAIN_SECONDS (default 150) sets how long the decode and profile stages train their model.
 # Needs ../shared/data (Multi30k, newstest2014) beside the checkout and `pip install -e .` done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,16 +25,24 @@ case $stage in
   compile)  # slow: dynamic batch shapes recompile (3+ minutes for base on the H100)
     python3 benchmarks/bench_gpu.py train --models big --compile off,on --steps 30 --warmup 8 --rounds 2 --no-peer \
       2>&1 | tee "$logs/compile.log" ;;
-  decode)
+  decode|profile)
     data=benchmarks/work/gpu_m30k run=benchmarks/work/gpu_base_m30k
     base=(--set data.root=../shared/data/multi30k --set data.output=$data --set train.dir=$run --set model.layers=6
           --set model.d_model=512 --set model.n_heads=8 --set model.d_ff=2048 --set train.precision=bf16
-          --set train.max_time=150s --set train.validate_every=0 --set train.lr=7e-4 --set train.warmup=1000
+          --set train.max_time=${DECODE_TRAIN_SECONDS:-150}s --set train.validate_every=0 --set train.lr=7e-4 --set train.warmup=1000
           --set train.max_tokens=12000 --set train.save_every=250 --set train.keep_last=5 --set train.average_last=5)
+    if [ "$stage" = profile ]; then
+      python3 benchmarks/bench_gpu.py profile --models big,base --max-tokens 12288 2>&1 | tee "$logs/profile_train.log"
+    fi
     python3 -m nmt_cli prepare recipes/multi30k_ende.yaml --set data.root=../shared/data/multi30k --set data.output=$data \
       2>&1 | tee "$logs/decode_prepare.log"
     python3 -m nmt_cli train recipes/multi30k_ende.yaml "${base[@]}" 2>&1 | tail -n 30 | tee "$logs/decode_train.log"
-    python3 benchmarks/bench_gpu.py decode --model $run --dtype bf16 --lines 500 --bs1-lines 40 \
-      2>&1 | tee "$logs/decode.log" ;;
-  *) echo "stage: tests, train, compile or decode" >&2; exit 2 ;;
+    if [ "$stage" = profile ]; then
+      python3 benchmarks/bench_gpu.py profile --models '' --model $run --beam 4 --batch-size 64 --lines 256 \
+        2>&1 | tee "$logs/profile_decode.log"
+    else
+      python3 benchmarks/bench_gpu.py decode --model $run --dtype bf16 --lines 500 --bs1-lines 40 \
+        2>&1 | tee "$logs/decode.log"
+    fi ;;
+  *) echo "stage: tests, train, train-auto, compile, decode or profile" >&2; exit 2 ;;
 esac

@@ -83,7 +83,7 @@ def vocab_digest(blob: bytes) -> str:
 def data_identity(meta: Mapping[str, Any]) -> dict[str, Any]:
     """What makes prepared training data the same: input files, cleaning result, vocabulary, encoding."""
     train = meta["splits"]["train"]
-    files = [path for pair in train["files"] for path in pair]
+    files = [path for pair in train.get("files", []) for path in pair]
     inputs = {Path(p).name: meta.get("inputs_sha256", {}).get(p, "") for p in files}
     return {"train_inputs_sha256": hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12],
             "train_pairs": train.get("sentences"), "train_target_tokens": train.get("tgt_tokens"),
