@@ -401,50 +401,99 @@ def profiled(name: str, work, repeats: int, out: Path | None) -> None:
     print(f"== profile {name}: {plain * 1e3:.1f} ms per run without the profiler; under it, GPU kernels "
           f"{kernel_us / repeats / 1e3:.1f} ms per run = {kernel_us / repeats / 1e6 / plain:.0%} of the plain wall "
           f"time; {launches / repeats:.0f} kernel launches per run", flush=True)
-    print(averages.table(sort_by="self_device_time_total", row_limit=22, max_name_column_width=70), flush=True)
-    print(averages.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=70), flush=True)
+    print(averages.table(sort_by="self_device_time_total", row_limit=22, max_name_column_width=60), flush=True)
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=8, max_name_column_width=60), flush=True)
     if out is not None:
         prof.export_chrome_trace(str(out / f"trace_{name.replace(' ', '_')}.json"))
+
+
+def attention_variant(name: str):
+    """A context for one profiled variant: ``plain``; ``nomask`` (padding masks dropped: the mask's cost,
+    an upper bound); ``flash``/``efficient``/``cudnn``/``math`` (SDPA forced to that kernel where it applies)."""
+    import contextlib
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import nmt_cli.model.attention as attention_module
+
+    if name == "plain":
+        return contextlib.nullcontext()
+    if name == "nomask":
+        original = attention_module.attention
+
+        @contextlib.contextmanager
+        def unmasked():
+            attention_module.attention = lambda q, k, v, mask=None, *a, **kw: original(q, k, v, None, *a, **kw)
+            try:
+                yield
+            finally:
+                attention_module.attention = original
+        return unmasked()
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+               "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name]
+    return sdpa_kernel([backend, SDPBackend.MATH] if name != "math" else [backend])
+
+
+def profile_training(model: str, data: Path, max_tokens: str, args: argparse.Namespace, out: Path | None) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hf_peer import to_marian
+
+
+    trainer = our_trainer(model, data, max_tokens, False)
+    batches = trainer._epoch_batches()
+    batches = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))]
+    updates = iter(range(10**9))
+    label = f"{model} {max_tokens} tokens"
+    for variant in args.variants.split(","):
+        with attention_variant(variant):
+            time_ours(trainer, batches, 3, 3)  # warm the allocator and the kernels' autotuning
+            profiled(f"nmt {label} {variant} train x{args.updates}",
+                     lambda: [trainer._update([batches[next(updates) % 64]]) for _ in range(args.updates)], 2, out)
+    if args.peer:
+        marian, data_train = to_marian(trainer.model), trainer.data.train
+        trainer.model.cpu()  # leave the GPU's memory to the peer
+        profile_hf(marian, data_train, batches, label, args, out)
+
+
+def profile_hf(marian, data_train, batches, label: str, args: argparse.Namespace, out: Path | None) -> None:
+    from hf_peer import hf_loss
+
+    from nmt_cli.data.batches import collate
+
+    optimizer = torch.optim.AdamW(marian.parameters(), lr=5e-4, fused=True)
+    marian.train()
+    updates = iter(range(10**9))
+
+    def hf_updates() -> None:
+        for _ in range(args.updates):
+            batch = collate(data_train, batches[next(updates) % 64]).to(DEVICE)
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
+                loss, n = hf_loss(marian, batch.src, batch.tgt_in, batch.tgt_out, 0.1)
+            (loss / n).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            float(loss.detach())
+
+    hf_updates()
+    hf_updates()
+    profiled(f"hf {label} train x{args.updates}", hf_updates, 2, out)
 
 
 def run_profile(args: argparse.Namespace) -> None:
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from hf_peer import hf_loss, to_marian
-
-    from nmt_cli.data.batches import collate
+    from hf_peer import to_marian
 
     out = Path(args.trace_dir) if args.trace_dir else None
     print(f"device: {device_line()}", flush=True)
     if args.models:
         data = wmt_like_dataset(template_dataset(), WORK / "gpu_wmt_like", args.pairs)
     for model in filter(None, args.models.split(",")):
-        trainer = our_trainer(model, data, args.max_tokens, False)
-        batches = trainer._epoch_batches()
-        batches = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))]
-        updates = iter(range(10**9))
-        time_ours(trainer, batches, 3, 3)  # warm the allocator and the kernels' autotuning
-        profiled(f"nmt {model} train x{args.updates}", lambda: [trainer._update([batches[next(updates) % 64]])
-                                                                 for _ in range(args.updates)], 2, out)
-        marian = to_marian(trainer.model)
-        optimizer = torch.optim.AdamW(marian.parameters(), lr=5e-4, fused=True)
-        marian.train()
-
-        def hf_updates() -> None:
-            for _ in range(args.updates):
-                batch = collate(trainer.data.train, batches[next(updates) % 64]).to(DEVICE)
-                with torch.autocast(DEVICE, dtype=torch.bfloat16):
-                    loss, n = hf_loss(marian, batch.src, batch.tgt_in, batch.tgt_out, 0.1)
-                (loss / n).backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                float(loss.detach())
-
-        hf_updates()
-        profiled(f"hf {model} train x{args.updates}", hf_updates, 2, out)
-        del trainer, marian, optimizer
-        torch.cuda.empty_cache()
+        for max_tokens in args.max_tokens.split(","):
+            profile_training(model, data, max_tokens, args, out)
     if args.model:
         from nmt_cli.decode.translator import load_model
 
@@ -454,11 +503,12 @@ def run_profile(args: argparse.Namespace) -> None:
         for beam in (args.beam, 1):
             ours_decode(loaded, lines, beam, args.batch_size)
             profiled(f"nmt decode beam {beam} batch {args.batch_size} x{len(lines)}",
-                     lambda: ours_decode(loaded, lines, beam, args.batch_size), 1, None)
+                     lambda beam=beam: ours_decode(loaded, lines, beam, args.batch_size), 1, None)
             hf_args = (loaded.recipe.decode.batch_tokens, loaded.recipe.decode.max_len_b)
             hf_decode(marian, loaded, lines, beam, args.batch_size, *hf_args)
             profiled(f"hf decode beam {beam} batch {args.batch_size} x{len(lines)}",
-                     lambda: hf_decode(marian, loaded, lines, beam, args.batch_size, *hf_args), 1, None)
+                     lambda beam=beam, hf_args=hf_args: hf_decode(marian, loaded, lines, beam, args.batch_size,
+                                                                  *hf_args), 1, None)
 
 
 def main() -> None:
@@ -486,6 +536,8 @@ def main() -> None:
     prof.add_argument("--max-tokens", default="12288")
     prof.add_argument("--pairs", type=int, default=200_000)
     prof.add_argument("--updates", type=int, default=3, help="updates per profiled run")
+    prof.add_argument("--variants", default="plain", help="plain,nomask,flash,efficient,cudnn,math (attention)")
+    prof.add_argument("--no-peer", dest="peer", action="store_false")
     prof.add_argument("--model", help="a trained run folder: also profile decoding with it")
     prof.add_argument("--beam", type=int, default=4)
     prof.add_argument("--batch-size", type=int, default=64)
