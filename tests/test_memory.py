@@ -94,7 +94,7 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_update(prepared, tmp_
     assert split.split == 4 and split.network.refused == 2  # 1 -> 2 -> 4 pieces
     assert any("each batch now runs as 4 accumulation steps" in m for m in messages)
     assert got["tokens"] == expected["tokens"]
-    assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+    assert float(got["loss"]) == pytest.approx(float(expected["loss"]), rel=1e-5)
     for a, b in zip(whole.model.parameters(), split.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 

@@ -125,34 +125,38 @@ def _best_tokens(logits: Tensor, count: int, at_limit: Tensor) -> tuple[Tensor, 
 
 @torch.inference_mode()
 def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached: bool = True) -> list[list[Hypothesis]]:
-    """The most probable token at every step, until EOS or the length limit."""
+    """The most probable token at every step, until EOS or the length limit.
+
+    Outputs and scores stay on the device until the end: reading a finished row back at once
+    would make the host wait for the GPU at every sentence.
+    """
     memory, src_mask = model.encode(src)
     steps = (CachedSteps if cached else UncachedSteps)(model, memory, src_mask)
     max_len = max_output_lengths(src, config, model.config.max_positions)
     n = src.size(0)
-    alive = torch.arange(n, device=src.device)  # original index of each row
-    tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
-    history = torch.zeros((n, 0), dtype=torch.long, device=src.device)
-    scores = torch.zeros(n, device=src.device)
-    results: list[list[Hypothesis]] = [[] for _ in range(n)]
-    for t in range(int(max_len.max()) + 1):
+    device = src.device
+    alive = torch.arange(n, device=device)  # original index of each open row
+    tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=device)
+    outputs = torch.full((n, int(max_len.max()) + 1), PAD_ID, dtype=torch.long, device=device)  # by original row
+    lengths = torch.zeros(n, dtype=torch.long, device=device)  # tokens before the EOS
+    scores = torch.zeros(n, device=device)  # summed log-probabilities, by original row
+    for t in range(outputs.size(1)):
         best, tokens = _best_tokens(steps(tokens), 1, t >= max_len[alive])  # (n_alive, 1)
-        best, tokens = best[:, 0], tokens[:, 0]
-        scores = scores + best
-        history = torch.cat([history, tokens[:, None]], dim=1)  # (n_alive, t + 1)
+        tokens = tokens[:, 0]
+        outputs[alive, t] = tokens
+        scores[alive] += best[:, 0]
         done = tokens == EOS_ID
         if not done.any():
             continue
-        for row in done.nonzero().flatten().tolist():
-            length = t + 1
-            score = scores[row].item() / float(length_penalty(float(length), config))
-            results[alive[row].item()] = [Hypothesis(history[row, :t].tolist(), score)]
+        lengths[alive[done]] = t
         keep = (~done).nonzero().flatten()
         if len(keep) == 0:
             break
-        alive, tokens, history, scores = alive[keep], tokens[keep], history[keep], scores[keep]
+        alive, tokens = alive[keep], tokens[keep]
         steps.select(keep, sentences=keep)
-    return results
+    normalised = scores / length_penalty(lengths.double() + 1, config).float()  # |Y| counts the EOS
+    return [[Hypothesis(row[:length], score)]
+            for row, length, score in zip(outputs.tolist(), lengths.tolist(), normalised.tolist())]
 
 
 # --------------------------------------------------------------------------- beam

@@ -110,22 +110,31 @@ class Transformer(nn.Module):
         """Unnormalised scores over the target vocabulary: (..., D) -> (..., V)."""
         return self.output(hidden)
 
-    def loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float) -> tuple[Tensor, Tensor, int]:
+    def loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float,
+             target_tokens: int | None = None) -> tuple[Tensor, Tensor, int]:
         """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch.
 
         Only non-padding positions go through the output projection, which is the most
         expensive matrix product of the model for large vocabularies; the projection and the
-        loss run fused, block by block (:func:`..model.loss.output_loss`).
+        loss run fused, block by block (:func:`..model.loss.output_loss`). ``target_tokens``,
+        the number of non-padding targets when the caller knows it, saves a wait for the GPU:
+        selecting an unknown number of positions must first read that number back from it.
         """
         memory, src_mask = self.encode(src)
         hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
-        keep = tgt_out != self.pad_id
-        loss, nll = output_loss(hidden[keep], self.output.weight, tgt_out[keep], epsilon)
-        return loss, nll, int(keep.sum())
+        keep = (tgt_out != self.pad_id).flatten()  # (B*T,)
+        if target_tokens is None:
+            target_tokens = int(keep.sum())
+        positions = keep.nonzero_static(size=target_tokens).squeeze(1)  # (N,), no host read
+        hidden = hidden.flatten(0, 1).index_select(0, positions)  # (N, D)
+        target = tgt_out.flatten().index_select(0, positions)  # (N,)
+        loss, nll = output_loss(hidden, self.output.weight, target, epsilon)
+        return loss, nll, target_tokens
 
-    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float) -> tuple[Tensor, Tensor, int]:
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float,
+                target_tokens: int | None = None) -> tuple[Tensor, Tensor, int]:
         """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
-        return self.loss(src, tgt_in, tgt_out, epsilon)
+        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens)
 
     # ----------------------------------------------------------------- incremental decoding
 

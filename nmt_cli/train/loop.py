@@ -131,6 +131,7 @@ class Trainer:
         self.model: Transformer = build_model(recipe.model, self.data.src_size, self.data.tgt_size, PAD_ID)
         self.model.to(info.device)
         self.model.activation_checkpointing = self.config.activation_checkpointing
+        _prefer_memory_efficient_attention(info.device)
         self.optimizer = _optimizer(self.model, recipe)
         schedule = learning_rate(self.config, recipe.model.d_model)
         # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
@@ -387,11 +388,14 @@ class Trainer:
             batch = collate(self.data.train, indices).to(info.device)
             sync = i == len(pieces) - 1 or not isinstance(self.network, DistributedDataParallel)
             with (contextlib.nullcontext() if sync else self.network.no_sync()), self._autocast():
-                loss, nll, n = self.network(batch.src, batch.tgt_in, batch.tgt_out, self.config.label_smoothing)
+                # The token count comes from the host: counting on the device would wait for the GPU.
+                loss, nll, n = self.network(batch.src, batch.tgt_in, batch.tgt_out, self.config.label_smoothing,
+                                            batch.target_tokens)
                 # DDP averages gradients over processes; scaling by W makes that a sum.
                 scaled = loss * (info.world_size / total_tokens)
             self.scaler.scale(scaled).backward()
-            # Summed on the device and read once per update: each read waits for the GPU.
+            # Summed on the device and read only when a log line is written: each read waits for the
+            # GPU, and while the host waits it cannot queue the next update's kernels.
             sums["loss"] += loss.detach()
             sums["nll"] += nll.detach()
             sums["tokens"] += n
@@ -407,7 +411,7 @@ class Trainer:
         if not skipped:
             self.scheduler.step()  # a skipped update must not advance the learning-rate schedule
         self.optimizer.zero_grad(set_to_none=True)
-        return {**sums, "loss": float(sums["loss"]), "nll": float(sums["nll"]), "skipped": skipped}
+        return {**sums, "skipped": skipped}
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.precision, self.info.device)
@@ -540,11 +544,13 @@ class _Window:
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
 
-    def add(self, sums: dict[str, float]) -> None:
+    def add(self, sums: dict[str, Any]) -> None:
+        """Add one update's sums; loss and NLL may be device tensors, read only at :meth:`flush`."""
         for key, value in sums.items():
             self.sums[key] = self.sums.get(key, 0.0) + value
 
     def flush(self, world_size: int) -> dict[str, float]:
+        self.sums = {key: float(value) for key, value in self.sums.items()}
         seconds = max(self.sums.get("seconds", 0.0), 1e-9)
         tokens = max(self.sums.get("tokens", 0.0), 1.0)
         nll = self.sums.get("nll", 0.0) / tokens
@@ -556,6 +562,17 @@ class _Window:
                  "src_tgt_tokens_per_s": world_size * (tokens + self.sums.get("src_tokens", 0.0)) / seconds}
         self.sums = {}
         return stats
+
+
+def _prefer_memory_efficient_attention(device: torch.device) -> None:
+    """On a GPU, leave cuDNN's attention kernel out of PyTorch's choice.
+
+    Padding masks rule out the flash kernel; PyTorch then picks cuDNN's, whose forward and backward
+    took 9% more of the H100's time per update than the memory-efficient kernel (Transformer big,
+    12,288-token batches; ``benchmarks/bench_gpu.py profile --variants plain,efficient,cudnn``).
+    """
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:

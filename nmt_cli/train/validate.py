@@ -50,7 +50,8 @@ def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, devi
         return math.nan, math.nan
     for indices in batches:
         batch = collate(data, indices).to(device)
-        loss, nll, n = model.loss(batch.src, batch.tgt_in, batch.tgt_out, recipe.train.label_smoothing)
+        loss, nll, n = model.loss(batch.src, batch.tgt_in, batch.tgt_out, recipe.train.label_smoothing,
+                                  batch.target_tokens)
         total_loss += float(loss)
         total_nll += float(nll)
         tokens += n
