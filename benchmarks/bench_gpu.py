@@ -278,12 +278,13 @@ def run_train_bench(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------- decoding
 
 
-def ours_decode(loaded, lines: list[str], beam: int, batch_size: int) -> tuple[list[str], float, int]:
+def ours_decode(loaded, lines: list[str], beam: int, batch_size: int,
+                graphs: bool = True) -> tuple[list[str], float, int]:
     from dataclasses import replace
 
     from nmt_cli.decode.translator import Translator
 
-    config = replace(loaded.recipe.decode, beam=beam, batch_size=batch_size, stop="beam")
+    config = replace(loaded.recipe.decode, beam=beam, batch_size=batch_size, stop="beam", cuda_graphs=graphs)
     translator = Translator(loaded, config, DEVICE)
     sync()
     start = time.perf_counter()
@@ -355,9 +356,11 @@ def run_decode_bench(args: argparse.Namespace) -> None:
             for batch_size in map(int, args.batch_sizes.split(",")):
                 n = args.bs1_lines if batch_size == 1 else min(args.lines, len(sources))
                 lines, refs = sources[:n], references[:n]
-                figures: dict[str, list] = {"nmt": [], "hf": []}
+                figures: dict[str, list] = {"nmt": [], "hf": [], **({"nmt eager": []} if args.eager_too else {})}
                 for _ in range(args.repeats):  # alternating
                     figures["nmt"].append(ours_decode(loaded, lines, beam, batch_size))
+                    if args.eager_too:  # CUDA graphs off: the decoder step launched kernel by kernel
+                        figures["nmt eager"].append(ours_decode(loaded, lines, beam, batch_size, graphs=False))
                     figures["hf"].append(hf_decode(marian, loaded, lines, beam, batch_size,
                                                    loaded.recipe.decode.batch_tokens, loaded.recipe.decode.max_len_b))
                 speeds = {k: statistics.median(len(lines) / seconds for _, seconds, _ in v) for k, v in figures.items()}
@@ -367,6 +370,9 @@ def run_decode_bench(args: argparse.Namespace) -> None:
                        "nmt tok/s": figures["nmt"][0][2] / statistics.median(s for _, s, _ in figures["nmt"]),
                        "hf tok/s": figures["hf"][0][2] / statistics.median(s for _, s, _ in figures["hf"]),
                        "ratio": speeds["nmt"] / speeds["hf"], "same output": same,
+                       **({"eager sent/s": speeds["nmt eager"],
+                           "graphs = eager": sum(a == b for a, b in zip(figures["nmt"][0][0], figures["nmt eager"][0][0]))
+                           / len(lines)} if args.eager_too else {}),
                        "nmt BLEU": corpus_bleu(figures["nmt"][0][0], [refs]).score,
                        "hf BLEU": corpus_bleu(figures["hf"][0][0], [refs]).score}
                 rows.append(row)
@@ -531,6 +537,7 @@ def main() -> None:
     decode.add_argument("--bs1-lines", type=int, default=200)
     decode.add_argument("--repeats", type=int, default=2)
     decode.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
+    decode.add_argument("--eager-too", action="store_true", help="also time our decoder without CUDA graphs")
     prof = sub.add_parser("profile")
     prof.add_argument("--models", default="big", help="training arms to profile ('' for none)")
     prof.add_argument("--max-tokens", default="12288")

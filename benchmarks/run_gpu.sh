@@ -4,7 +4,8 @@
 #   benchmarks/run_gpu.sh train  LOGDIR   training throughput, base and big, nmt vs the HF MarianMT loop
 #   benchmarks/run_gpu.sh decode LOGDIR   train a base-size Multi30k model for 150 s, then decode vs HF generate
 #   benchmarks/run_gpu.sh profile LOGDIR  torch.profiler top kernels: training (base, big) and decoding, nmt and HF
-# DECODE_TRAIN_SECONDS (default 150) sets how long the decode and profile stages train their model.
+# DECODE_TRAIN_SECONDS (default 150) sets how long the decode and profile stages train their model;
+# DECODE_ARGS replaces the decode stage's "--lines 500 --bs1-lines 40" (e.g. add --eager-too).
 # Needs ../shared/data (Multi30k, newstest2014) beside the checkout and `pip install -e .` done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ case $stage in
       python3 benchmarks/bench_gpu.py profile --models '' --model $run --beam 4 --batch-size 64 --lines 256 \
         2>&1 | tee "$logs/profile_decode.log"
     else
-      python3 benchmarks/bench_gpu.py decode --model $run --dtype bf16 --lines 500 --bs1-lines 40 \
+      python3 benchmarks/bench_gpu.py decode --model $run --dtype bf16 ${DECODE_ARGS:---lines 500 --bs1-lines 40} \
         2>&1 | tee "$logs/decode.log"
     fi ;;
   *) echo "stage: tests, train, train-auto, compile, decode or profile" >&2; exit 2 ;;

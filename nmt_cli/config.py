@@ -196,6 +196,8 @@ class DecodeConfig:
     max_len_b: int = _opt(50, "see max_len_a", ge=0)
     batch_tokens: int = _opt(6000, "source tokens per decoding batch", ge=1)
     batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0)
+    cuda_graphs: bool = _opt(True, "on a GPU, record each batch's decoder step as a CUDA graph and replay it "
+                             "(fixed shapes: finished sentences keep their slots); false: launch step by step")
 
 
 @dataclass(frozen=True)

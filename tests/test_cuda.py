@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -151,11 +152,17 @@ def test_decoding_on_cuda_equals_cpu(overfit, multi30k):
     run_dir, train_src, _ = overfit
     lines = train_src + read_lines(multi30k / "test_2016_flickr.en.gz", 200)
     outputs = {}
-    for name, device, dtype in (("cpu", "cpu", torch.float32), ("cuda", "cuda", torch.float32),
-                                ("cuda-bf16", "cuda", torch.bfloat16)):
+    for name, device, dtype, graphs in (("cpu", "cpu", torch.float32, False), ("cuda", "cuda", torch.float32, True),
+                                        ("cuda-eager", "cuda", torch.float32, False),
+                                        ("cuda-bf16", "cuda", torch.bfloat16, True)):
         loaded = load_model(run_dir, device, dtype)
-        outputs[name] = [hyps[0][0] for hyps in Translator(loaded, loaded.recipe.decode, device).translate(lines)]
-    assert outputs["cuda"] == outputs["cpu"]  # fp32: the same tokens on every sentence
+        for beam in (4, 1):
+            config = replace(loaded.recipe.decode, cuda_graphs=graphs, beam=beam)
+            outputs[name, beam] = [hyps[0][0] for hyps in Translator(loaded, config, device).translate(lines)]
+    for beam in (4, 1):
+        assert outputs["cuda", beam] == outputs["cpu", beam]  # fp32, CUDA graphs: the same tokens on every sentence
+        assert outputs["cuda-eager", beam] == outputs["cpu", beam]  # fp32, step by step
+    outputs = {name: outputs[name, 4] for name in ("cpu", "cuda-bf16")}
     agreement = sum(a == b for a, b in zip(outputs["cuda-bf16"], outputs["cpu"])) / len(lines)
     print(f"\nbf16 on CUDA vs fp32 on CPU: {agreement:.1%} of {len(lines)} sentences identical")
     assert agreement > 0.5

@@ -186,3 +186,33 @@ def test_row_blocks_do_not_change_results(loaded, overfit, monkeypatch):
     for a, b in zip(whole, blocked):
         assert [[h.tokens for h in hyps] for hyps in a] == [[h.tokens for h in hyps] for hyps in b]
         assert [[h.score for h in hyps] for hyps in a] == [[h.score for h in hyps] for hyps in b]
+
+
+@pytest.mark.parametrize("beam, alpha", [(1, 0.6), (4, 0.6), (3, 0.0)])
+def test_fixed_shape_steps_equal_cached_steps(loaded, overfit, monkeypatch, beam, alpha):
+    """The CUDA-graph stepper's fixed-shape step, run eagerly here, decodes exactly as the cached one.
+
+    The batch mixes lengths, so sentences finish at different steps and leave the search while
+    their slots stay; the first beam step runs one row per sentence.
+    """
+    from nmt_cli.decode import search as search_module
+    from nmt_cli.decode.static_steps import StaticSteps
+
+    _, src, _ = overfit
+    config = replace(loaded.recipe.decode, beam=beam, alpha=alpha)
+    batch = encode(loaded, src[30:40] + ["A woman in a red coat is walking on the street.", "Two people."])
+    expected = search_module.search(loaded.model, batch, config, nbest=beam)
+    made: list[StaticSteps] = []
+
+    def fixed_shape(model, memory, src_mask, config, cached, rows_per_sentence, max_steps):
+        made.append(StaticSteps(model, memory, src_mask, rows_per_sentence, max_steps, use_graph=False))
+        return made[-1]
+
+    monkeypatch.setattr(search_module, "decoder_steps", fixed_shape)
+    got = search_module.search(loaded.model, batch, config, nbest=beam)
+    assert len(made) == 1 and made[0].steps_done > 3
+    assert made[0].sentence_slots.numel() < batch.size(0)  # sentences did leave the search
+    for a, b in zip(expected, got):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        for ha, hb in zip(a, b):
+            assert ha.score == pytest.approx(hb.score, abs=1e-4)

@@ -20,6 +20,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
+from .static_steps import StaticSteps, supports_static_steps
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,16 @@ class UncachedSteps:
         self.src_mask = self.src_mask.index_select(0, rows)
 
 
+def decoder_steps(model: Transformer, memory: Tensor, src_mask: Tensor, config: DecodeConfig, cached: bool,
+                  rows_per_sentence: int, max_steps: int) -> CachedSteps | UncachedSteps | StaticSteps:
+    """The stepper a search runs: on a GPU a recorded CUDA graph (``decode.cuda_graphs``), else cached."""
+    if not cached:
+        return UncachedSteps(model, memory, src_mask)
+    if config.cuda_graphs and memory.device.type == "cuda" and supports_static_steps(model):
+        return StaticSteps(model, memory, src_mask, rows_per_sentence, max_steps, use_graph=True)
+    return CachedSteps(model, memory, src_mask)
+
+
 # --------------------------------------------------------------------------- shared pieces
 
 
@@ -110,9 +121,10 @@ def _best_tokens(logits: Tensor, count: int, at_limit: Tensor) -> tuple[Tensor, 
     than the ranking itself.
     """
     count = min(count, logits.size(1))
+    block = ROW_BLOCK if logits.device.type == "cpu" else logits.size(0)  # a GPU takes all rows at once
     blocks = []
-    for start in range(0, logits.size(0), ROW_BLOCK):
-        rows = slice(start, start + ROW_BLOCK)
+    for start in range(0, logits.size(0), block):
+        rows = slice(start, start + block)
         log_probs = _mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows])
         blocks.append(log_probs.topk(count, dim=1))
     if len(blocks) == 1:
@@ -131,8 +143,8 @@ def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached:
     would make the host wait for the GPU at every sentence.
     """
     memory, src_mask = model.encode(src)
-    steps = (CachedSteps if cached else UncachedSteps)(model, memory, src_mask)
     max_len = max_output_lengths(src, config, model.config.max_positions)
+    steps = decoder_steps(model, memory, src_mask, config, cached, 1, int(max_len.max()) + 1)
     n = src.size(0)
     device = src.device
     alive = torch.arange(n, device=device)  # original index of each open row
@@ -176,9 +188,9 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
     device = src.device
     n_sent = src.size(0)
     memory, src_mask = model.encode(src)
-    steps = (CachedSteps if cached else UncachedSteps)(model, memory, src_mask)
     max_len = max_output_lengths(src, config, model.config.max_positions)  # (n_sent,)
     width = int(max_len.max()) + 1  # room for the tokens and the EOS
+    steps = decoder_steps(model, memory, src_mask, config, cached, k, width)
 
     # The first step runs one row per sentence (all its hypotheses would be the same BOS);
     # ``select`` then fans each sentence out to its K best continuations.

@@ -19,6 +19,20 @@ from torch import Tensor, nn
 
 
 @dataclass
+class StaticKeysValues:
+    """Self-attention keys/values preallocated for the longest output: fixed shapes for CUDA graphs.
+
+    The step's keys and values are written at ``position`` (a one-element device tensor) and the
+    query attends to every slot, with ``visible`` hiding the slots not yet written.
+    """
+
+    keys: Tensor  # (N, H, T_max, d_k)
+    values: Tensor  # (N, H, T_max, d_k)
+    position: Tensor  # (1,) int64
+    visible: Tensor  # (1, 1, 1, T_max) bool: slots 0 .. position
+
+
+@dataclass
 class RelativeTerms:
     """Relative position embeddings gathered for one (Tq, Tk) grid: each (Tq, Tk, d_k)."""
 
@@ -89,8 +103,9 @@ class MultiHeadAttention(nn.Module):
     """Projections around :func:`attention`. Self-attention uses one fused QKV projection.
 
     ``forward`` takes an optional ``cache`` dict for incremental decoding: self-attention
-    appends the new keys/values to ``cache["k"]``/``cache["v"]``; cross-attention reads the
-    encoder keys/values that :meth:`memory_keys_values` computed once per sentence.
+    appends the new keys/values to ``cache["k"]``/``cache["v"]`` (or writes them into a
+    :class:`StaticKeysValues`); cross-attention reads the encoder keys/values that
+    :meth:`memory_keys_values` computed once per sentence.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, self_attention: bool,
@@ -117,10 +132,14 @@ class MultiHeadAttention(nn.Module):
         return self._split(k), self._split(v)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                causal: bool = False, cache: dict[str, Tensor] | None = None) -> Tensor:
+                causal: bool = False, cache: dict[str, Tensor] | StaticKeysValues | None = None) -> Tensor:
         if self.self_attention:
             q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
-            if cache is not None:
+            if isinstance(cache, StaticKeysValues):
+                cache.keys.index_copy_(2, cache.position, k)
+                cache.values.index_copy_(2, cache.position, v)
+                k, v, mask, causal = cache.keys, cache.values, cache.visible, False
+            elif cache is not None:
                 if "k" in cache:
                     k = torch.cat([cache["k"], k], dim=2)  # (B, H, T_past + T, d_k)
                     v = torch.cat([cache["v"], v], dim=2)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -87,7 +88,7 @@ class DecoderLayer(nn.Module):
         self.res_ffn = Residual(d_model, dropout, arrangement)
 
     def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor,
-                cache: dict[str, dict[str, Tensor]] | None = None) -> Tensor:
+                cache: dict[str, Any] | None = None) -> Tensor:
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
         x = self.res_self(x, lambda h: self.self_attn(h, causal=True, cache=self_cache))

@@ -28,6 +28,10 @@ class SinusoidalPositions(nn.Module):
     def forward(self, length: int, offset: int = 0) -> Tensor:
         return self.table[offset: offset + length]  # (T, D)
 
+    def at(self, positions: Tensor) -> Tensor:
+        """Rows of the table at ``positions``, a device tensor (no host read: CUDA-graph safe)."""
+        return self.table.index_select(0, positions)  # (len(positions), D)
+
 
 class LearnedPositions(nn.Module):
     """Learned position embeddings (the paper's Table 3, row E)."""
@@ -40,3 +44,7 @@ class LearnedPositions(nn.Module):
     def forward(self, length: int, offset: int = 0) -> Tensor:
         index = torch.arange(offset, offset + length, device=self.embedding.weight.device)
         return self.embedding(index)  # (T, D)
+
+    def at(self, positions: Tensor) -> Tensor:
+        """Embeddings at ``positions``, a device tensor (no host read: CUDA-graph safe)."""
+        return self.embedding(positions)  # (len(positions), D)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -155,10 +156,26 @@ class Transformer(nn.Module):
         belong to sentence n.
         """
         x = self._embed(self.tgt_embed, tokens[:, None], offset=state.step)  # (N, 1, D)
-        for layer, cache in zip(self.decoder, state.caches):
-            x = layer(x, None, state.src_mask, cache)
         state.step += 1
-        return self.logits(self.decoder_norm(x[:, 0]))
+        return self._decode_one(x, state.src_mask, state.caches)
+
+    def decode_step_at(self, tokens: Tensor, position: Tensor, src_mask: Tensor,
+                       caches: list[dict[str, Any]]) -> Tensor:
+        """:meth:`decode_step` with fixed shapes and no host reads, so a CUDA graph can record it.
+
+        ``position`` is the step as a one-element device tensor; each layer's self-attention
+        cache is a :class:`StaticKeysValues` (see ``decode/static_steps.py``). Absolute positions only.
+        """
+        if self.positions is None:
+            raise ValueError("decode_step_at needs absolute positions (relative ones use decode_step)")
+        x = self.tgt_embed(tokens[:, None]) * self.embed_scale  # (N, 1, D)
+        x = x + self.positions.at(position).to(x.dtype)  # eval mode: no dropout
+        return self._decode_one(x, src_mask, caches)
+
+    def _decode_one(self, x: Tensor, src_mask: Tensor, caches: list[dict[str, Any]]) -> Tensor:
+        for layer, cache in zip(self.decoder, caches):
+            x = layer(x, None, src_mask, cache)
+        return self.logits(self.decoder_norm(x[:, 0]))  # (N, V)
 
 
 def _positions(config: ModelConfig) -> nn.Module | None:
