@@ -351,6 +351,8 @@ def run_decode_bench(args: argparse.Namespace) -> None:
     ours_decode(loaded, sets["multi30k test2016"][0][:64], 4, 16)  # warm-up (CUDA context, kernels)
     hf_decode(marian, loaded, sets["multi30k test2016"][0][:64], 4, 16, loaded.recipe.decode.batch_tokens, 50)
     rows = []
+    wanted = {"newstest": "newstest2014", "multi30k": "multi30k test2016"}
+    sets = {wanted[name]: sets[wanted[name]] for name in args.sets.split(",")}
     for set_name, (sources, references) in sets.items():
         for beam in map(int, args.beams.split(",")):
             for batch_size in map(int, args.batch_sizes.split(",")):
@@ -538,6 +540,7 @@ def main() -> None:
     decode.add_argument("--repeats", type=int, default=2)
     decode.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     decode.add_argument("--eager-too", action="store_true", help="also time our decoder without CUDA graphs")
+    decode.add_argument("--sets", default="newstest,multi30k", help="newstest and/or multi30k (test 2016)")
     prof = sub.add_parser("profile")
     prof.add_argument("--models", default="big", help="training arms to profile ('' for none)")
     prof.add_argument("--max-tokens", default="12288")
