@@ -50,6 +50,9 @@ def run(
                               "the model was exported with).", show_default=False),
     engine: str = typer.Option("nmt", "--engine", help="nmt (PyTorch), or ctranslate2 with -m naming a folder "
                                "written by `nmt export` (length penalty there is always |Y|^alpha)."),
+    cuda_graphs: bool = typer.Option(None, "--cuda-graphs/--no-cuda-graphs",
+                                     help="On a GPU, replay each batch's decoder step as a CUDA graph (several "
+                                     "times faster; outputs as without). [recipe: on]", show_default=False),
     progress: bool = typer.Option(None, "--progress/--no-progress",
                                   help="Progress on stderr (default: on when writing to a file).", show_default=False),
 ) -> None:
@@ -76,7 +79,7 @@ def run(
     torch.set_num_threads(threads)
     target = _device(device)
     options = dict(beam=beam, alpha=alpha, length_penalty=length_penalty, stop=stop, max_len_a=max_len_a,
-                   max_len_b=max_len_b, batch_tokens=batch_tokens, batch_size=batch_size)
+                   max_len_b=max_len_b, batch_tokens=batch_tokens, batch_size=batch_size, cuda_graphs=cuda_graphs)
     if engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine
 
