@@ -10,6 +10,10 @@ after a change to the decoder) instead of training again.
 the schedule does not depend on the budget, so the first 15 minutes of a 30-minute run are a
 15-minute run; its model is the average of the last 5 checkpoints written by then (run with
 ``--set train.keep_last=0`` so they are kept).
+
+``--weights avg,last,ema`` scores several weight files of the same run: ``avg`` is model.pt (the
+last checkpoints averaged), ``last`` the final checkpoint alone, ``ema`` model.ema.pt (train with
+``--set train.ema_decay=D``). ``--set train.max_steps=N --minutes 0`` bounds the run by updates instead.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ def main() -> None:
     parser.add_argument("--score-only", action="store_true", help="decode and score the existing run, no training")
     parser.add_argument("--set", action="append", default=[], help="recipe override (tuning on validation data)")
     parser.add_argument("--tag", default="", help="suffix of the run folder, to keep variants apart")
+    parser.add_argument("--weights", default="avg", help="avg, last, ema: which weight files of the run to score")
     parser.add_argument("--also-at", type=float, action="append", default=[],
                         help="also score the model of a shorter budget (minutes) from the same run")
     args = parser.parse_args()
@@ -45,7 +50,8 @@ def main() -> None:
     run_dir = WORK / f"quality_{args.recipe}_{args.minutes:g}m{args.tag}"
     recipe = load_recipe(ROOT / "recipes" / f"{args.recipe}.yaml", [
         f"data.root={SHARED / 'multi30k'}", f"data.output={WORK / ('data_' + args.recipe)}", f"train.dir={run_dir}",
-        f"train.max_time={args.minutes:g}m", f"train.threads={args.threads}", *args.set])
+        f"train.max_time={args.minutes:g}m" if args.minutes else "train.max_time=",
+        f"train.threads={args.threads}", *args.set])
     if args.score_only:
         if not (run_dir / "model.pt").is_file():
             sys.exit(f"{run_dir}/model.pt: no trained model to score; run without --score-only first")
@@ -58,18 +64,23 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    models = [(args.minutes, run_dir / "model.pt")]
-    models += [(minutes, _model_at(run_dir, minutes, recipe.train.average_last)) for minutes in args.also_at]
+    from nmt_cli.train import checkpoint
+
+    files = {"avg": run_dir / "model.pt", "last": checkpoint.step_checkpoints(run_dir)[-1],
+             "ema": run_dir / "model.ema.pt"}
+    models = [(name, args.minutes, files[name]) for name in args.weights.split(",")]
+    models += [("avg", minutes, _model_at(run_dir, minutes, recipe.train.average_last)) for minutes in args.also_at]
     rows = []
     tgt = recipe.data.tgt_lang
-    for minutes, path in models:
+    for weights, minutes, path in models:
         loaded = load_model(path)
         for test in TESTS:
             sources = gzip.decompress((SHARED / "multi30k" / f"{test}.en.gz").read_bytes()).decode().splitlines()
             refs = gzip.decompress((SHARED / "multi30k" / f"{test}.{tgt}.gz").read_bytes()).decode().splitlines()
             outputs = [h[0][0] for h in Translator(loaded, recipe.decode).translate(sources)]
             bleu, chrf = score(outputs, [refs], ("bleu", "chrf"))
-            rows.append({"recipe": args.recipe, "budget min": minutes, "test": test, "BLEU": bleu.score,
+            rows.append({"recipe": args.recipe, "weights": weights, "budget min": minutes, "test": test,
+                         "BLEU": bleu.score,
                          "chrF": chrf.score, "train minutes": trained if minutes == args.minutes else None,
                          "updates": _step_of(path, run_dir), "valid ppl": _valid_ppl(run_dir, _step_of(path, run_dir))})
     print_table(f"{args.recipe}: {args.minutes:g} minutes, {args.threads} threads, last 5 averaged, beam 4", rows)

@@ -162,6 +162,8 @@ class TrainConfig:
     save_minutes: float = _opt(0.0, "also write one every T minutes (the paper: 10)", ge=0)
     keep_last: int = _opt(5, "keep the last K step checkpoints (0: keep all)", ge=0)
     average_last: int = _opt(0, "average the last N checkpoints at the end (0: off)", ge=0)
+    ema_decay: float = _opt(0.0, "keep an exponential moving average of the weights with this decay, e.g. "
+                            "0.9999, written as model.ema.pt (0: off)", ge=0, lt=1)
     log_every: int = _opt(100, "log metrics every N updates", ge=1)
     precision: Literal["fp32", "bf16", "fp16", "auto"] = _opt(
         "fp32", "fp32; bf16 autocast; fp16 with loss scaling (CUDA); auto: bf16 where the hardware computes it "
@@ -462,7 +464,7 @@ def _check_range(value: Any, key: str, meta: typing.Mapping[str, Any], source: s
     if isinstance(value, str):
         return
     for check, ok, words in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-                             ("le", lambda v, b: v <= b, "<=")):
+                             ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
         if check in meta and not ok(value, meta[check]):
             raise RecipeError(f"{source}: {key}: {value} is out of range; it must be {words} {meta[check]}")
 

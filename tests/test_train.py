@@ -29,7 +29,8 @@ def test_tiny_model_memorises_64_pairs(overfit):
     assert train_records[-1]["step"] == 700
     assert train_records[-1]["nll"] < 0.1
     assert train_records[0]["nll"] > 3.0
-    assert {"loss", "ppl", "lr", "tgt_tokens_per_s"} <= set(train_records[-1])
+    assert {"loss", "ppl", "lr", "tgt_tokens_per_s", "grad_norm", "pad_share"} <= set(train_records[-1])
+    assert all(r["grad_norm"] > 0 and 0 <= r["pad_share"] < 0.5 for r in train_records)
 
 
 def test_run_folder_is_self_contained(overfit):
@@ -53,18 +54,23 @@ def _train_cmd(recipe_path: Path, run_dir: Path, steps: int) -> list[str]:
 
 
 def test_resume_after_sigkill_is_bitwise_exact(prepared, tmp_path):
+    """Weights, Adam's moments and the weights' moving average (train.ema_decay) all resume exactly."""
     recipe_path = tmp_path / "r.yaml"
     recipe_path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
+    ema = ["--set", "train.ema_decay=0.9"]
     killed = tmp_path / "killed"
-    k = kill_at_first_checkpoint(_train_cmd(recipe_path, killed, 10_000), killed, timeout=120)
-    resumed = subprocess.run(_train_cmd(recipe_path, killed, 2 * k), capture_output=True, text=True)
+    k = kill_at_first_checkpoint(_train_cmd(recipe_path, killed, 10_000) + ema, killed, timeout=120)
+    resumed = subprocess.run(_train_cmd(recipe_path, killed, 2 * k) + ema, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from {checkpoint.step_path(killed, k)}" in resumed.stderr.replace("\n", "")
     straight = tmp_path / "straight"
-    subprocess.run(_train_cmd(recipe_path, straight, 2 * k), check=True, capture_output=True)
+    subprocess.run(_train_cmd(recipe_path, straight, 2 * k) + ema, check=True, capture_output=True)
     a, b = _state(checkpoint.step_path(killed, 2 * k)), _state(checkpoint.step_path(straight, 2 * k))
     assert a.keys() == b.keys()
     assert all(torch.equal(a[key], b[key]) for key in a)
+    ema_a, ema_b = _state(killed / "model.ema.pt"), _state(straight / "model.ema.pt")
+    assert ema_a.keys() == a.keys() and all(torch.equal(ema_a[key], ema_b[key]) for key in ema_a)
+    assert any(not torch.equal(ema_a[key], a[key]) for key in a)  # an average, not the last weights
     optimizer_a = checkpoint.load(checkpoint.step_path(killed, 2 * k))["optimizer"]["state"]
     optimizer_b = checkpoint.load(checkpoint.step_path(straight, 2 * k))["optimizer"]["state"]
     assert all(torch.equal(optimizer_a[i]["exp_avg"], optimizer_b[i]["exp_avg"]) for i in optimizer_a)

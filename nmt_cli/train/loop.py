@@ -43,6 +43,7 @@ from .distributed import (
     set_threads,
     shutdown,
 )
+from .ema import WeightAverage
 from .memory import (
     CPU_MAX_TOKENS,
     MAX_SPLIT,
@@ -133,6 +134,7 @@ class Trainer:
         self.model.activation_checkpointing = self.config.activation_checkpointing
         _prefer_memory_efficient_attention(info.device)
         self.optimizer = _optimizer(self.model, recipe)
+        self.ema = WeightAverage(self.model, self.config.ema_decay) if self.config.ema_decay else None
         schedule = learning_rate(self.config, recipe.model.d_model)
         # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
@@ -247,6 +249,12 @@ class Trainer:
         self.scheduler.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
         self.state.load_state_dict(payload["train_state"])
+        if self.ema is not None:
+            if payload.get("ema"):
+                self.ema.load_state_dict(payload["ema"])
+            else:
+                self.ema = WeightAverage(self.model, self.config.ema_decay)  # starts from the resumed weights
+                self.log("train.ema_decay is new to this run: the moving average starts from the resumed weights")
         rng = payload["rng"]
         same_world = len(rng["torch"]) == self.info.world_size
         # The checkpoint was mapped onto the training device; RNG states must be CPU byte tensors.
@@ -332,7 +340,7 @@ class Trainer:
                     first = self.state.epoch_batches_done
                     clock = time.perf_counter()
                     sums = self._update(batches[first: first + per_update])
-                    window.add({**sums, "seconds": time.perf_counter() - clock})
+                    window.add({**sums, "updates": 1, "seconds": time.perf_counter() - clock})
                     self.state.epoch_batches_done += per_update
                     self.state.elapsed = time.monotonic() - started
                     if sums["skipped"]:  # fp16 overflow: the data is consumed, the update does not count
@@ -383,7 +391,7 @@ class Trainer:
         total_tokens = sum(target_tokens(self.data.train, b) for b in group)
         pieces = [indices[part] for indices in group[info.rank:: info.world_size]
                   for part in split_rows(len(indices), self.split)]
-        sums: dict[str, Any] = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0}
+        sums: dict[str, Any] = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0, "slots": 0}
         for i, indices in enumerate(pieces):
             batch = collate(self.data.train, indices).to(info.device)
             sync = i == len(pieces) - 1 or not isinstance(self.network, DistributedDataParallel)
@@ -400,9 +408,9 @@ class Trainer:
             sums["nll"] += nll.detach()
             sums["tokens"] += n
             sums["src_tokens"] += batch.source_tokens
+            sums["slots"] += batch.src.numel() + batch.tgt_out.numel()  # real tokens and padding, both sides
         self.scaler.unscale_(self.optimizer)
-        if self.config.clip_norm:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        sums["grad_norm"] = _gradient_norm(self.model, self.config.clip_norm)  # before clipping
         self.last_lr = self.optimizer.param_groups[0]["lr"]  # the rate this update used
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients overflowed
@@ -410,6 +418,8 @@ class Trainer:
         skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
         if not skipped:
             self.scheduler.step()  # a skipped update must not advance the learning-rate schedule
+            if self.ema is not None:
+                self.ema.update(self.state.step)
         self.optimizer.zero_grad(set_to_none=True)
         return {**sums, "skipped": skipped}
 
@@ -455,7 +465,8 @@ class Trainer:
                         tok_s=f"{stats['tgt_tokens_per_s']:.0f}")
         if bar.disable and self.info.is_main:
             self.log(f"update {self.state.step:,} | loss {stats['loss']:.3f} | nll {stats['nll']:.3f} | "
-                     f"ppl {stats['ppl']:.2f} | lr {record['lr']:.2e} | {stats['tgt_tokens_per_s']:,.0f} tgt tok/s")
+                     f"ppl {stats['ppl']:.2f} | lr {record['lr']:.2e} | gnorm {stats['grad_norm']:.2f} | "
+                     f"{stats['tgt_tokens_per_s']:,.0f} tgt tok/s")
         self._write_metrics(record)
 
     def _validate_and_track(self) -> bool:
@@ -497,7 +508,7 @@ class Trainer:
             payload = {**self._model_payload(), "optimizer": self.optimizer.state_dict(),
                        "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
                        "train_state": self.state.state_dict(), "rng": rng, "world_size": self.info.world_size,
-                       "data": self.data.identity}
+                       "data": self.data.identity, **({"ema": self.ema.state_dict()} if self.ema else {})}
             checkpoint.save(self.folder.step_path(self.state.step), payload, kind="training")
             self.folder.prune(self.config.keep_last)
         barrier(self.info)
@@ -515,6 +526,10 @@ class Trainer:
         barrier(self.info)
 
     def _write_model_file(self) -> None:
+        if self.ema is not None:
+            checkpoint.save(self.folder.ema_file, {**self._model_payload(), "model": self.ema.model_state_dict()},
+                            kind="weights")
+            self.log(f"moving average of the weights (decay {self.config.ema_decay}) written to {self.folder.ema_file}")
         target = self.folder.model_file
         n = self.config.average_last
         found = self.folder.step_checkpoints()
@@ -554,7 +569,10 @@ class _Window:
         seconds = max(self.sums.get("seconds", 0.0), 1e-9)
         tokens = max(self.sums.get("tokens", 0.0), 1.0)
         nll = self.sums.get("nll", 0.0) / tokens
+        real = tokens + self.sums.get("src_tokens", 0.0)
         stats = {"loss": self.sums.get("loss", 0.0) / tokens, "nll": nll, "ppl": math.exp(min(nll, 50.0)),
+                 "grad_norm": self.sums.get("grad_norm", 0.0) / max(self.sums.get("updates", 0.0), 1.0),
+                 "pad_share": 1.0 - real / max(self.sums.get("slots", 0.0), real, 1.0),
                  "tgt_tokens": int(self.sums.get("tokens", 0.0)),
                  # This process's tokens times the world size: ranks get batches of equal size on average.
                  "tgt_tokens_per_s": world_size * tokens / seconds,
@@ -562,6 +580,16 @@ class _Window:
                  "src_tgt_tokens_per_s": world_size * (tokens + self.sums.get("src_tokens", 0.0)) / seconds}
         self.sums = {}
         return stats
+
+
+def _gradient_norm(model: torch.nn.Module, clip: float) -> torch.Tensor:
+    """The gradients' total L2 norm before clipping (clipped to ``clip`` when set); stays on the device."""
+    if clip:
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), clip).detach()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
 def _prefer_memory_efficient_attention(device: torch.device) -> None:

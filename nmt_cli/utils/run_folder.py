@@ -30,6 +30,7 @@ SPM_FILES = {"src": "spm.src.model", "tgt": "spm.tgt.model"}
 CHECKPOINT_DIR = "checkpoints"
 BEST_FILE = "best.pt"
 MODEL_FILE = "model.pt"
+EMA_FILE = "model.ema.pt"  # the weights' exponential moving average (train.ema_decay)
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
 
@@ -59,6 +60,10 @@ class RunFolder:
     @property
     def model_file(self) -> Path:
         return self.path / MODEL_FILE
+
+    @property
+    def ema_file(self) -> Path:
+        return self.path / EMA_FILE
 
     @property
     def metrics_file(self) -> Path:
