@@ -80,6 +80,10 @@ class VocabConfig:
     normalization: Literal["identity", "nmt_nfkc", "nfkc"] = _opt(
         "identity", "SentencePiece normalization; identity keeps the text exactly as cleaned")
     byte_fallback: bool = _opt(True, "spell unseen characters as UTF-8 bytes instead of <unk>")
+    from_: str = field(default="", metadata={
+        "key": "from", "help": "reuse a trained model's SentencePiece model(s) instead of learning new ones, so "
+        "token ids match it (fine-tuning): a run folder, a model or checkpoint .pt file, a prepared data folder "
+        "or a .model file"})
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,9 @@ class TrainConfig:
     """Optimisation, batching, stopping, validation and checkpoints."""
 
     dir: str = _opt("", "run folder (default: runs/RECIPE_NAME)")
+    init_from: str = _opt("", "fine-tune: start this new run from a trained model's weights (a run folder, its "
+                          "model.pt or any checkpoint), with a fresh optimizer and schedule; prepare the data "
+                          "with vocab.from naming the same model")
     seed: int = _opt(1, "random seed (batches, dropout, initialisation)", ge=0, le=2**32 - 1)
     max_tokens: int | Literal["auto"] = _opt(
         4096, "tokens per batch per process, padding included; auto: the largest batch that fits in GPU memory "
@@ -247,13 +254,20 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
     """Plain nested dicts and lists, ready for YAML or a checkpoint."""
 
     def plain(value: Any) -> Any:
+        if dataclasses.is_dataclass(value):
+            return {_key_of(f): plain(getattr(value, f.name)) for f in fields(value)}
         if isinstance(value, (tuple, list)):
             return [plain(v) for v in value]
         if isinstance(value, dict):
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    return plain(dataclasses.asdict(recipe))
+    return plain(recipe)
+
+
+def _key_of(f: dataclasses.Field) -> str:
+    """A field's key in recipes: its name, or the metadata's ``key`` where the name is a Python keyword."""
+    return f.metadata.get("key", f.name)
 
 
 def dump_recipe(recipe: Recipe) -> str:
@@ -381,14 +395,14 @@ def _build(cls: type, data: Any, path: str, source: str) -> Any:
         raise RecipeError(f"{source}: {path.rstrip('.') or 'recipe'}: expected a mapping of keys, "
                           f"got {_describe(data)}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in fields(cls)]
+    names = [_key_of(f) for f in fields(cls)]
     for key in data:
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"did you mean '{path}{close[0]}'?" if close else f"valid keys: {', '.join(names)}"
             raise RecipeError(f"{source}: unknown key '{path}{key}'; {hint}")
-    kwargs = {f.name: _coerce(hints[f.name], data[f.name], path + f.name, f.metadata, source)
-              for f in fields(cls) if f.name in data}
+    kwargs = {f.name: _coerce(hints[f.name], data[_key_of(f)], path + _key_of(f), f.metadata, source)
+              for f in fields(cls) if _key_of(f) in data}
     return cls(**kwargs)
 
 
@@ -483,8 +497,8 @@ def field_help(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str, str
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         if dataclasses.is_dataclass(hints[f.name]):
-            rows += field_help(hints[f.name], f"{prefix}{f.name}.")
+            rows += field_help(hints[f.name], f"{prefix}{_key_of(f)}.")
         else:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            rows.append((prefix + f.name, repr(default), f.metadata.get("help", "")))
+            rows.append((prefix + _key_of(f), repr(default), f.metadata.get("help", "")))
     return rows

@@ -33,7 +33,7 @@ from ..utils.process import die_with_parent
 from .binary import TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
-from .vocab import learn_vocab, load_vocab, vocab_files
+from .vocab import learn_vocab, load_vocab, parent_vocab_blobs, vocab_files
 
 META_VERSION = 1
 Log = Callable[[str], None]
@@ -174,6 +174,8 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
     src_text, tgt_text = text_paths(out, "train", recipe)
     src_name, tgt_name = vocab_files(d.src_lang, d.tgt_lang, v.joint)
     outputs = [out / src_name, out / tgt_name]
+    if v.from_:
+        return _reuse_vocab(recipe, out, (src_name, tgt_name), force, log)
     key = _key(train["sha256"], train["kept"], recipe_to_dict(recipe)["vocab"], sorted(train["dropped"].items()))
     cached = _cached(out, "vocab", key, outputs, force)
     if cached is not None:
@@ -189,6 +191,29 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
     sizes = [load_vocab(p).GetPieceSize() for p in outputs]
     return _stamp(out, "vocab", key, {"src_model": src_name, "tgt_model": tgt_name,
                                       "src_size": sizes[0], "tgt_size": sizes[1]})
+
+
+def _reuse_vocab(recipe: Recipe, out: Path, names: tuple[str, str], force: bool, log: Log) -> dict[str, Any]:
+    """``vocab.from``: the parent model's SentencePiece model(s), copied, so token ids mean the same pieces."""
+    parent = Path(recipe.vocab.from_)
+    blobs = parent_vocab_blobs(parent)
+    if recipe.vocab.joint and blobs[0] != blobs[1]:
+        raise DataError(f"vocab.from: {parent} has separate source and target vocabularies but this recipe asks "
+                        "for a joint one; set vocab.joint: false")
+    key = _key("reuse", [hashlib.sha256(b).hexdigest() for b in blobs], names)
+    outputs = [out / name for name in names]
+    cached = _cached(out, "vocab", key, outputs, force)
+    if cached is not None:
+        log(f"[skip] vocabulary is up to date (reused from {parent})")
+        return cached
+    for name, blob in zip(names, blobs):
+        with atomic_open(out / name, "wb") as handle:
+            handle.write(blob)
+    sizes = [load_vocab(p).GetPieceSize() for p in outputs]
+    log(f"reusing the vocabulary of {parent} ({sizes[0]:,} pieces"
+        + (f", target {sizes[1]:,})" if names[0] != names[1] else ")"))
+    return _stamp(out, "vocab", key, {"src_model": names[0], "tgt_model": names[1],
+                                      "src_size": sizes[0], "tgt_size": sizes[1], "from": str(parent)})
 
 
 # --------------------------------------------------------------------------- encoding

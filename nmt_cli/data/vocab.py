@@ -14,8 +14,9 @@ from pathlib import Path
 import sentencepiece as spm
 
 from ..config import VocabConfig
-from ..errors import DataError
+from ..errors import CheckpointError, DataError
 from ..utils.files import atomic_path
+from ..utils.run_folder import RunFolder
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -94,3 +95,37 @@ def load_vocab_bytes(blob: bytes, origin: str) -> spm.SentencePieceProcessor:
     except (OSError, RuntimeError):
         raise DataError(f"{origin}: the stored SentencePiece model is corrupt") from None
     return processor
+
+
+def parent_vocab_blobs(path: Path) -> tuple[bytes, bytes]:
+    """The (source, target) SentencePiece models of a trained model, to encode new data with its ids.
+
+    ``path`` is a run folder, a model or checkpoint ``.pt`` file, a prepared data folder or a
+    ``.model`` file (joint). Each model is checked to load before it is used.
+    """
+    import json
+
+    from ..utils import torchfile
+
+    if path.is_dir() and RunFolder(path).spm_file("src").is_file():
+        folder = RunFolder(path)
+        blobs = folder.spm_file("src").read_bytes(), folder.spm_file("tgt").read_bytes()
+    elif path.is_dir() and (path / "meta.json").is_file():
+        names = json.loads((path / "meta.json").read_text(encoding="utf-8"))["vocab"]
+        blobs = (path / names["src_model"]).read_bytes(), (path / names["tgt_model"]).read_bytes()
+    elif path.is_file() and path.suffix == ".pt":
+        try:
+            stored = torchfile.load(path).get("vocab") or {}
+        except CheckpointError as err:
+            raise DataError(f"vocab.from: {err}") from None
+        if not isinstance(stored.get("src"), bytes) or not isinstance(stored.get("tgt"), bytes):
+            raise DataError(f"vocab.from: {path} holds no SentencePiece model; name a file written by nmt train")
+        blobs = stored["src"], stored["tgt"]
+    elif path.is_file():
+        blobs = (path.read_bytes(),) * 2
+    else:
+        raise DataError(f"vocab.from: {path} not found; name a run folder, a model .pt file, a prepared data "
+                        "folder or a SentencePiece .model file")
+    for blob in set(blobs):
+        load_vocab_bytes(blob, f"vocab.from: {path}")
+    return blobs

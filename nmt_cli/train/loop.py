@@ -30,7 +30,7 @@ from ..data.prepare import load_meta, text_paths
 from ..data.vocab import PAD_ID, load_vocab
 from ..errors import CheckpointError, NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model, count_parameters
-from ..utils.files import atomic_open
+from ..utils.files import atomic_open, sha256_file
 from ..utils.run_folder import RunFolder
 from . import checkpoint
 from .checkpoint import TrainingCheckpoint, data_identity, load_training, vocab_digest
@@ -58,6 +58,9 @@ from .state import TrainState
 from .validate import ValidationResult, Vocabularies, validate
 
 Log = Callable[[str], None]
+
+# Model keys a fine-tuning run may change: they shape training, not the weights.
+FINE_TUNABLE_MODEL_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
 
 
 @dataclass
@@ -135,6 +138,7 @@ class Trainer:
         _prefer_memory_efficient_attention(info.device)
         self.optimizer = _optimizer(self.model, recipe)
         self.ema = WeightAverage(self.model, self.config.ema_decay) if self.config.ema_decay else None
+        self.parent: dict[str, Any] | None = None  # the model a fine-tuning run started from (train.init_from)
         schedule = learning_rate(self.config, recipe.model.d_model)
         # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
@@ -157,6 +161,8 @@ class Trainer:
         Returns why the run is already finished (then nothing was trained or changed), or None.
         """
         start = self._start_checkpoint(resume, start_from)
+        if start is None and self.config.init_from:
+            self.parent = self._load_parent(Path(self.config.init_from))
         if start is not None:
             self._check_compatible(start)
             finished = self._finished_reason(start.payload["train_state"])
@@ -229,6 +235,44 @@ class Trainer:
                     f"{stored_data[key]!r} then, {now!r} in {self.recipe.data_dir}); the saved data position would "
                     "be wrong. Re-prepare the run's data, or use a new train.dir")
 
+    def _load_parent(self, path: Path) -> dict[str, Any]:
+        """``train.init_from``: load a trained model's weights into this new run, after checking that the
+        architecture and the vocabulary match. Reads the parent only; returns what the run records of it."""
+        source = path
+        if path.is_dir():
+            if path.resolve() == self.folder.path.resolve():
+                raise NmtError(f"train.init_from names this run's own folder {path}; set train.dir to a new folder")
+            parent = RunFolder(path)
+            found = [parent.model_file] if parent.model_file.is_file() else parent.step_checkpoints()[-1:]
+            if not found:
+                raise NmtError(f"train.init_from: {path} holds no model.pt and no checkpoint; name a trained run")
+            source = found[0]
+        payload = checkpoint.load(source)
+        stored = payload["recipe"].get("model", {})
+        ours = recipe_to_dict(self.recipe)["model"]
+        defaults = recipe_to_dict(Recipe())["model"]
+        for key in sorted(set(ours) - FINE_TUNABLE_MODEL_KEYS):
+            then, now = stored.get(key, defaults.get(key)), ours.get(key)
+            if then != now:
+                raise CheckpointError(f"train.init_from {source}: model.{key} is {then!r} there but {now!r} in the "
+                                      f"recipe; fine-tuning keeps the architecture (--set model.{key}={then})")
+        for side in ("src", "tgt"):
+            if (payload.get("vocab") or {}).get(side) != self.data.vocab_blobs[side]:
+                raise CheckpointError(
+                    f"train.init_from {source}: {self.recipe.data_dir} was prepared with another {side} vocabulary "
+                    f"than the model's, so token ids would mean other pieces; prepare it with vocab.from: {path}")
+        try:
+            self.model.load_state_dict(payload["model"])
+        except RuntimeError as err:
+            raise CheckpointError(f"train.init_from {source}: weights do not fit the model "
+                                  f"({str(err).strip().splitlines()[0]})") from None
+        if self.ema is not None:
+            self.ema = WeightAverage(self.model, self.config.ema_decay)  # averages from the parent's weights
+        step = (payload.get("train_state") or {}).get("step")
+        self.log(f"fine-tuning from {source}" + (f" (update {step:,} of its run)" if step else "")
+                 + ": its weights, a fresh optimizer and learning-rate schedule")
+        return {"path": str(source.resolve()), "sha256": sha256_file(source), "step": step}
+
     def _finished_reason(self, state: dict[str, Any]) -> str | None:
         """Which stop rule a checkpoint's state already met (a finished run is not trained further)."""
         config = self.config
@@ -249,6 +293,7 @@ class Trainer:
         self.scheduler.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
         self.state.load_state_dict(payload["train_state"])
+        self.parent = payload.get("parent")
         if self.ema is not None:
             if payload.get("ema"):
                 self.ema.load_state_dict(payload["ema"])
@@ -496,7 +541,7 @@ class Trainer:
     # ----------------------------------------------------------------- files
 
     def _model_payload(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "recipe": recipe_to_dict(self.recipe),
+        return {"model": self.model.state_dict(), "recipe": recipe_to_dict(self.recipe), "parent": self.parent,
                 "vocab": self.data.vocab_blobs, "step": self.state.step}
 
     def _save(self) -> None:

@@ -1,0 +1,76 @@
+"""Fine-tuning: a new run from a trained model's weights (train.init_from) on data encoded with its
+vocabulary (vocab.from); the parent is only read."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import OVERFIT_SETTINGS, tiny_recipe_yaml
+
+from nmt_cli.config import load_recipe
+from nmt_cli.data.prepare import prepare, text_paths
+from nmt_cli.data.vocab import load_vocab
+from nmt_cli.errors import CheckpointError, DataError
+from nmt_cli.train import checkpoint
+from nmt_cli.train.loop import load_dataset, train
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def child_recipe(folder: Path, corpus: Path, parent: Path, *extra: str):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "child.yaml"
+    path.write_text(tiny_recipe_yaml(corpus, folder / "data", folder / "run"))
+    return load_recipe(path, [*OVERFIT_SETTINGS, f"vocab.from={parent}", f"train.init_from={parent}",
+                              "train.max_steps=4", "train.save_every=2", *extra])
+
+
+def test_fine_tuning_reuses_ids_trains_a_new_run_and_leaves_the_parent_alone(overfit, m30k_slice, tmp_path):
+    parent, _, _ = overfit
+    before = snapshot(parent)
+    recipe = child_recipe(tmp_path, m30k_slice, parent)
+    prepare(recipe, log=lambda _m: None, progress=False)
+
+    # vocab.from: the parent's SentencePiece model, byte for byte, so every id means the same piece
+    data = load_dataset(recipe)
+    assert data.vocab_blobs["src"] == (parent / "spm.src.model").read_bytes()
+    vocab = load_vocab(parent / "spm.src.model")
+    lines = text_paths(recipe.data_dir, "train", recipe)[0].read_text(encoding="utf-8").splitlines()[:50]
+    assert [data.train.src[i].tolist() for i in range(50)] == vocab.encode(lines)
+
+    messages: list[str] = []
+    train(recipe, log=messages.append)
+    assert any("fine-tuning from" in m for m in messages)
+    child_weights = checkpoint.load(tmp_path / "run" / "model.pt")
+    parent_weights = checkpoint.load(parent / "model.pt")["model"]
+    assert child_weights["parent"]["path"] == str((parent / "model.pt").resolve())
+    assert child_weights["parent"]["sha256"] == hashlib.sha256((parent / "model.pt").read_bytes()).hexdigest()
+    changed = [k for k in parent_weights if not torch.equal(parent_weights[k], child_weights["model"][k])]
+    assert len(changed) > len(parent_weights) // 2  # trained on, from the parent's weights
+    first = checkpoint.load(checkpoint.step_checkpoints(tmp_path / "run")[0])
+    assert first["train_state"]["step"] == 2 and first["scheduler"]["last_epoch"] == 2  # a fresh schedule
+    assert snapshot(parent) == before
+
+
+def test_fine_tuning_refuses_another_architecture_or_vocabulary(overfit, m30k_slice, tmp_path):
+    parent, _, _ = overfit
+    recipe = child_recipe(tmp_path, m30k_slice, parent, "model.d_ff=256")
+    prepare(recipe, log=lambda _m: None, progress=False)
+    with pytest.raises(CheckpointError, match=r"model\.d_ff is 512 there but 256 .*--set model\.d_ff=512"):
+        train(recipe, log=lambda _m: None)
+    assert not (tmp_path / "run").exists() or snapshot(tmp_path / "run") == {}  # nothing written
+
+    own_vocab = child_recipe(tmp_path / "own", m30k_slice, parent, "vocab.from=")
+    prepare(own_vocab, log=lambda _m: None, progress=False)
+    with pytest.raises(CheckpointError, match=r"another src vocabulary .* prepare it with vocab\.from"):
+        train(own_vocab, log=lambda _m: None)
+
+    missing = child_recipe(tmp_path / "missing", m30k_slice, tmp_path / "nowhere")
+    with pytest.raises(DataError, match=r"vocab\.from: .*nowhere not found"):
+        prepare(missing, log=lambda _m: None, progress=False)
