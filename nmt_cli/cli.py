@@ -73,7 +73,7 @@ def _global(
 
 
 def _register() -> None:
-    from .commands import average, config, download, export, prepare, quickstart, score, train, translate
+    from .commands import average, config, download, export, plot, prepare, quickstart, score, train, translate
 
     app.command("quickstart")(friendly(quickstart.run))
     app.command("prepare")(friendly(prepare.run))
@@ -84,6 +84,7 @@ def _register() -> None:
     app.command("config")(friendly(config.run))
     app.command("download")(friendly(download.run))
     app.command("export")(friendly(export.run))
+    app.command("plot")(friendly(plot.run))
 
 
 _register()

@@ -172,6 +172,8 @@ class TrainConfig:
     ema_decay: float = _opt(0.0, "keep an exponential moving average of the weights with this decay, e.g. "
                             "0.9999, written as model.ema.pt (0: off)", ge=0, lt=1)
     log_every: int = _opt(100, "log metrics every N updates", ge=1)
+    tensorboard: bool = _opt(True, "also write the metrics as TensorBoard event files to RUN/tensorboard "
+                             "(when the tensorboard package is installed: pip install 'nmt-cli[tensorboard]')")
     precision: Literal["fp32", "bf16", "fp16", "auto"] = _opt(
         "fp32", "fp32; bf16 autocast; fp16 with loss scaling (CUDA); auto: bf16 where the hardware computes it "
         "natively (CPUs with AVX512-BF16 or AMX, CUDA devices with bf16), else fp32")

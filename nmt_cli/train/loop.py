@@ -44,6 +44,7 @@ from .distributed import (
     shutdown,
 )
 from .ema import WeightAverage
+from .events import EventWriter
 from .memory import (
     CPU_MAX_TOKENS,
     MAX_SPLIT,
@@ -139,6 +140,7 @@ class Trainer:
         self.optimizer = _optimizer(self.model, recipe)
         self.ema = WeightAverage(self.model, self.config.ema_decay) if self.config.ema_decay else None
         self.parent: dict[str, Any] | None = None  # the model a fine-tuning run started from (train.init_from)
+        self.events: EventWriter | None = None  # TensorBoard, opened with the run folder
         schedule = learning_rate(self.config, recipe.model.d_model)
         # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
@@ -568,6 +570,8 @@ class Trainer:
         if self.info.is_main:
             self.log(f"stopped after update {self.state.step:,}: {reason}")
             self._write_model_file()
+            if self.events is not None:
+                self.events.close()
         barrier(self.info)
 
     def _write_model_file(self) -> None:
@@ -590,6 +594,9 @@ class Trainer:
         if self.info.is_main:
             with open(self.metrics_path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
+            if self.events is None:
+                self.events = EventWriter(self.folder.tensorboard_dir, self.config.tensorboard)
+            self.events.write(record)
 
     def _progress(self) -> tqdm:
         total = self.config.max_steps or None

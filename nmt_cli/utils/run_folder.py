@@ -31,6 +31,7 @@ CHECKPOINT_DIR = "checkpoints"
 BEST_FILE = "best.pt"
 MODEL_FILE = "model.pt"
 EMA_FILE = "model.ema.pt"  # the weights' exponential moving average (train.ema_decay)
+TENSORBOARD_DIR = "tensorboard"  # event files, when tensorboard is installed
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
 
@@ -64,6 +65,10 @@ class RunFolder:
     @property
     def ema_file(self) -> Path:
         return self.path / EMA_FILE
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / TENSORBOARD_DIR
 
     @property
     def metrics_file(self) -> Path:
