@@ -80,6 +80,8 @@ class VocabConfig:
     normalization: Literal["identity", "nmt_nfkc", "nfkc"] = _opt(
         "identity", "SentencePiece normalization; identity keeps the text exactly as cleaned")
     byte_fallback: bool = _opt(True, "spell unseen characters as UTF-8 bytes instead of <unk>")
+    extend: int = _opt(0, "with vocab.from: learn up to N new pieces from the new training data and append them "
+                       "to the reused vocabulary (old ids unchanged; train.init_from grows the embeddings)", ge=0)
     from_: str = field(default="", metadata={
         "key": "from", "help": "reuse a trained model's SentencePiece model(s) instead of learning new ones, so "
         "token ids match it (fine-tuning): a run folder, a model or checkpoint .pt file, a prepared data folder "
@@ -298,6 +300,8 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
             parse_duration(recipe.train.max_time)
         except ValueError as err:
             fail("train.max_time", str(err))
+    if recipe.vocab.extend and not recipe.vocab.from_:
+        fail("vocab.extend", "extends a reused vocabulary; set vocab.from to the model whose vocabulary to extend")
     if recipe.train.precision == "fp16" and recipe.train.device == "cpu":
         fail("train.precision", "fp16 needs CUDA; use bf16 or fp32 on the CPU")
     if recipe.train.average_last > recipe.train.keep_last > 0:

@@ -66,8 +66,9 @@ def read_png(path: Path):
 
 
 def test_plot_draws_one_and_several_runs(run_dir, tmp_path):
-    from nmt_cli.cli import app
     from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
 
     other = tmp_path / "other"
     other.mkdir()

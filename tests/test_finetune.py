@@ -74,3 +74,48 @@ def test_fine_tuning_refuses_another_architecture_or_vocabulary(overfit, m30k_sl
     missing = child_recipe(tmp_path / "missing", m30k_slice, tmp_path / "nowhere")
     with pytest.raises(DataError, match=r"vocab\.from: .*nowhere not found"):
         prepare(missing, log=lambda _m: None, progress=False)
+
+
+def test_extended_vocabulary_keeps_old_ids_rows_and_old_domain_output(overfit, m30k_slice, tmp_path):
+    """vocab.extend appends pieces of the new data; init_from grows the embeddings, old rows bitwise."""
+    from dataclasses import replace
+
+    from nmt_cli.data.vocab import load_vocab_bytes
+    from nmt_cli.decode.translator import LoadedModel, Translator, load_model
+    from nmt_cli.train.distributed import init_distributed
+    from nmt_cli.train.loop import Trainer
+
+    pytest.importorskip("google.protobuf")
+    parent, memorised, _ = overfit
+    recipe = child_recipe(tmp_path, m30k_slice, parent, "vocab.extend=300")
+    prepare(recipe, log=lambda _m: None, progress=False)
+    old_vocab = load_vocab(parent / "spm.src.model")
+    blob = load_dataset(recipe).vocab_blobs["src"]
+    new_vocab = load_vocab_bytes(blob, "extended")
+    old_size, new_size = old_vocab.GetPieceSize(), new_vocab.GetPieceSize()
+    assert old_size < new_size <= old_size + 300
+    assert [new_vocab.IdToPiece(i) for i in range(old_size)] == [old_vocab.IdToPiece(i) for i in range(old_size)]
+
+    trainer = Trainer(recipe, init_distributed(recipe.train), lambda _m: None)
+    trainer.prepare_run_dir(None)
+    before = checkpoint.load(parent / "model.pt")["model"]["src_embed.weight"]
+    grown = trainer.model.src_embed.weight.detach()
+    assert grown.shape == (new_size, before.size(1))
+    assert torch.equal(grown[:old_size], before)  # old rows exactly as trained
+    assert grown[old_size:].abs().sum() > 0  # new rows initialised, not zero
+
+    # The old domain decodes as before wherever its encoding did not change and no new piece is produced.
+    parent_model = load_model(parent)
+    config = replace(parent_model.recipe.decode, beam=1)
+    extended = LoadedModel(trainer.model.eval(), parent_model.recipe, new_vocab, new_vocab, Path("extended"))
+    same_encoding = [line for line in memorised if old_vocab.encode(line) == new_vocab.encode(line)]
+    assert len(same_encoding) >= 10  # new merges re-segment old text that contains the new pieces
+    ours = Translator(extended, config).translate(same_encoding)
+    theirs = Translator(parent_model, config).translate(same_encoding)
+    compared = 0
+    for ours_hyps, theirs_hyps in zip(ours, theirs):
+        produced = new_vocab.encode(ours_hyps[0][0])
+        if max(produced, default=0) < old_size:
+            compared += 1
+            assert ours_hyps[0][0] == theirs_hyps[0][0]
+    assert compared >= 5

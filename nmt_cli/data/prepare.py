@@ -33,7 +33,7 @@ from ..utils.process import die_with_parent
 from .binary import TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
-from .vocab import learn_vocab, load_vocab, parent_vocab_blobs, vocab_files
+from .vocab import extend_vocab, learn_vocab, load_vocab, parent_vocab_blobs, vocab_files
 
 META_VERSION = 1
 Log = Callable[[str], None]
@@ -175,7 +175,7 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
     src_name, tgt_name = vocab_files(d.src_lang, d.tgt_lang, v.joint)
     outputs = [out / src_name, out / tgt_name]
     if v.from_:
-        return _reuse_vocab(recipe, out, (src_name, tgt_name), force, log)
+        return _reuse_vocab(recipe, out, (src_name, tgt_name), train, force, log)
     key = _key(train["sha256"], train["kept"], recipe_to_dict(recipe)["vocab"], sorted(train["dropped"].items()))
     cached = _cached(out, "vocab", key, outputs, force)
     if cached is not None:
@@ -193,19 +193,29 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
                                       "src_size": sizes[0], "tgt_size": sizes[1]})
 
 
-def _reuse_vocab(recipe: Recipe, out: Path, names: tuple[str, str], force: bool, log: Log) -> dict[str, Any]:
-    """``vocab.from``: the parent model's SentencePiece model(s), copied, so token ids mean the same pieces."""
+def _reuse_vocab(recipe: Recipe, out: Path, names: tuple[str, str], train: dict[str, Any], force: bool,
+                 log: Log) -> dict[str, Any]:
+    """``vocab.from``: the parent model's SentencePiece model(s), copied, so token ids mean the same pieces;
+    with ``vocab.extend``, new pieces of this data appended after them."""
     parent = Path(recipe.vocab.from_)
     blobs = parent_vocab_blobs(parent)
     if recipe.vocab.joint and blobs[0] != blobs[1]:
         raise DataError(f"vocab.from: {parent} has separate source and target vocabularies but this recipe asks "
                         "for a joint one; set vocab.joint: false")
-    key = _key("reuse", [hashlib.sha256(b).hexdigest() for b in blobs], names)
+    extend = recipe.vocab.extend
+    key = _key("reuse", [hashlib.sha256(b).hexdigest() for b in blobs], names, extend,
+               train["sha256"] if extend else None)
     outputs = [out / name for name in names]
     cached = _cached(out, "vocab", key, outputs, force)
     if cached is not None:
         log(f"[skip] vocabulary is up to date (reused from {parent})")
         return cached
+    if extend:
+        texts = text_paths(out, "train", recipe)
+        sides = [list(texts)] if names[0] == names[1] else [[texts[0]], [texts[1]]]
+        grown = [extend_vocab(blobs[i], sides[i], extend, recipe.vocab, out / ".state") for i in range(len(sides))]
+        blobs = (grown[0], grown[-1])
+        log(f"extended the vocabulary of {parent} by up to {extend:,} pieces of the new data")
     for name, blob in zip(names, blobs):
         with atomic_open(out / name, "wb") as handle:
             handle.write(blob)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import sentencepiece as spm
@@ -28,7 +29,7 @@ def vocab_files(src_lang: str, tgt_lang: str, joint: bool) -> tuple[str, str]:
     return f"spm.{src_lang}.model", f"spm.{tgt_lang}.model"
 
 
-def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig) -> None:
+def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig, hard_limit: bool = True) -> None:
     """Train a SentencePiece model on the text files ``inputs`` and write it to ``output``.
 
     SentencePiece samples at most ``input_sentence_size`` sentences, which bounds memory on
@@ -50,6 +51,7 @@ def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig) -> No
                 normalization_rule_name=config.normalization,
                 byte_fallback=config.byte_fallback,
                 max_sentence_length=1 << 16,
+                hard_vocab_limit=hard_limit,  # False: up to vocab.size pieces, fewer if the text has no more
                 minloglevel=2,
             )
         except RuntimeError as err:
@@ -129,3 +131,41 @@ def parent_vocab_blobs(path: Path) -> tuple[bytes, bytes]:
     for blob in set(blobs):
         load_vocab_bytes(blob, f"vocab.from: {path}")
     return blobs
+
+
+def extend_vocab(parent: bytes, inputs: Sequence[Path], count: int, config: VocabConfig, workdir: Path) -> bytes:
+    """``parent`` with up to ``count`` pieces of the text ``inputs`` appended: old ids and pieces unchanged.
+
+    A model of the new text is learned (as large as the parent plus ``count``); its pieces the parent
+    lacks are appended in the order it learned them, scored below every old piece, so they apply only
+    after all of the parent's merges. Editing the model needs protobuf (SentencePiece's own schema).
+    """
+    try:
+        from sentencepiece import sentencepiece_model_pb2
+    except ImportError:
+        raise DataError("vocab.extend needs protobuf to edit the SentencePiece model: pip install protobuf") from None
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(parent)
+    learned_path = workdir / "extension.model"
+    size = len(model.pieces) + count
+    learn_vocab(inputs, learned_path, replace(config, size=size, type=_type_name(model)), hard_limit=False)
+    learned = sentencepiece_model_pb2.ModelProto()
+    learned.ParseFromString(learned_path.read_bytes())
+    learned_path.unlink()
+    known = {piece.piece for piece in model.pieces}
+    new = [p for p in learned.pieces if p.type == p.NORMAL and p.piece not in known][:count]
+    lowest = min((p.score for p in model.pieces if p.type == p.NORMAL), default=0.0)
+    for rank, piece in enumerate(new, 1):
+        model.pieces.add(piece=piece.piece, score=lowest - rank, type=piece.NORMAL)
+    return model.SerializeToString()
+
+
+def _type_name(model) -> str:
+    return {1: "unigram", 2: "bpe"}.get(model.trainer_spec.model_type, "bpe")
+
+
+def is_extension(parent: bytes, child: bytes) -> bool:
+    """Whether ``child`` holds ``parent``'s pieces under the same ids, followed by new ones."""
+    old, new = load_vocab_bytes(parent, "parent"), load_vocab_bytes(child, "child")
+    size = old.GetPieceSize()
+    return new.GetPieceSize() > size and all(old.IdToPiece(i) == new.IdToPiece(i) for i in range(size))

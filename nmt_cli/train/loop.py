@@ -27,7 +27,7 @@ from tqdm import tqdm
 from ..config import Recipe, dump_recipe, recipe_to_dict
 from ..data.batches import ParallelData, collate, make_batches, target_tokens
 from ..data.prepare import load_meta, text_paths
-from ..data.vocab import PAD_ID, load_vocab
+from ..data.vocab import PAD_ID, is_extension, load_vocab
 from ..errors import CheckpointError, NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model, count_parameters
 from ..utils.files import atomic_open, sha256_file
@@ -62,6 +62,7 @@ Log = Callable[[str], None]
 
 # Model keys a fine-tuning run may change: they shape training, not the weights.
 FINE_TUNABLE_MODEL_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
+VOCABULARY_ROWS = ("src_embed.weight", "tgt_embed.weight", "output.weight")  # grown by vocab.extend
 
 
 @dataclass
@@ -258,13 +259,20 @@ class Trainer:
             if then != now:
                 raise CheckpointError(f"train.init_from {source}: model.{key} is {then!r} there but {now!r} in the "
                                       f"recipe; fine-tuning keeps the architecture (--set model.{key}={then})")
+        extended = False
         for side in ("src", "tgt"):
-            if (payload.get("vocab") or {}).get(side) != self.data.vocab_blobs[side]:
-                raise CheckpointError(
-                    f"train.init_from {source}: {self.recipe.data_dir} was prepared with another {side} vocabulary "
-                    f"than the model's, so token ids would mean other pieces; prepare it with vocab.from: {path}")
+            theirs, ours = (payload.get("vocab") or {}).get(side), self.data.vocab_blobs[side]
+            if theirs == ours:
+                continue
+            if isinstance(theirs, bytes) and is_extension(theirs, ours):
+                extended = True  # vocab.extend: the parent's pieces keep their ids, new ones follow
+                continue
+            raise CheckpointError(
+                f"train.init_from {source}: {self.recipe.data_dir} was prepared with another {side} vocabulary "
+                f"than the model's, so token ids would mean other pieces; prepare it with vocab.from: {path}")
+        weights = self._grown(payload["model"]) if extended else payload["model"]
         try:
-            self.model.load_state_dict(payload["model"])
+            self.model.load_state_dict(weights)
         except RuntimeError as err:
             raise CheckpointError(f"train.init_from {source}: weights do not fit the model "
                                   f"({str(err).strip().splitlines()[0]})") from None
@@ -274,6 +282,20 @@ class Trainer:
         self.log(f"fine-tuning from {source}" + (f" (update {step:,} of its run)" if step else "")
                  + ": its weights, a fresh optimizer and learning-rate schedule")
         return {"path": str(source.resolve()), "sha256": sha256_file(source), "step": step}
+
+    def _grown(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The parent's weights with embedding and output rows added for an extended vocabulary: old rows
+        exactly as trained, new rows as this model initialised them."""
+        fresh = self.model.state_dict()
+        grown = dict(weights)
+        for key in VOCABULARY_ROWS:
+            old, new = weights.get(key), fresh.get(key)
+            if old is not None and new is not None and old.size(0) < new.size(0) and old.shape[1:] == new.shape[1:]:
+                rows = new.detach().clone()
+                rows[: old.size(0)] = old
+                grown[key] = rows
+                self.log(f"{key}: {old.size(0):,} rows from the parent, {new.size(0) - old.size(0):,} new")
+        return grown
 
     def _finished_reason(self, state: dict[str, Any]) -> str | None:
         """Which stop rule a checkpoint's state already met (a finished run is not trained further)."""
