@@ -120,6 +120,9 @@ class ModelConfig:
     max_relative_position: int = _opt(16, "clipping distance k of relative positions", ge=1)
     norm: Literal["post", "pre", "rezero"] = _opt(
         "post", "post: LN(x+F(x)) (paper); pre: x+F(LN(x)) with final LN; rezero: x+a*F(x)")
+    rezero_per: Literal["branch", "layer"] = _opt(
+        "branch", "with norm: rezero, one a per residual branch, or one per layer shared by its branches "
+        "(the official ReZero code)")
     init: Literal["xavier", "fairseq", "tfixup"] = _opt(
         "xavier", "xavier: every projection Xavier-uniform, zero biases; fairseq: Q/K/V Xavier with gain 1/sqrt(2) "
         "per projection, feed-forward PyTorch's default uniform(+-1/sqrt(fan_in)), as fairseq; "
@@ -152,8 +155,10 @@ class TrainConfig:
     max_steps: int = _opt(100_000, "stop after this many updates (0: no limit)", ge=0)
     max_epochs: int = _opt(0, "stop after this many epochs (0: no limit)", ge=0)
     max_time: str = _opt("", "stop after this wall-clock time, e.g. 30m, 2h (empty: no limit)")
-    lr_schedule: Literal["noam", "inverse_sqrt", "constant"] = _opt(
-        "noam", "noam: the paper's d^-0.5*min(s^-0.5, s*w^-1.5); inverse_sqrt: peak lr; constant")
+    lr_schedule: Literal["noam", "inverse_sqrt", "inverse_sqrt_nowarmup", "constant"] = _opt(
+        "noam", "noam: the paper's d^-0.5*min(s^-0.5, s*w^-1.5); inverse_sqrt: linear warm-up to lr, then "
+        "lr*sqrt(w/s); inverse_sqrt_nowarmup: lr*sqrt(w/(w+s)) from the first update (T-Fixup; w = train.warmup); "
+        "constant")
     lr: float = _opt(7e-4, "peak learning rate (inverse_sqrt, constant)", gt=0)
     lr_scale: float = _opt(1.0, "factor on the noam schedule", gt=0)
     warmup: int = _opt(4000, "warm-up updates", ge=0)
@@ -300,6 +305,8 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
             parse_duration(recipe.train.max_time)
         except ValueError as err:
             fail("train.max_time", str(err))
+    if recipe.train.lr_schedule == "inverse_sqrt_nowarmup" and recipe.train.warmup == 0:
+        fail("train.warmup", "inverse_sqrt_nowarmup decays as lr*sqrt(w/(w+s)) and needs w > 0 (e.g. 4000)")
     if recipe.vocab.extend and not recipe.vocab.from_:
         fail("vocab.extend", "extends a reused vocabulary; set vocab.from to the model whose vocabulary to extend")
     if recipe.train.precision == "fp16" and recipe.train.device == "cpu":

@@ -235,3 +235,69 @@ def test_tfixup_has_no_layernorm_and_scaled_weights():
     assert any(isinstance(m, torch.nn.LayerNorm) for m in xavier.modules())
     bound = math.sqrt(6 / (32 + 64)) * (9 * 2) ** -0.25
     assert fixup.decoder[0].ffn.w1.weight.abs().max().item() <= bound + 1e-6
+
+
+
+@pytest.mark.parametrize("layers, tied", [(3, True), (6, True), (3, False), (6, False)])
+def test_tfixup_scales_each_tensor_as_derived(layers, tied):
+    """Huang et al. 2020, steps 1-3: Xavier per d x d (or d x d_ff) matrix, N(0, d^-1/2) embeddings, then
+    (9 N)^-1/4 on decoder V, output, FFN and both embeddings, 0.67 N^-1/4 on the encoder's; Q and K untouched."""
+    d, d_ff = 256, 1024
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(layers=layers, d_model=d, n_heads=4, d_ff=d_ff, init="tfixup",
+                                    share_embeddings=tied, tie_output=tied), 2000, 2000)
+    dec, enc = (9 * layers) ** -0.25, 0.67 * layers ** -0.25
+    square, ffn = (1 / d) ** 0.5, (2 / (d + d_ff)) ** 0.5  # Xavier std of a d x d and a d x d_ff matrix
+
+    def check(tensor, expected):
+        assert tensor.float().std().item() == pytest.approx(expected, rel=0.04)
+
+    for stack, scale in ((model.encoder, enc), (model.decoder, dec)):
+        for layer in stack:
+            for attn in [layer.self_attn] + ([layer.cross_attn] if hasattr(layer, "cross_attn") else []):
+                fused = attn.qkv.weight if attn.self_attention else torch.cat([attn.q.weight, attn.kv.weight])
+                query, key, value = fused.split(d)
+                check(query, square)
+                check(key, square)
+                check(value, square * scale)
+                check(attn.out.weight, square * scale)
+            check(layer.ffn.w1.weight, ffn * scale)
+            check(layer.ffn.w2.weight, ffn * scale)
+    for embedding in (model.src_embed, model.tgt_embed):
+        check(embedding.weight[1:], d ** -0.5 * dec)  # both inputs, decoder factor (step 2); row 0 is padding
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+
+
+def test_warmup_free_schedule():
+    from nmt_cli.config import TrainConfig
+    from nmt_cli.train.schedule import learning_rate
+
+    schedule = learning_rate(TrainConfig(lr_schedule="inverse_sqrt_nowarmup", lr=5e-4, warmup=4000), 512)
+    assert schedule(1) == pytest.approx(5e-4 * (4000 / 4001) ** 0.5)  # at full rate from the first update
+    assert schedule(4000) == pytest.approx(5e-4 * 0.5 ** 0.5)
+    assert schedule(12000) == pytest.approx(2.5e-4)
+    assert all(schedule(s) > schedule(s + 1) for s in range(1, 50))
+
+
+def test_rezero_alpha_per_layer_is_shared_by_its_branches():
+    per_layer = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, norm="rezero",
+                                        rezero_per="layer"), 30, 30)
+    per_branch = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, norm="rezero"), 30, 30)
+
+    def alphas(model):
+        return [p for n, p in model.named_parameters() if n.endswith("alpha")]
+
+    assert len(alphas(per_layer)) == 4 and len(alphas(per_branch)) == 2 * 2 + 2 * 3
+    decoder = per_layer.decoder[0]
+    assert decoder.res_self.alpha is decoder.res_cross.alpha is decoder.res_ffn.alpha
+
+
+def test_causal_fast_path_aligns_bottom_right_like_the_reference():
+    from nmt_cli.model.attention import attention, attention_reference
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 8)
+    padding = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    padding[1, ..., 5:] = False
+    for mask in (None, padding):
+        torch.testing.assert_close(attention(q, k, v, mask, causal=True), attention_reference(q, k, v, mask, causal=True))

@@ -67,9 +67,15 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropo
     """Fast path through PyTorch's fused kernel; relative positions and bf16 on the CPU use the reference."""
     if relative is not None:
         return attention_reference(q, k, v, mask, dropout, causal, relative)
-    if causal and q.size(-2) != k.size(-2):
-        # Incremental decoding: the new query may see every cached key, so no mask is needed.
-        causal = q.size(-2) != 1
+    t_q, t_k = q.size(-2), k.size(-2)
+    if causal and t_q != t_k:
+        # Queries are the last t_q positions of t_k (incremental decoding): the causal mask aligns
+        # bottom-right, as in the reference. One new query may see every cached key (no mask at all);
+        # SDPA's is_causal would align top-left, so several are masked explicitly.
+        causal = False
+        if t_q > 1:
+            future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(t_k - t_q + 1)
+            mask = ~future if mask is None else mask & ~future
     if q.dtype == torch.bfloat16 and q.device.type == "cpu":
         # PyTorch's CPU flash-attention kernel is slow in bf16 (its backward about 5x its fp32 time on
         # m30k-small); the formula written out runs its products in bf16 and was 1.6x faster than the

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .layers import DecoderLayer, EncoderLayer
+from .layers import DecoderLayer, EncoderLayer, Residual
 from .loss import output_loss
 from .positions import LearnedPositions, SinusoidalPositions
 
@@ -68,6 +68,8 @@ class Transformer(nn.Module):
                       config.activation_dropout, config.activation, arrangement, relative)
         self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(config.layers))
         self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(config.n_decoder_layers))
+        if arrangement == "rezero" and config.rezero_per == "layer":
+            _share_rezero_alpha(self.encoder, self.decoder)
         # Pre-norm stacks end in a LayerNorm, else the last residual sum is never normalised.
         self.encoder_norm = nn.LayerNorm(d) if arrangement == "pre" else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if arrangement == "pre" else nn.Identity()
@@ -178,6 +180,15 @@ class Transformer(nn.Module):
         return self.logits(self.decoder_norm(x[:, 0]))  # (N, V)
 
 
+def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:
+    """One ReZero alpha per layer, shared by its residual branches (the official ReZero code)."""
+    for stack in stacks:
+        for layer in stack:
+            branches = [m for m in layer.children() if isinstance(m, Residual)]
+            for branch in branches[1:]:
+                branch.alpha = branches[0].alpha
+
+
 def _positions(config: ModelConfig) -> nn.Module | None:
     if config.positions == "sinusoidal":
         return SinusoidalPositions(config.max_positions, config.d_model)
@@ -194,9 +205,7 @@ def _initialise(model: Transformer, config: ModelConfig) -> None:
     PyTorch's default biases; the feed-forward layers keep PyTorch's default uniform(+-1/sqrt(fan_in)),
     which makes W2 about half as large as Xavier's.
 
-    T-Fixup (Huang et al. 2020, section 3.3): with no LayerNorm, scale the decoder's
-    value/output projections, feed-forward weights and input embeddings by (9 N)^-1/4 and
-    the encoder's by 0.67 N^-1/4, where N is the number of layers of the stack.
+    T-Fixup (Huang et al. 2020): see :func:`_tfixup_init`.
     """
     for module in model.modules():
         if isinstance(module, nn.Linear):
@@ -209,21 +218,36 @@ def _initialise(model: Transformer, config: ModelConfig) -> None:
             embedding.weight[model.pad_id].zero_()
     if config.init == "fairseq":
         _fairseq_init(model)
-    if config.init != "tfixup":
-        return
+    if config.init == "tfixup":
+        _tfixup_init(model, config)
+
+
+def _tfixup_init(model: Transformer, config: ModelConfig) -> None:
+    """T-Fixup as in the paper (section 3.3, steps 1-3) and its official code.
+
+    Every projection starts as Xavier-uniform of its own shape: the fused Q|K|V (self) and K|V
+    (cross) matrices are initialised block by block, as separate d x d matrices, since Xavier of the
+    fused matrix would start V 1/sqrt(2) (self) or sqrt(2/3) (cross) too small (the official code
+    multiplies v_proj by sqrt(2) for this). Then, with no LayerNorm anywhere:
+    decoder V and output projections and feed-forward weights x (9 N_dec)^-1/4; encoder ones
+    x 0.67 N_enc^-1/4; both input embeddings, N(0, d^-1/2), x (9 N_dec)^-1/4. Q and K stay Xavier.
+    """
     dec_scale = (9 * config.n_decoder_layers) ** -0.25
     enc_scale = 0.67 * config.layers ** -0.25
     with torch.no_grad():
         for layers, scale in ((model.encoder, enc_scale), (model.decoder, dec_scale)):
             for layer in layers:
-                weights = [layer.ffn.w1.weight, layer.ffn.w2.weight, *layer.self_attn.value_and_output_weights()]
-                if hasattr(layer, "cross_attn"):
-                    weights += layer.cross_attn.value_and_output_weights()
-                for weight in weights:
-                    weight.mul_(scale)
-        model.tgt_embed.weight.mul_(dec_scale)
-        if model.src_embed is not model.tgt_embed:
-            model.src_embed.weight.mul_(enc_scale)
+                for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):
+                    if attn is None:
+                        continue
+                    for projection in attn.input_projections():
+                        _xavier_per_block(projection.weight, gain=1.0)
+                    for weight in attn.value_and_output_weights():
+                        weight.mul_(scale)
+                layer.ffn.w1.weight.mul_(scale)
+                layer.ffn.w2.weight.mul_(scale)
+        for embedding in {model.src_embed, model.tgt_embed}:
+            embedding.weight.mul_(dec_scale)
 
 
 def _fairseq_init(model: Transformer) -> None:

@@ -25,10 +25,17 @@ def inverse_sqrt(step: int, peak: float, warmup: int) -> float:
     return peak * (warmup / step) ** 0.5
 
 
+def inverse_sqrt_nowarmup(step: int, peak: float, pivot: int) -> float:
+    """No warm-up, the schedule T-Fixup trains with (its official code): peak * sqrt(P / (P + step))."""
+    return peak * (pivot / (pivot + max(step, 1))) ** 0.5
+
+
 def learning_rate(config: TrainConfig, d_model: int) -> Callable[[int], float]:
     """The schedule the recipe asks for, as ``step -> learning rate``."""
     if config.lr_schedule == "noam":
         return lambda step: noam(step, d_model, config.warmup, config.lr_scale)
     if config.lr_schedule == "inverse_sqrt":
         return lambda step: inverse_sqrt(step, config.lr, config.warmup)
+    if config.lr_schedule == "inverse_sqrt_nowarmup":
+        return lambda step: inverse_sqrt_nowarmup(step, config.lr, config.warmup)
     return lambda step: config.lr
