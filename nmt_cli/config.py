@@ -216,6 +216,14 @@ class DecodeConfig:
     batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0)
     cuda_graphs: bool = _opt(True, "on a GPU, record each batch's decoder step as a CUDA graph and replay it "
                              "(fixed shapes: finished sentences keep their slots); false: launch step by step")
+    sampling: bool = _opt(False, "sample each output token instead of searching (back-translation, diverse "
+                          "n-best lists); with nbest K, up to K distinct samples per line")
+    temperature: float = _opt(1.0, "sampling: divide the logits by this (below 1: sharper, above 1: flatter)", gt=0)
+    top_k: int = _opt(0, "sampling: draw from the K most probable tokens only (0: all)", ge=0)
+    top_p: float = _opt(1.0, "sampling: draw from the smallest set of tokens whose probability reaches P "
+                        "(nucleus sampling; 1: all)", gt=0, le=1)
+    seed: int = _opt(0, "sampling: random seed (the same seed, input and batching give the same samples)",
+                     ge=0, le=2**63 - 1)
 
 
 @dataclass(frozen=True)

@@ -216,3 +216,64 @@ def test_fixed_shape_steps_equal_cached_steps(loaded, overfit, monkeypatch, beam
         assert [h.tokens for h in a] == [h.tokens for h in b]
         for ha, hb in zip(a, b):
             assert ha.score == pytest.approx(hb.score, abs=1e-4)
+
+
+def _sampled(loaded, lines, nbest=1, **options):
+    config = replace(loaded.recipe.decode, sampling=True, **options)
+    return list(Translator(loaded, config, nbest=nbest).translate(lines))
+
+
+def test_sampling_is_reproducible_and_top_k_one_or_tiny_top_p_is_greedy(loaded, overfit):
+    _, src, _ = overfit
+    lines = src[:20] + ["A woman in a red coat is walking on the street."]
+    greedy = list(Translator(loaded, replace(loaded.recipe.decode, beam=1)).translate(lines))
+    for options in ({"top_k": 1}, {"top_p": 1e-6}):
+        sampled = _sampled(loaded, lines, **options)
+        assert [s[0][0] for s in sampled] == [g[0][0] for g in greedy]
+        assert [s[0][1] for s in sampled] == pytest.approx([g[0][1] for g in greedy], abs=1e-4)
+    flat = {"temperature": 2.0, "seed": 7}
+    first, again = _sampled(loaded, lines, nbest=3, **flat), _sampled(loaded, lines, nbest=3, **flat)
+    assert first == again  # same seed, same input, same batching
+    other = _sampled(loaded, lines, nbest=3, temperature=2.0, seed=8)
+    assert other != first
+    for hyps in first:
+        texts = [text for text, _ in hyps]
+        assert 1 <= len(hyps) <= 3 and len(set(texts)) == len(texts)  # distinct samples
+        assert [score for _, score in hyps] == sorted((score for _, score in hyps), reverse=True)
+    assert any(len(hyps) > 1 for hyps in first)
+
+
+def test_forced_score_of_the_search_output_is_the_search_score(loaded, overfit):
+    from nmt_cli.decode.forced import forced_scores
+
+    _, src, _ = overfit
+    lines = src[40:50] + ["A dog runs through the grass."]
+    batch = encode(loaded, lines)
+    sources = [loaded.src_vocab.encode(line) for line in lines]
+    for config in (replace(loaded.recipe.decode, beam=1), replace(loaded.recipe.decode, beam=4, alpha=0.6)):
+        found = beam_search(loaded.model, batch, config) if config.beam > 1 else greedy_search(loaded.model, batch, config)
+        scores = forced_scores(loaded.model, [(s, h[0].tokens) for s, h in zip(sources, found)], config,
+                               torch.device("cpu"))
+        assert [r.normalised for r in scores] == pytest.approx([h[0].score for h in found], abs=1e-4)
+        assert all(r.tokens == len(h[0].tokens) + 1 and r.total <= 0 for r, h in zip(scores, found))
+    wrong = forced_scores(loaded.model, [(sources[0], found[1][0].tokens)], config, torch.device("cpu"))
+    assert wrong[0].normalised < found[0][0].score  # another sentence's translation is less likely
+
+
+def test_sampling_and_forced_scoring_options_fail_in_one_line(loaded, overfit, tmp_path):
+    from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
+
+    run_dir, src, _ = overfit
+    (tmp_path / "in.txt").write_text("\n".join(src[:3]) + "\n")
+    runner = CliRunner()
+    for args, message in ((["translate", "--top-k", "2"], "--top-k applies to sampling; add --sampling"),
+                          (["translate", "--sampling", "--top-p", "1.5"], "--top-p 1.5: must be in (0, 1]"),
+                          (["translate", "--sampling", "--temperature", "0"], "--temperature 0.0: must be above 0"),
+                          (["score", "--model", str(run_dir), str(tmp_path / "in.txt")], "give SRC HYP"),
+                          (["score", "--model", str(run_dir), str(tmp_path / "in.txt"), str(tmp_path / "in.txt"),
+                            "--format", "xml"], "--format: 'xml' is not jsonl or tsv")):
+        extra = ["-m", str(run_dir), "-i", str(tmp_path / "in.txt")] if args[0] == "translate" else []
+        result = runner.invoke(app, args + extra)
+        assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output, result.output

@@ -25,9 +25,20 @@ def run(
     lang: str = typer.Option("de", "--lang", help="Target language for --paper-bleu's Moses tokenizer."),
     compare: bool = typer.Option(False, "--compare", help="Paired bootstrap resampling: is HYP_B different from HYP_A?"),
     samples: int = typer.Option(1000, "--samples", help="Bootstrap samples for --compare.", min=10),
+    model: str = typer.Option(None, "--model", help="Forced scores instead: `nmt score --model M SRC HYP` prints each "
+                              "pair's log-probability under model M (for filtering and reranking).",
+                              show_default=False),
+    output_format: str = typer.Option("jsonl", "--format", help="With --model: jsonl or tsv (total, per token, "
+                                      "normalised by the length penalty)."),
+    device: str = typer.Option("auto", "--device", help="With --model: cpu, cuda, cuda:N or auto."),
 ) -> None:
-    """Score translations with sacreBLEU (same numbers and signatures as the sacrebleu command)."""
+    """Score translations with sacreBLEU (same numbers and signatures as the sacrebleu command), or with
+    --model the model's log-probability of each translation."""
     from ..score import metrics as m
+
+    if model is not None:
+        _forced(model, files, output_format, device)
+        return
 
     names = [n.strip().lower() for n in metrics.split(",") if n.strip()]
     for name in names:
@@ -66,3 +77,34 @@ def _print_comparison(results: list, files: list[str], as_json: bool) -> None:
         verdict = "significant" if r.p_value < 0.05 else "not significant"
         typer.echo(f"{r.metric}: A ({files[0]}) {r.score_a:.2f}  B ({files[1]}) {r.score_b:.2f} "
                    f"(+/- {r.ci_b:.2f})  p = {r.p_value:.4f}: {verdict} at 0.05  [{r.signature}]")
+
+
+def _forced(model: str, files: list[str], output_format: str, device: str) -> None:
+    """``--model``: one line of scores per (source, hypothesis) pair, in order."""
+    from ..decode.forced import forced_scores
+    from ..decode.translator import load_model
+    from ..score.metrics import check_aligned, read_lines
+    from .translate import _device
+
+    if output_format not in ("jsonl", "tsv"):
+        raise NmtError(f"--format: '{output_format}' is not jsonl or tsv")
+    if len(files) != 2:
+        raise NmtError(f"--model scores pairs: give SRC HYP (two files), not {len(files)}")
+    stdin_text = sys.stdin.read() if "-" in files else None
+    sources, hypotheses = (read_lines(f, stdin_text) for f in files)
+    check_aligned(hypotheses, files[1], [sources], [files[0]])
+    target = _device(device)
+    loaded = load_model(model, target)
+    pairs = list(zip(loaded.src_vocab.encode([s.strip() for s in sources], out_type=int),
+                     loaded.tgt_vocab.encode([h.strip() for h in hypotheses], out_type=int)))
+    for number, result in enumerate(forced_scores(loaded.model, pairs, loaded.recipe.decode, target), 1):
+        if output_format == "tsv":
+            values = (result.total, result.per_token, result.normalised)
+            typer.echo("\t".join("nan" if v is None else f"{v:.4f}" for v in values))
+        else:
+            typer.echo(json.dumps({"line": number, "total": _rounded(result.total), "tokens": result.tokens,
+                                   "per_token": _rounded(result.per_token), "normalised": _rounded(result.normalised)}))
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -50,6 +50,16 @@ def run(
                               "the model was exported with).", show_default=False),
     engine: str = typer.Option("nmt", "--engine", help="nmt (PyTorch), or ctranslate2 with -m naming a folder "
                                "written by `nmt export` (length penalty there is always |Y|^alpha)."),
+    sampling: bool = typer.Option(False, "--sampling", help="Sample each token instead of beam search (e.g. for "
+                                  "back-translation); with --nbest K, up to K distinct samples per line."),
+    temperature: float = typer.Option(None, "--temperature", help="Sampling: logits / T (below 1 sharper). [1.0]",
+                                      show_default=False),
+    top_k: int = typer.Option(None, "--top-k", min=0, help="Sampling: only the K most probable tokens (0: all).",
+                              show_default=False),
+    top_p: float = typer.Option(None, "--top-p", help="Sampling: the smallest set of tokens with probability >= P "
+                                "(nucleus; 1: all).", show_default=False),
+    seed: int = typer.Option(None, "--seed", min=0, help="Sampling: random seed; the same seed, input and batch "
+                             "settings give the same samples. [0]", show_default=False),
     cuda_graphs: bool = typer.Option(None, "--cuda-graphs/--no-cuda-graphs",
                                      help="On a GPU, replay each batch's decoder step as a CUDA graph (several "
                                      "times faster; outputs as without). [recipe: on]", show_default=False),
@@ -69,6 +79,16 @@ def run(
         raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16 or fp16")
     if engine not in ("nmt", "ctranslate2"):
         raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
+    sampling_options = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
+    given = [name for name, value in sampling_options.items() if value is not None]
+    if given and not sampling:
+        raise NmtError(f"{given[0]} applies to sampling; add --sampling")
+    if temperature is not None and temperature <= 0:
+        raise NmtError(f"--temperature {temperature}: must be above 0")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise NmtError(f"--top-p {top_p}: must be in (0, 1]")
+    if engine == "ctranslate2" and sampling:
+        raise NmtError("--sampling runs with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and stop not in (None, "beam"):
         raise NmtError(f"--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; "
                        "use --stop beam or leave --stop out")
@@ -79,7 +99,8 @@ def run(
     torch.set_num_threads(threads)
     target = _device(device)
     options = dict(beam=beam, alpha=alpha, length_penalty=length_penalty, stop=stop, max_len_a=max_len_a,
-                   max_len_b=max_len_b, batch_tokens=batch_tokens, batch_size=batch_size, cuda_graphs=cuda_graphs)
+                   max_len_b=max_len_b, batch_tokens=batch_tokens, batch_size=batch_size, cuda_graphs=cuda_graphs,
+                   sampling=sampling or None, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     if engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine
 

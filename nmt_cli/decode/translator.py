@@ -23,6 +23,7 @@ from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
 from ..model.transformer import Transformer, build_model
 from ..utils import torchfile
+from .sampling import sample
 from .search import Hypothesis, search
 
 
@@ -101,7 +102,7 @@ class Translator:
 
     def __init__(self, loaded: LoadedModel, config: DecodeConfig, device: str | torch.device = "cpu",
                  nbest: int = 1, chunk_lines: int = 10000) -> None:
-        if nbest > config.beam:
+        if nbest > config.beam and not config.sampling:
             raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
         self.loaded = loaded
         self.config = config
@@ -110,6 +111,7 @@ class Translator:
         self.chunk_lines = chunk_lines
         self.max_src = loaded.recipe.model.max_positions - 1  # room for the EOS
         self.stats = TranslationStats()
+        self.generator = torch.Generator(self.device).manual_seed(config.seed) if config.sampling else None
 
     def translate(self, lines: Iterable[str]) -> Iterator[list[tuple[str, float]]]:
         """Yield, for every input line in order, its n-best list of (text, score)."""
@@ -140,7 +142,11 @@ class Translator:
             todo.append(i)
         for batch in self._batches(todo, encoded):
             src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
-            for i, hyps in zip(batch, search(self.loaded.model, src, self.config, self.nbest)):
+            if self.config.sampling:
+                found = sample(self.loaded.model, src, self.config, self.nbest, self.generator)
+            else:
+                found = search(self.loaded.model, src, self.config, self.nbest)
+            for i, hyps in zip(batch, found):
                 results[i] = [self._detokenize(h) for h in hyps] or [("", float("-inf"))]
         return results
 
