@@ -277,3 +277,35 @@ def test_sampling_and_forced_scoring_options_fail_in_one_line(loaded, overfit, t
         extra = ["-m", str(run_dir), "-i", str(tmp_path / "in.txt")] if args[0] == "translate" else []
         result = runner.invoke(app, args + extra)
         assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output, result.output
+
+
+def test_an_ensemble_of_a_model_with_itself_is_that_model(loaded, overfit, tmp_path):
+    from nmt_cli.decode.ensemble import Ensemble
+    from nmt_cli.decode.forced import forced_scores
+    from nmt_cli.decode.translator import load_ensemble
+    from nmt_cli.errors import NmtError
+
+    run_dir, src, _ = overfit
+    lines = src[:12] + ["A woman in a red coat is walking on the street."]
+    pair = load_ensemble([run_dir, run_dir / "model.pt"])
+    assert isinstance(pair.model, Ensemble) and len(pair.model.models) == 2
+    for config in (replace(loaded.recipe.decode, beam=4), replace(loaded.recipe.decode, beam=1),
+                   replace(loaded.recipe.decode, sampling=True, seed=3, temperature=1.5)):
+        alone = list(Translator(loaded, config, nbest=2 if config.beam > 1 else 1).translate(lines))
+        together = list(Translator(pair, config, nbest=2 if config.beam > 1 else 1).translate(lines))
+        assert [[t for t, _ in h] for h in together] == [[t for t, _ in h] for h in alone]
+        assert [s for h in together for _, s in h] == pytest.approx([s for h in alone for _, s in h], abs=1e-4)
+    pairs = [(loaded.src_vocab.encode(line), loaded.tgt_vocab.encode("Ein Hund.")) for line in lines]
+    config = loaded.recipe.decode
+    assert [r.total for r in forced_scores(pair.model, pairs, config, torch.device("cpu"))] == pytest.approx(
+        [r.total for r in forced_scores(loaded.model, pairs, config, torch.device("cpu"))], abs=1e-4)
+
+    pb = pytest.importorskip("sentencepiece.sentencepiece_model_pb2")
+    payload = torch.load(run_dir / "model.pt", weights_only=True)
+    proto = pb.ModelProto()
+    proto.ParseFromString(payload["vocab"]["tgt"])
+    proto.pieces[10].score -= 1.0  # same size, other pieces' order: another vocabulary
+    payload["vocab"]["tgt"] = proto.SerializeToString()
+    torch.save(payload, tmp_path / "other.pt")
+    with pytest.raises(NmtError, match="have different tgt vocabularies; an ensemble needs one vocabulary"):
+        load_ensemble([run_dir, tmp_path / "other.pt"])

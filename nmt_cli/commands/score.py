@@ -25,9 +25,9 @@ def run(
     lang: str = typer.Option("de", "--lang", help="Target language for --paper-bleu's Moses tokenizer."),
     compare: bool = typer.Option(False, "--compare", help="Paired bootstrap resampling: is HYP_B different from HYP_A?"),
     samples: int = typer.Option(1000, "--samples", help="Bootstrap samples for --compare.", min=10),
-    model: str = typer.Option(None, "--model", help="Forced scores instead: `nmt score --model M SRC HYP` prints each "
-                              "pair's log-probability under model M (for filtering and reranking).",
-                              show_default=False),
+    models: list[str] = typer.Option(None, "--model", help="Forced scores instead: `nmt score --model M SRC HYP` "
+                                     "prints each pair's log-probability under model M (for filtering and "
+                                     "reranking); repeat --model for an ensemble.", show_default=False),
     output_format: str = typer.Option("jsonl", "--format", help="With --model: jsonl or tsv (total, per token, "
                                       "normalised by the length penalty)."),
     device: str = typer.Option("auto", "--device", help="With --model: cpu, cuda, cuda:N or auto."),
@@ -36,8 +36,8 @@ def run(
     --model the model's log-probability of each translation."""
     from ..score import metrics as m
 
-    if model is not None:
-        _forced(model, files, output_format, device)
+    if models:
+        _forced(models, files, output_format, device)
         return
 
     names = [n.strip().lower() for n in metrics.split(",") if n.strip()]
@@ -79,10 +79,10 @@ def _print_comparison(results: list, files: list[str], as_json: bool) -> None:
                    f"(+/- {r.ci_b:.2f})  p = {r.p_value:.4f}: {verdict} at 0.05  [{r.signature}]")
 
 
-def _forced(model: str, files: list[str], output_format: str, device: str) -> None:
+def _forced(models: list[str], files: list[str], output_format: str, device: str) -> None:
     """``--model``: one line of scores per (source, hypothesis) pair, in order."""
     from ..decode.forced import forced_scores
-    from ..decode.translator import load_model
+    from ..decode.translator import load_ensemble
     from ..score.metrics import check_aligned, read_lines
     from .translate import _device
 
@@ -94,7 +94,7 @@ def _forced(model: str, files: list[str], output_format: str, device: str) -> No
     sources, hypotheses = (read_lines(f, stdin_text) for f in files)
     check_aligned(hypotheses, files[1], [sources], [files[0]])
     target = _device(device)
-    loaded = load_model(model, target)
+    loaded = load_ensemble(models, target)
     pairs = list(zip(loaded.src_vocab.encode([s.strip() for s in sources], out_type=int),
                      loaded.tgt_vocab.encode([h.strip() for h in hypotheses], out_type=int)))
     for number, result in enumerate(forced_scores(loaded.model, pairs, loaded.recipe.decode, target), 1):

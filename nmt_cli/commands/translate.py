@@ -18,7 +18,8 @@ from .common import console
 
 
 def run(
-    model: Path = typer.Option(..., "--model", "-m", help="Model folder (its model.pt) or any checkpoint file."),
+    models: list[Path] = typer.Option(..., "--model", "-m", help="Model folder (its model.pt) or any checkpoint "
+                                      "file; repeat (-m A -m B) for an ensemble of models sharing one vocabulary."),
     input: Path = typer.Option(None, "--input", "-i", help="Input text file (default: stdin).", show_default=False),
     output: Path = typer.Option(None, "--output", "-o", help="Output file (default: stdout); written atomically.",
                                 show_default=False),
@@ -69,7 +70,7 @@ def run(
     """Translate lines with beam search (or greedy with --beam 1)."""
     import torch
 
-    from ..decode.translator import TranslationStats, Translator, load_model, with_overrides
+    from ..decode.translator import TranslationStats, Translator, load_ensemble, with_overrides
 
     if length_penalty not in (None, "gnmt", "average"):
         raise NmtError(f"--length-penalty: '{length_penalty}' is not gnmt or average")
@@ -87,6 +88,8 @@ def run(
         raise NmtError(f"--temperature {temperature}: must be above 0")
     if top_p is not None and not 0 < top_p <= 1:
         raise NmtError(f"--top-p {top_p}: must be in (0, 1]")
+    if engine == "ctranslate2" and len(models) > 1:
+        raise NmtError("ensembles (-m given more than once) run with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and sampling:
         raise NmtError("--sampling runs with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and stop not in (None, "beam"):
@@ -94,7 +97,7 @@ def run(
                        "use --stop beam or leave --stop out")
     if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
-    _check_output(output, input, model)
+    _check_output(output, input, models)
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     target = _device(device)
@@ -106,13 +109,13 @@ def run(
 
         # The same precision names for both engines; CTranslate2 calls them compute types.
         compute_type = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
-        ct2 = CTranslate2Engine(model, device=target.type, threads=threads, compute_type=compute_type)
+        ct2 = CTranslate2Engine(models[0], device=target.type, threads=threads, compute_type=compute_type)
         config = with_overrides(ct2.decode_config, **options)
         stats, max_positions = TranslationStats(), 0
         results = _ct2_results(ct2, config, nbest, stats)
     else:
         weights = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-        loaded = load_model(model, target, weights)
+        loaded = load_ensemble(models, target, weights)
         config = with_overrides(loaded.recipe.decode, **options)
         translator = Translator(loaded, config, target, nbest=nbest)
         stats, max_positions = translator.stats, loaded.recipe.model.max_positions
@@ -177,15 +180,16 @@ def _checked(handle: IO[bytes], name: str) -> Iterator[str]:
             raise NmtError(f"{name}:{number}: invalid UTF-8; convert the input to UTF-8") from None
 
 
-def _check_output(output: Path | None, input: Path | None, model: Path) -> None:
-    """The output file never replaces the input being read or the model."""
+def _check_output(output: Path | None, input: Path | None, models: list[Path]) -> None:
+    """The output file never replaces the input being read or a model."""
     if output is None:
         return
     if output.is_dir():
         raise NmtError(f"{output}: is a folder; name the output file")
     target = output.resolve()
     read = [input] if input is not None else []
-    read += [model, model / "model.pt"] if model.is_dir() else [model]
+    for model in models:
+        read += [model, model / "model.pt"] if model.is_dir() else [model]
     for path in read:
         if path.exists() and target == path.resolve():
             raise NmtError(f"{output}: is also what this command reads ({path}); write the output to another file")

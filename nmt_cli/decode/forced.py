@@ -18,6 +18,7 @@ from ..config import DecodeConfig
 from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
+from .ensemble import Ensemble
 from .search import length_penalty
 
 
@@ -35,7 +36,7 @@ class PairScore:
 
 
 @torch.inference_mode()
-def forced_scores(model: Transformer, pairs: list[tuple[list[int], list[int]]], config: DecodeConfig,
+def forced_scores(model: Transformer | Ensemble, pairs: list[tuple[list[int], list[int]]], config: DecodeConfig,
                   device: torch.device) -> list[PairScore]:
     """Scores of ``pairs`` of (source ids, target ids), both without EOS, in order.
 
@@ -55,7 +56,10 @@ def forced_scores(model: Transformer, pairs: list[tuple[list[int], list[int]]], 
         tgt_in = pad_rows([[BOS_ID] + pairs[i][1] for i in batch]).to(device)
         tgt_out = pad_rows([pairs[i][1] + [EOS_ID] for i in batch]).to(device)
         memory, src_mask = model.encode(src)
-        log_probs = model.logits(model.decode(tgt_in, memory, src_mask)).float().log_softmax(dim=-1)  # (B, T, V)
+        if isinstance(model, Ensemble):
+            log_probs = model.log_probs(tgt_in, memory, src_mask)  # (B, T, V)
+        else:
+            log_probs = model.logits(model.decode(tgt_in, memory, src_mask)).float().log_softmax(dim=-1)
         chosen = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1).masked_fill(tgt_out == PAD_ID, 0.0)
         for i, total in zip(batch, chosen.sum(dim=1).tolist()):
             tokens = len(pairs[i][1]) + 1

@@ -20,6 +20,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
+from .ensemble import Ensemble, EnsembleSteps
 from .static_steps import StaticSteps, supports_static_steps
 
 
@@ -72,9 +73,14 @@ class UncachedSteps:
         self.src_mask = self.src_mask.index_select(0, rows)
 
 
-def decoder_steps(model: Transformer, memory: Tensor, src_mask: Tensor, config: DecodeConfig, cached: bool,
-                  rows_per_sentence: int, max_steps: int) -> CachedSteps | UncachedSteps | StaticSteps:
-    """The stepper a search runs: on a GPU a recorded CUDA graph (``decode.cuda_graphs``), else cached."""
+def decoder_steps(model: Transformer | Ensemble, memory: Tensor | list[Tensor], src_mask: Tensor,
+                  config: DecodeConfig, cached: bool, rows_per_sentence: int,
+                  max_steps: int) -> CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps:
+    """The stepper a search runs: on a GPU a recorded CUDA graph (``decode.cuda_graphs``), else cached;
+    for an ensemble, one per model."""
+    if isinstance(model, Ensemble):
+        return EnsembleSteps([decoder_steps(one, memory_of_one, src_mask, config, cached, rows_per_sentence, max_steps)
+                              for one, memory_of_one in zip(model.models, memory)])
     if not cached:
         return UncachedSteps(model, memory, src_mask)
     if config.cuda_graphs and memory.device.type == "cuda" and supports_static_steps(model):

@@ -23,6 +23,7 @@ from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
 from ..model.transformer import Transformer, build_model
 from ..utils import torchfile
+from .ensemble import Ensemble
 from .sampling import sample
 from .search import Hypothesis, search
 
@@ -42,6 +43,23 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     """Load a model folder (its ``model.pt``) or any checkpoint file written by nmt."""
     payload = torchfile.load(Path(path), map_location="cpu")
     return model_from_payload(payload, Path(path), device, dtype)
+
+
+def load_ensemble(paths: list[str | Path], device: str | torch.device = "cpu",
+                  dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """One model, or several sharing one vocabulary decoded as an :class:`.ensemble.Ensemble`."""
+    loaded = [load_model(path, device, dtype) for path in paths]
+    if len(loaded) == 1:
+        return loaded[0]
+    first = loaded[0]
+    for other in loaded[1:]:
+        for side in ("src_vocab", "tgt_vocab"):
+            if getattr(other, side).serialized_model_proto() != getattr(first, side).serialized_model_proto():
+                raise NmtError(f"{other.path} and {first.path} have different {side[:3]} vocabularies; an ensemble "
+                               "needs one vocabulary (the models' token ids must mean the same pieces)")
+    ensemble = Ensemble([m.model for m in loaded])
+    recipe = replace(first.recipe, model=replace(first.recipe.model, max_positions=ensemble.config.max_positions))
+    return LoadedModel(ensemble, recipe, first.src_vocab, first.tgt_vocab, first.path)  # type: ignore[arg-type]
 
 
 def model_from_payload(payload: dict[str, Any], origin: Path, device: str | torch.device = "cpu",
