@@ -143,7 +143,8 @@ def extend_vocab(parent: bytes, inputs: Sequence[Path], count: int, config: Voca
     try:
         from sentencepiece import sentencepiece_model_pb2
     except ImportError:
-        raise DataError("vocab.extend needs protobuf to edit the SentencePiece model: pip install protobuf") from None
+        raise DataError("vocab.extend needs protobuf to edit the SentencePiece model: "
+                        "pip install 'nmt-cli[extend]'") from None
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(parent)
     learned_path = workdir / "extension.model"
