@@ -10,6 +10,7 @@ import torch
 from nmt_cli.data.batches import pad_rows
 from nmt_cli.decode.search import beam_search, greedy_search
 from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.errors import NmtError
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +284,6 @@ def test_an_ensemble_of_a_model_with_itself_is_that_model(loaded, overfit, tmp_p
     from nmt_cli.decode.ensemble import Ensemble
     from nmt_cli.decode.forced import forced_scores
     from nmt_cli.decode.translator import load_ensemble
-    from nmt_cli.errors import NmtError
 
     run_dir, src, _ = overfit
     lines = src[:12] + ["A woman in a red coat is walking on the street."]
@@ -309,3 +309,22 @@ def test_an_ensemble_of_a_model_with_itself_is_that_model(loaded, overfit, tmp_p
     torch.save(payload, tmp_path / "other.pt")
     with pytest.raises(NmtError, match="have different tgt vocabularies; an ensemble needs one vocabulary"):
         load_ensemble([run_dir, tmp_path / "other.pt"])
+
+
+def test_target_prefixes_start_the_output_and_empty_ones_change_nothing(loaded, overfit):
+    _, src, tgt = overfit
+    lines = src[:6]
+    prefixes = ["Ein Hund", "", "Zwei Frauen sitzen", "", "Ein", ""]
+    for beam in (4, 1):
+        config = replace(loaded.recipe.decode, beam=beam)
+        plain = [h[0][0] for h in Translator(loaded, config).translate(lines)]
+        forced = [h[0][0] for h in Translator(loaded, config).translate(lines, prefixes)]
+        for prefix, out, before in zip(prefixes, forced, plain):
+            if prefix:
+                assert out.startswith(prefix), (prefix, out)
+            else:
+                assert out == before
+    sampled = list(Translator(loaded, replace(loaded.recipe.decode, sampling=True), nbest=2).translate(lines, prefixes))
+    assert all(text.startswith(p) for p, hyps in zip(prefixes, sampled) for text, _ in hyps)
+    with pytest.raises(NmtError, match="prefixes end at line 2"):
+        list(Translator(loaded, loaded.recipe.decode).translate(lines, prefixes[:2]))

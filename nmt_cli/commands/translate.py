@@ -51,6 +51,9 @@ def run(
                               "the model was exported with).", show_default=False),
     engine: str = typer.Option("nmt", "--engine", help="nmt (PyTorch), or ctranslate2 with -m naming a folder "
                                "written by `nmt export` (length penalty there is always |Y|^alpha)."),
+    prefix: Path = typer.Option(None, "--prefix", help="Target prefixes, one per input line (empty line: none): "
+                                "each output starts with its prefix and the search continues from there.",
+                                show_default=False),
     sampling: bool = typer.Option(False, "--sampling", help="Sample each token instead of beam search (e.g. for "
                                   "back-translation); with --nbest K, up to K distinct samples per line."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling: logits / T (below 1 sharper). [1.0]",
@@ -88,6 +91,10 @@ def run(
         raise NmtError(f"--temperature {temperature}: must be above 0")
     if top_p is not None and not 0 < top_p <= 1:
         raise NmtError(f"--top-p {top_p}: must be in (0, 1]")
+    if prefix is not None and (not prefix.is_file()):
+        raise NmtError(f"--prefix {prefix}: file not found")
+    if engine == "ctranslate2" and prefix is not None:
+        raise NmtError("--prefix runs with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and len(models) > 1:
         raise NmtError("ensembles (-m given more than once) run with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and sampling:
@@ -120,6 +127,11 @@ def run(
         translator = Translator(loaded, config, target, nbest=nbest)
         stats, max_positions = translator.stats, loaded.recipe.model.max_positions
         results = translator.translate
+        if prefix is not None:
+            from ..score.metrics import read_lines
+
+            prefixes = read_lines(prefix)
+            results = lambda lines: translator.translate(lines, prefixes)  # noqa: E731
     show = progress if progress is not None else output is not None
     started = time.perf_counter()
     with _lines(input) as lines, _sink(output) as sink:

@@ -18,19 +18,28 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
-from .search import Hypothesis, _mask_specials, decoder_steps, length_penalty, max_output_lengths
+from .search import (
+    Hypothesis,
+    _mask_specials,
+    decoder_steps,
+    length_penalty,
+    max_output_lengths,
+    prefix_tokens,
+    with_room_for,
+)
 
 OVERSAMPLE = 2  # rows per requested sample: duplicates are dropped, so draw more than asked
 
 
 @torch.inference_mode()
 def sample(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1,
-           generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
+           generator: torch.Generator | None = None, prefix: Tensor | None = None) -> list[list[Hypothesis]]:
     """Up to ``nbest`` distinct samples per sentence of ``src``, best score first."""
     device = src.device
     rows_per_sentence = nbest * OVERSAMPLE if nbest > 1 else 1
     memory, src_mask = model.encode(src)
-    max_len = max_output_lengths(src, config, model.config.max_positions)  # (n_sent,)
+    max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions),
+                            model.config.max_positions)  # (n_sent,)
     width = int(max_len.max()) + 1
     steps = decoder_steps(model, memory, src_mask, config, True, rows_per_sentence, width)
     n_sent = src.size(0)
@@ -45,7 +54,8 @@ def sample(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1
     for t in range(width):
         alive = (open_sentences[:, None] * rows_per_sentence
                  + torch.arange(rows_per_sentence, device=device)).flatten()  # original row of each open row
-        log_probs = _mask_specials(steps(tokens).log_softmax(dim=-1), t >= row_limit[alive])  # (n_alive, V)
+        forced = prefix_tokens(prefix, t, open_sentences, rows_per_sentence)
+        log_probs = _mask_specials(steps(tokens).log_softmax(dim=-1), t >= row_limit[alive], forced)  # (n_alive, V)
         drawn = torch.multinomial(_reshaped(log_probs, config).exp(), 1, generator=generator).squeeze(1)
         still_open = lengths[alive] < 0
         tokens = torch.where(still_open, drawn, EOS_ID)  # ended rows keep feeding EOS, and are not scored

@@ -98,6 +98,22 @@ def max_output_lengths(src: Tensor, config: DecodeConfig, max_positions: int) ->
     return limit.clamp(min=1, max=max_positions - 1)
 
 
+def prefix_tokens(prefix: Tensor | None, t: int, sentences: Tensor, rows_per_sentence: int) -> Tensor | None:
+    """The token each row must emit at step ``t`` to follow its sentence's target prefix (-1: free),
+    or None when no prefix reaches step ``t``. ``prefix`` is (n_sent, P), padded with PAD."""
+    if prefix is None or t >= prefix.size(1):
+        return None
+    forced = prefix[sentences, t]
+    return torch.where(forced == PAD_ID, -1, forced).repeat_interleave(rows_per_sentence)
+
+
+def with_room_for(prefix: Tensor | None, max_len: Tensor, max_positions: int) -> Tensor:
+    """Length limits that leave room for each sentence's prefix and an EOS after it."""
+    if prefix is None:
+        return max_len
+    return torch.maximum(max_len, (prefix != PAD_ID).sum(dim=1)).clamp(max=max_positions - 1)
+
+
 def length_penalty(length: Tensor | float, config: DecodeConfig) -> Tensor | float:
     """GNMT ((5 + |Y|) / 6) ** alpha (the paper's), or |Y| ** alpha (fairseq's 'average')."""
     if config.length_penalty == "gnmt":
@@ -105,10 +121,17 @@ def length_penalty(length: Tensor | float, config: DecodeConfig) -> Tensor | flo
     return length ** config.alpha
 
 
-def _mask_specials(log_probs: Tensor, at_limit: Tensor) -> Tensor:
-    """Never emit PAD or BOS; rows at their length limit may only emit EOS (in place)."""
+def _mask_specials(log_probs: Tensor, at_limit: Tensor, forced: Tensor | None = None) -> Tensor:
+    """Never emit PAD or BOS; rows at their length limit may only emit EOS; rows with a ``forced``
+    token (a target prefix; -1: free) may only emit it (in place)."""
     log_probs[:, PAD_ID] = float("-inf")
     log_probs[:, BOS_ID] = float("-inf")
+    if forced is not None:
+        rows = (forced >= 0).nonzero().flatten()
+        if len(rows):
+            kept = log_probs[rows, forced[rows]].clone()
+            log_probs[rows] = float("-inf")
+            log_probs[rows, forced[rows]] = kept
     if at_limit.any():
         eos = log_probs[at_limit, EOS_ID].clone()
         log_probs[at_limit] = float("-inf")
@@ -119,7 +142,8 @@ def _mask_specials(log_probs: Tensor, at_limit: Tensor) -> Tensor:
 ROW_BLOCK = 256  # rows of (rows x vocabulary) scores handled at once, so they stay in the CPU cache
 
 
-def _best_tokens(logits: Tensor, count: int, at_limit: Tensor) -> tuple[Tensor, Tensor]:
+def _best_tokens(logits: Tensor, count: int, at_limit: Tensor,
+                 forced: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Log-probabilities and ids of the ``count`` best allowed tokens of every row: each (N, count).
 
     Normalises, masks and ranks a block of rows at a time: on a CPU, a whole batch of
@@ -131,7 +155,8 @@ def _best_tokens(logits: Tensor, count: int, at_limit: Tensor) -> tuple[Tensor, 
     blocks = []
     for start in range(0, logits.size(0), block):
         rows = slice(start, start + block)
-        log_probs = _mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows])
+        log_probs = _mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows],
+                                   None if forced is None else forced[rows])
         blocks.append(log_probs.topk(count, dim=1))
     if len(blocks) == 1:
         return blocks[0]
@@ -142,14 +167,16 @@ def _best_tokens(logits: Tensor, count: int, at_limit: Tensor) -> tuple[Tensor, 
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached: bool = True) -> list[list[Hypothesis]]:
+def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached: bool = True,
+                  prefix: Tensor | None = None) -> list[list[Hypothesis]]:
     """The most probable token at every step, until EOS or the length limit.
 
     Outputs and scores stay on the device until the end: reading a finished row back at once
     would make the host wait for the GPU at every sentence.
     """
     memory, src_mask = model.encode(src)
-    max_len = max_output_lengths(src, config, model.config.max_positions)
+    max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions),
+                            model.config.max_positions)
     steps = decoder_steps(model, memory, src_mask, config, cached, 1, int(max_len.max()) + 1)
     n = src.size(0)
     device = src.device
@@ -159,7 +186,8 @@ def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached:
     lengths = torch.zeros(n, dtype=torch.long, device=device)  # tokens before the EOS
     scores = torch.zeros(n, device=device)  # summed log-probabilities, by original row
     for t in range(outputs.size(1)):
-        best, tokens = _best_tokens(steps(tokens), 1, t >= max_len[alive])  # (n_alive, 1)
+        forced = prefix_tokens(prefix, t, alive, 1)
+        best, tokens = _best_tokens(steps(tokens), 1, t >= max_len[alive], forced)  # (n_alive, 1)
         tokens = tokens[:, 0]
         outputs[alive, t] = tokens
         scores[alive] += best[:, 0]
@@ -182,7 +210,7 @@ def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached:
 
 @torch.inference_mode()
 def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1,
-                cached: bool = True) -> list[list[Hypothesis]]:
+                cached: bool = True, prefix: Tensor | None = None) -> list[list[Hypothesis]]:
     """Batched beam search; returns the ``nbest`` best finished hypotheses of each sentence.
 
     Every step extends each open hypothesis by one token, keeps the 2K best candidates of
@@ -194,7 +222,8 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
     device = src.device
     n_sent = src.size(0)
     memory, src_mask = model.encode(src)
-    max_len = max_output_lengths(src, config, model.config.max_positions)  # (n_sent,)
+    max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions),
+                            model.config.max_positions)  # (n_sent,)
     width = int(max_len.max()) + 1  # room for the tokens and the EOS
     steps = decoder_steps(model, memory, src_mask, config, cached, k, width)
 
@@ -212,7 +241,8 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
         # A sentence's 2K best candidates are among the 2K best tokens of each of its rows
         # (adding the row's score does not reorder a row), so only those are scored.
         at_limit = (t >= max_len[sent]).repeat_interleave(rows_per_sent)
-        row_log_probs, row_tokens = _best_tokens(steps(tokens), 2 * k, at_limit)  # (n * rows, 2K)
+        forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
+        row_log_probs, row_tokens = _best_tokens(steps(tokens), 2 * k, at_limit, forced)  # (n * rows, 2K)
         per_row = row_tokens.size(1)
         candidates = (scores.view(-1, 1) + row_log_probs).view(n, rows_per_sent * per_row)
         top_scores, top_index = candidates.topk(min(2 * k, candidates.size(1)), dim=1)  # (n, 2K), best first
@@ -295,8 +325,9 @@ def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypot
     return results
 
 
-def search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1) -> list[list[Hypothesis]]:
-    """Greedy search when the beam is 1, else beam search."""
+def search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1,
+           prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+    """Greedy search when the beam is 1, else beam search; outputs start with ``prefix`` (n, P) if given."""
     if config.beam == 1:
-        return greedy_search(model, src, config)
-    return beam_search(model, src, config, nbest=nbest)
+        return greedy_search(model, src, config, prefix=prefix)
+    return beam_search(model, src, config, nbest=nbest, prefix=prefix)

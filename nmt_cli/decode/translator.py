@@ -131,18 +131,31 @@ class Translator:
         self.stats = TranslationStats()
         self.generator = torch.Generator(self.device).manual_seed(config.seed) if config.sampling else None
 
-    def translate(self, lines: Iterable[str]) -> Iterator[list[tuple[str, float]]]:
-        """Yield, for every input line in order, its n-best list of (text, score)."""
+    def translate(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[list[tuple[str, float]]]:
+        """Yield, for every input line in order, its n-best list of (text, score); each output starts with
+        the line's target prefix when ``prefixes`` gives one (an empty prefix: none)."""
         source = iter(lines)
+        starts = iter(prefixes) if prefixes is not None else None
         while chunk := list(itertools.islice(source, self.chunk_lines)):
             # A lone CR inside a line is a space here, as prepare reads it.
-            yield from self._translate_chunk([line.rstrip("\r\n").replace("\r", " ") for line in chunk])
+            chunk = [line.rstrip("\r\n").replace("\r", " ") for line in chunk]
+            chunk_prefixes = None
+            if starts is not None:
+                chunk_prefixes = [line.rstrip("\r\n").strip() for line in itertools.islice(starts, len(chunk))]
+                if len(chunk_prefixes) < len(chunk):
+                    raise NmtError(f"the target prefixes end at line {self.stats.sentences + len(chunk_prefixes)} "
+                                   "but the input goes on; give one prefix line (empty: none) per input line")
+            yield from self._translate_chunk(chunk, chunk_prefixes)
 
-    def _translate_chunk(self, lines: list[str]) -> list[list[tuple[str, float]]]:
-        return self.translate_encoded(self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int))
+    def _translate_chunk(self, lines: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
+        encoded = self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)
+        starts = self.loaded.tgt_vocab.encode(prefixes, out_type=int) if prefixes is not None else None
+        return self.translate_encoded(encoded, starts)
 
-    def translate_encoded(self, encoded: list[list[int]]) -> list[list[tuple[str, float]]]:
-        """The n-best lists of sentences already encoded as source ids (no EOS), in order.
+    def translate_encoded(self, encoded: list[list[int]],
+                          prefixes: list[list[int]] | None = None) -> list[list[tuple[str, float]]]:
+        """The n-best lists of sentences already encoded as source ids (no EOS), in order; ``prefixes``
+        are target ids each output must start with.
 
         Empty sentences give an empty line; too long ones are truncated and counted.
         """
@@ -160,10 +173,13 @@ class Translator:
             todo.append(i)
         for batch in self._batches(todo, encoded):
             src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
+            prefix = None
+            if prefixes is not None and any(prefixes[i] for i in batch):
+                prefix = pad_rows([prefixes[i][: self.max_src] or [PAD_ID] for i in batch]).to(self.device)
             if self.config.sampling:
-                found = sample(self.loaded.model, src, self.config, self.nbest, self.generator)
+                found = sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix)
             else:
-                found = search(self.loaded.model, src, self.config, self.nbest)
+                found = search(self.loaded.model, src, self.config, self.nbest, prefix)
             for i, hyps in zip(batch, found):
                 results[i] = [self._detokenize(h) for h in hyps] or [("", float("-inf"))]
         return results
