@@ -73,7 +73,19 @@ def _global(
 
 
 def _register() -> None:
-    from .commands import average, config, download, export, plot, prepare, quickstart, score, train, translate
+    from .commands import (
+        attention,
+        average,
+        config,
+        download,
+        export,
+        plot,
+        prepare,
+        quickstart,
+        score,
+        train,
+        translate,
+    )
 
     app.command("quickstart")(friendly(quickstart.run))
     app.command("prepare")(friendly(prepare.run))
@@ -85,6 +97,7 @@ def _register() -> None:
     app.command("download")(friendly(download.run))
     app.command("export")(friendly(export.run))
     app.command("plot")(friendly(plot.run))
+    app.command("attention")(friendly(attention.run))
 
 
 _register()

@@ -328,3 +328,41 @@ def test_target_prefixes_start_the_output_and_empty_ones_change_nothing(loaded, 
     assert all(text.startswith(p) for p, hyps in zip(prefixes, sampled) for text, _ in hyps)
     with pytest.raises(NmtError, match="prefixes end at line 2"):
         list(Translator(loaded, loaded.recipe.decode).translate(lines, prefixes[:2]))
+
+
+def test_alignments_link_each_output_word_once_within_range(loaded, overfit):
+    _, src, _ = overfit
+    lines = src[:8] + ["A woman in a red coat is walking on the street."]
+    translator = Translator(loaded, loaded.recipe.decode, alignments=True)
+    for line, hyps in zip(lines, translator.translate(lines)):
+        text, _, alignment = hyps[0]
+        pairs = [tuple(map(int, link.split("-"))) for link in alignment.split()]
+        assert [j for _, j in pairs] == list(range(len(text.split())))  # one link per output word, in order
+        assert all(0 <= i < len(line.split()) for i, _ in pairs)
+    with pytest.raises(NmtError, match="--alignment-layer 9: the decoder has"):
+        Translator(loaded, loaded.recipe.decode, alignments=True, alignment_layer=9)
+
+
+def test_attention_maps_and_their_picture(loaded, overfit, tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+    from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
+    from nmt_cli.decode.attention_maps import attention_maps
+
+    run_dir, src, _ = overfit
+    source = loaded.src_vocab.encode(src[0])
+    output = loaded.tgt_vocab.encode("Zwei junge Männer sind draußen.")
+    maps = attention_maps(loaded.model, source, output)
+    layers, heads = len(loaded.model.decoder), loaded.model.config.n_heads
+    assert len(maps.encoder) == len(maps.decoder) == len(maps.cross) == layers
+    assert maps.cross[0].shape == (heads, len(output) + 1, len(source) + 1)
+    for kind in (maps.encoder, maps.decoder, maps.cross):
+        torch.testing.assert_close(kind[-1].sum(dim=-1), torch.ones(kind[-1].shape[:2]))
+    assert torch.all(maps.decoder[0].triu(1) == 0)  # causal: no position attends to a later one
+    picture = tmp_path / "att.png"
+    result = CliRunner().invoke(app, ["attention", "-m", str(run_dir), src[0], "-o", str(picture)])
+    assert result.exit_code == 0, result.output
+    image = imread(picture)
+    assert image.shape[0] > image.shape[1] > 300 and image[..., :3].std() > 0.05

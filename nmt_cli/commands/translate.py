@@ -54,6 +54,10 @@ def run(
     prefix: Path = typer.Option(None, "--prefix", help="Target prefixes, one per input line (empty line: none): "
                                 "each output starts with its prefix and the search continues from there.",
                                 show_default=False),
+    alignments: bool = typer.Option(False, "--alignments", help="Append a tab and Pharaoh word alignments (src-out "
+                                    "word indices, 0-based) from one decoder layer's cross-attention, heads averaged."),
+    alignment_layer: int = typer.Option(None, "--alignment-layer", help="Decoder layer for --alignments (negative: "
+                                        "from the end). [the penultimate]", show_default=False),
     sampling: bool = typer.Option(False, "--sampling", help="Sample each token instead of beam search (e.g. for "
                                   "back-translation); with --nbest K, up to K distinct samples per line."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling: logits / T (below 1 sharper). [1.0]",
@@ -93,6 +97,10 @@ def run(
         raise NmtError(f"--top-p {top_p}: must be in (0, 1]")
     if prefix is not None and (not prefix.is_file()):
         raise NmtError(f"--prefix {prefix}: file not found")
+    if alignment_layer is not None and not alignments:
+        raise NmtError("--alignment-layer applies to --alignments; add --alignments")
+    if engine == "ctranslate2" and alignments:
+        raise NmtError("--alignments runs with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and prefix is not None:
         raise NmtError("--prefix runs with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and len(models) > 1:
@@ -124,7 +132,8 @@ def run(
         weights = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         loaded = load_ensemble(models, target, weights)
         config = with_overrides(loaded.recipe.decode, **options)
-        translator = Translator(loaded, config, target, nbest=nbest)
+        translator = Translator(loaded, config, target, nbest=nbest, alignments=alignments,
+                                alignment_layer=alignment_layer)
         stats, max_positions = translator.stats, loaded.recipe.model.max_positions
         results = translator.translate
         if prefix is not None:
@@ -137,10 +146,10 @@ def run(
     with _lines(input) as lines, _sink(output) as sink:
         for index, hyps in enumerate(_progress(results(lines), show)):
             if nbest == 1:
-                sink.write(hyps[0][0] + "\n")
+                sink.write("\t".join([hyps[0][0], *hyps[0][2:]]) + "\n")  # text, then alignments if asked
             else:
-                for text, score in hyps:
-                    sink.write(f"{index}\t{score:.4f}\t{text}\n")
+                for text, score, *alignment in hyps:
+                    sink.write("\t".join([str(index), f"{score:.4f}", text, *alignment]) + "\n")
     _report(stats, time.perf_counter() - started, show, max_positions)
 
 

@@ -23,6 +23,8 @@ from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
 from ..model.transformer import Transformer, build_model
 from ..utils import torchfile
+from .attention_maps import alignment_layer as alignment_layer_of
+from .attention_maps import attention_maps, pharaoh, word_alignment
 from .ensemble import Ensemble
 from .sampling import sample
 from .search import Hypothesis, search
@@ -119,7 +121,8 @@ class Translator:
     """Turns lines of source text into lists of (text, score) hypotheses."""
 
     def __init__(self, loaded: LoadedModel, config: DecodeConfig, device: str | torch.device = "cpu",
-                 nbest: int = 1, chunk_lines: int = 10000) -> None:
+                 nbest: int = 1, chunk_lines: int = 10000, alignments: bool = False,
+                 alignment_layer: int | None = None) -> None:
         if nbest > config.beam and not config.sampling:
             raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
         self.loaded = loaded
@@ -130,6 +133,10 @@ class Translator:
         self.max_src = loaded.recipe.model.max_positions - 1  # room for the EOS
         self.stats = TranslationStats()
         self.generator = torch.Generator(self.device).manual_seed(config.seed) if config.sampling else None
+        # --alignments: hypotheses become (text, score, "i-j ...") from one layer's cross-attention
+        first = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model
+        self.align_model = first if alignments else None
+        self.align_layer = alignment_layer_of(first, alignment_layer) if alignments else None
 
     def translate(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[list[tuple[str, float]]]:
         """Yield, for every input line in order, its n-best list of (text, score); each output starts with
@@ -160,7 +167,7 @@ class Translator:
         Empty sentences give an empty line; too long ones are truncated and counted.
         """
         encoded = list(encoded)
-        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in encoded]
+        results: list[list[tuple]] = [[("", 0.0) if self.align_model is None else ("", 0.0, "")] for _ in encoded]
         todo = []
         for i, ids in enumerate(encoded):
             self.stats.sentences += 1
@@ -181,7 +188,7 @@ class Translator:
             else:
                 found = search(self.loaded.model, src, self.config, self.nbest, prefix)
             for i, hyps in zip(batch, found):
-                results[i] = [self._detokenize(h) for h in hyps] or [("", float("-inf"))]
+                results[i] = [self._detokenize(h, encoded[i]) for h in hyps] or [self._nothing()]
         return results
 
     def _batches(self, todo: list[int], encoded: list[list[int]]) -> Iterator[list[int]]:
@@ -197,9 +204,18 @@ class Translator:
         if batch:
             yield batch
 
-    def _detokenize(self, hyp: Hypothesis) -> tuple[str, float]:
+    def _detokenize(self, hyp: Hypothesis, source: list[int]) -> tuple:
         self.stats.output_tokens += len(hyp.tokens) + 1
-        return self.loaded.tgt_vocab.decode(hyp.tokens), hyp.score
+        text = self.loaded.tgt_vocab.decode(hyp.tokens)
+        if self.align_model is None:
+            return text, hyp.score
+        cross = attention_maps(self.align_model, source, hyp.tokens).cross[self.align_layer]
+        source_pieces = [self.loaded.src_vocab.IdToPiece(t) for t in source]
+        output_pieces = [self.loaded.tgt_vocab.IdToPiece(t) for t in hyp.tokens]
+        return text, hyp.score, pharaoh(word_alignment(cross, source_pieces, output_pieces))
+
+    def _nothing(self) -> tuple:
+        return ("", float("-inf")) if self.align_model is None else ("", float("-inf"), "")
 
 
 def with_overrides(config: DecodeConfig, **values: Any) -> DecodeConfig:

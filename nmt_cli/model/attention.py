@@ -40,10 +40,9 @@ class RelativeTerms:
     values: Tensor
 
 
-def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                        dropout: float = 0.0, causal: bool = False,
-                        relative: RelativeTerms | None = None) -> Tensor:
-    """softmax(q k^T / sqrt(d_k) + rel) v, written out. q (B,H,Tq,d_k), k/v (B,H,Tk,d_k)."""
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, causal: bool = False,
+                      relative: RelativeTerms | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k) + rel) in fp32: (B, H, Tq, Tk). The causal mask aligns bottom-right."""
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     if relative is not None:
@@ -55,7 +54,14 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
         scores = scores.masked_fill(future, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.dropout(scores.float().softmax(dim=-1), p=dropout).to(v.dtype)  # softmax in fp32 under autocast
+    return scores.float().softmax(dim=-1)  # softmax in fp32 under autocast
+
+
+def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                        dropout: float = 0.0, causal: bool = False,
+                        relative: RelativeTerms | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k) + rel) v, written out. q (B,H,Tq,d_k), k/v (B,H,Tk,d_k)."""
+    weights = F.dropout(attention_weights(q, k, mask, causal, relative), p=dropout).to(v.dtype)
     out = weights @ v  # (B, H, Tq, d_k)
     if relative is not None:
         out = out + torch.einsum("bhqk,qkd->bhqd", weights, relative.values)
@@ -171,6 +177,17 @@ class MultiHeadAttention(nn.Module):
             return self.out(context)
         b, _, t, _ = context.shape
         return self.out(context.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k))  # (B, Tq, D)
+
+    def attention_map(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                      causal: bool = False) -> Tensor:
+        """The attention weights (B, H, Tq, Tk) that :meth:`forward` applies to the same inputs (no cache)."""
+        if self.self_attention:
+            q, k, _ = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
+        else:
+            assert memory is not None
+            q, (k, _) = self._split(self.q(x)), self.memory_keys_values(memory)
+        relative = self.relative(q.size(2), k.size(2)) if self.relative is not None else None
+        return attention_weights(q, k, mask, causal, relative)
 
     def input_projections(self) -> list[nn.Linear]:
         """The fused projections of the input (QKV), or of the query (Q) and the memory (KV)."""
