@@ -59,6 +59,10 @@ class DataConfig:
     valid: tuple[str, ...] = _opt((), "validation corpus prefixes")
     test: tuple[str, ...] = _opt((), "test corpus prefixes, each kept as its own split")
     output: str = _opt("", "prepared dataset folder (default: data-bin/RECIPE_NAME)")
+    synthetic: tuple[str, ...] = _opt((), "training prefixes (among data.train) that are synthetic, e.g. "
+                                      "back-translations")
+    tag_synthetic: bool = _opt(False, "start the source side of the data.synthetic corpora with the token <BT> "
+                               "(tagged back-translation, Caswell et al. 2019); <BT> is one piece of the vocabulary")
     clean: CleanConfig = _sub(CleanConfig)
     workers: int = _opt(0, "encoding worker processes (0: one per CPU core)", ge=0)
     chunk_lines: int = _opt(20000, "lines per encoding chunk (bounds memory per worker)", ge=1)
@@ -315,6 +319,11 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
             fail("train.max_time", str(err))
     if recipe.train.lr_schedule == "inverse_sqrt_nowarmup" and recipe.train.warmup == 0:
         fail("train.warmup", "inverse_sqrt_nowarmup decays as lr*sqrt(w/(w+s)) and needs w > 0 (e.g. 4000)")
+    unknown = [prefix for prefix in d.synthetic if prefix not in d.train]
+    if unknown:
+        fail("data.synthetic", f"{unknown[0]!r} is not one of data.train; list the synthetic corpora there too")
+    if d.tag_synthetic and not d.synthetic:
+        fail("data.tag_synthetic", "tags the data.synthetic corpora; name them in data.synthetic")
     if recipe.vocab.extend and not recipe.vocab.from_:
         fail("vocab.extend", "extends a reused vocabulary; set vocab.from to the model whose vocabulary to extend")
     if recipe.train.precision == "fp16" and recipe.train.device == "cpu":

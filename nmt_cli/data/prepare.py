@@ -33,7 +33,7 @@ from ..utils.process import die_with_parent
 from .binary import TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
-from .vocab import extend_vocab, learn_vocab, load_vocab, parent_vocab_blobs, vocab_files
+from .vocab import SYNTHETIC_TAG, extend_vocab, learn_vocab, load_vocab, parent_vocab_blobs, vocab_files
 
 META_VERSION = 1
 Log = Callable[[str], None]
@@ -122,12 +122,14 @@ def _clean_split(recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path,
     src_out, tgt_out = text_paths(out, split, recipe)
     is_train = split == "train"
     key = _key(_fingerprint([p for pair in pairs for p in (pair.src, pair.tgt)]), recipe.data.encoding_errors,
-               recipe_to_dict(recipe)["data"]["clean"] if is_train else "strip", TEXT_RULES)
+               recipe_to_dict(recipe)["data"]["clean"] if is_train else "strip", TEXT_RULES,
+               *([sorted(recipe.data.synthetic)] if is_train and recipe.data.tag_synthetic else []))
     cached = _cached(out, f"clean.{split}", key, [src_out, tgt_out], force)
     if cached is not None:
         log(f"[skip] {split}: cleaned text is up to date ({cached['kept']:,} pairs)")
         return cached
     cleaner = PairCleaner(recipe.data.clean)
+    tagged = _tagged_corpora(recipe) if is_train else set()
     read, hashes = 0, {}
     with atomic_open(src_out, "w", encoding="utf-8") as fs, atomic_open(tgt_out, "w", encoding="utf-8") as ft:
         for pair in pairs:
@@ -138,8 +140,9 @@ def _clean_split(recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path,
                 kept = cleaner.clean(stream)
             else:
                 kept = ((s.strip(), t.strip()) for s, t in stream)
+            tag = SYNTHETIC_TAG + " " if pair in tagged else ""
             for src, tgt in kept:
-                fs.write(src + "\n")
+                fs.write(tag + src + "\n")
                 ft.write(tgt + "\n")
             read += reader.lines
             hashes.update(reader.hashes)
@@ -151,6 +154,14 @@ def _clean_split(recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path,
     result = {"read": read, "kept": n_kept, "dropped": dict(cleaner.dropped), "sha256": hashes}
     log(f"{split}: read {read:,} pairs, kept {n_kept:,}" + (f" ({_drops(result)})" if is_train else ""))
     return _stamp(out, f"clean.{split}", key, result)
+
+
+def _tagged_corpora(recipe: Recipe) -> set[CorpusPair]:
+    """The training corpora whose source lines start with the synthetic-data tag."""
+    d = recipe.data
+    if not d.tag_synthetic:
+        return set()
+    return {resolve_corpus(d.root, prefix, d.src_lang, d.tgt_lang) for prefix in d.synthetic}
 
 
 def _refuse_empty(split: str, pairs: list[CorpusPair], read: int, drops: str) -> None:
@@ -176,18 +187,20 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
     outputs = [out / src_name, out / tgt_name]
     if v.from_:
         return _reuse_vocab(recipe, out, (src_name, tgt_name), train, force, log)
-    key = _key(train["sha256"], train["kept"], recipe_to_dict(recipe)["vocab"], sorted(train["dropped"].items()))
+    symbols = [SYNTHETIC_TAG] if d.tag_synthetic else []
+    key = _key(train["sha256"], train["kept"], recipe_to_dict(recipe)["vocab"], sorted(train["dropped"].items()),
+               *([symbols] if symbols else []))  # unchanged for untagged data: earlier vocabularies stay valid
     cached = _cached(out, "vocab", key, outputs, force)
     if cached is not None:
         log(f"[skip] vocabulary is up to date ({src_name})")
         return cached
     if v.joint:
         log(f"learning a joint {v.type} vocabulary of {v.size:,} pieces ...")
-        learn_vocab([src_text, tgt_text], out / src_name, v)
+        learn_vocab([src_text, tgt_text], out / src_name, v, symbols=symbols)
     else:
         for text, name in ((src_text, src_name), (tgt_text, tgt_name)):
             log(f"learning a {v.type} vocabulary of {v.size:,} pieces for {text.name} ...")
-            learn_vocab([text], out / name, v)
+            learn_vocab([text], out / name, v, symbols=symbols)
     sizes = [load_vocab(p).GetPieceSize() for p in outputs]
     return _stamp(out, "vocab", key, {"src_model": src_name, "tgt_model": tgt_name,
                                       "src_size": sizes[0], "tgt_size": sizes[1]})

@@ -20,6 +20,7 @@ from ..utils.files import atomic_path
 from ..utils.run_folder import RunFolder
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SYNTHETIC_TAG = "<BT>"  # data.tag_synthetic: first source token of synthetic pairs, one vocabulary piece
 
 
 def vocab_files(src_lang: str, tgt_lang: str, joint: bool) -> tuple[str, str]:
@@ -29,7 +30,8 @@ def vocab_files(src_lang: str, tgt_lang: str, joint: bool) -> tuple[str, str]:
     return f"spm.{src_lang}.model", f"spm.{tgt_lang}.model"
 
 
-def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig, hard_limit: bool = True) -> None:
+def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig, hard_limit: bool = True,
+                symbols: Sequence[str] = ()) -> None:
     """Train a SentencePiece model on the text files ``inputs`` and write it to ``output``.
 
     SentencePiece samples at most ``input_sentence_size`` sentences, which bounds memory on
@@ -50,6 +52,7 @@ def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig, hard_
                 pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
                 normalization_rule_name=config.normalization,
                 byte_fallback=config.byte_fallback,
+                user_defined_symbols=list(symbols),  # pieces never split (the synthetic-data tag)
                 max_sentence_length=1 << 16,
                 hard_vocab_limit=hard_limit,  # False: up to vocab.size pieces, fewer if the text has no more
                 minloglevel=2,
