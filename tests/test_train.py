@@ -19,7 +19,7 @@ from nmt_cli.config import load_recipe
 from nmt_cli.errors import CheckpointError, NmtError
 from nmt_cli.train import checkpoint
 from nmt_cli.train.checkpoint import average_state_dicts, select_checkpoints
-from nmt_cli.train.loop import train
+from nmt_cli.train.loop import load_dataset, train
 
 
 def test_tiny_model_memorises_64_pairs(overfit):
@@ -213,3 +213,14 @@ def test_activation_checkpointing_gives_the_same_update(prepared, tmp_path):
 def test_torch_compile_trains(prepared, tmp_path):
     messages, records = _short_run(prepared, tmp_path, "train.compile=true")
     assert any("reached 3 updates" in m for m in messages)
+
+
+def test_pairs_longer_than_the_model_are_counted_not_dropped_silently(prepared, tmp_path):
+    recipe = load_recipe(Path(prepared.run_dir.parent / "tiny.yaml"),
+                         [f"train.dir={tmp_path / 'run'}", "model.max_positions=20", "train.max_steps=1"])
+    messages: list[str] = []
+    train(recipe, log=messages.append)
+    lengths = load_dataset(recipe).train.pair_lengths
+    expected = int((lengths > 20).sum())
+    assert expected > 0
+    assert any(f"{expected:,} training pairs longer than model.max_positions (20) are left out" in m for m in messages)

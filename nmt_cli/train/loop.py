@@ -392,6 +392,10 @@ class Trainer:
                      f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}"
                      + (f" ({torch.distributed.get_backend()})" if info.distributed else "") + "; "
                      f"precision {self.precision}" + (" (auto)" if config.precision == "auto" else ""))
+            too_long = int((self.data.train.pair_lengths > self.recipe.model.max_positions).sum())
+            if too_long:
+                self.log(f"{too_long:,} training pairs longer than model.max_positions "
+                         f"({self.recipe.model.max_positions}) are left out; raise it or lower data.clean.max_tokens")
         self.model.train()
         started = time.monotonic() - self.state.elapsed
         window = _Window()
