@@ -1,8 +1,9 @@
 """nmt: the Transformer of "Attention Is All You Need", end to end, from the command line.
 
-The public Python API mirrors the commands: ``prepare``, ``train``, ``translate_lines``,
-``score`` and ``average_checkpoints``. Heavy modules are imported on first use so that
-``import nmt_cli`` (and ``nmt --help``) stay instant.
+Each command is a plain function of its module (README, "Python API"): ``config.load_recipe``,
+``data.prepare.prepare``, ``train.loop.train``, ``decode.translator.load_model`` and ``Translator``,
+``decode.forced.forced_scores``, ``score.metrics.score``, ``train.checkpoint.average_checkpoints``.
+Heavy modules are imported on first use so that ``import nmt_cli`` (and ``nmt --help``) stay instant.
 """
 
 from __future__ import annotations
