@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -73,7 +73,7 @@ def run_quickstart(recipe: Recipe, log: Log = print, examples: int = 5) -> Quick
     sources = split_lines(source.read_text(encoding="utf-8"))
     references = split_lines(reference.read_text(encoding="utf-8"))
     loaded = load_model(recipe.run_dir)
-    translator = Translator(loaded, replace(recipe.decode, batch_tokens=4000))
+    translator = Translator(loaded, recipe.decode)  # the recipe's decoding settings, as nmt translate
     outputs = [hyps[0][0] for hyps in translator.translate(sources)]
     hypotheses = recipe.run_dir / "test.hyp"
     with atomic_open(hypotheses, "w", encoding="utf-8") as handle:
