@@ -366,3 +366,28 @@ def test_attention_maps_and_their_picture(loaded, overfit, tmp_path):
     assert result.exit_code == 0, result.output
     image = imread(picture)
     assert image.shape[0] > image.shape[1] > 300 and image[..., :3].std() > 0.05
+
+
+def test_fixed_shape_steps_also_serve_sampling_and_prefixes(loaded, overfit, monkeypatch):
+    """On a GPU, sampling and prefixed searches run on the CUDA-graph stepper too: run it eagerly here
+    and compare with the cached stepper (same seed, same prefixes)."""
+    from nmt_cli.decode import sampling as sampling_module
+    from nmt_cli.decode import search as search_module
+    from nmt_cli.decode.static_steps import StaticSteps
+
+    _, src, _ = overfit
+    lines = src[50:58] + ["Two people."]
+    prefixes = ["Ein", "", "Zwei Männer", "", "", "Eine Frau", "", "", "Zwei"]
+    cases = [(replace(loaded.recipe.decode, sampling=True, seed=5, temperature=1.5), 3, None),
+             (replace(loaded.recipe.decode, beam=4), 2, prefixes),
+             (replace(loaded.recipe.decode, beam=1), 1, prefixes)]
+    expected = [list(Translator(loaded, c, nbest=n).translate(lines, p)) for c, n, p in cases]
+
+    def fixed_shape(model, memory, src_mask, config, cached, rows_per_sentence, max_steps):
+        return StaticSteps(model, memory, src_mask, rows_per_sentence, max_steps, use_graph=False)
+
+    for module in (search_module, sampling_module):
+        monkeypatch.setattr(module, "decoder_steps", fixed_shape)
+    got = [list(Translator(loaded, c, nbest=n).translate(lines, p)) for c, n, p in cases]
+    for before, after in zip(expected, got):
+        assert [[t for t, _ in h] for h in after] == [[t for t, _ in h] for h in before]
