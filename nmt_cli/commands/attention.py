@@ -25,8 +25,8 @@ def run(
     from ..decode.search import search
     from ..decode.translator import load_model, with_overrides
 
-    if output.suffix.lower() != ".png":
-        raise NmtError(f"{output}: nmt attention writes PNG; name a .png file")
+    if output.suffix.lower() != ".png" or output.is_dir():
+        raise NmtError(f"{output}: nmt attention writes a PNG file; name a .png file (not a folder)")
     loaded = load_model(model)
     source = loaded.src_vocab.encode(sentence.strip(), out_type=int)[: loaded.recipe.model.max_positions - 1]
     if not source:

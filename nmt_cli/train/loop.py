@@ -216,13 +216,11 @@ class Trainer:
 
     def _check_compatible(self, start: TrainingCheckpoint) -> None:
         """Refuse to resume with another model section, vocabulary or prepared data: name what differs."""
-        ours = recipe_to_dict(self.recipe)["model"]
-        defaults = recipe_to_dict(Recipe())["model"]  # keys added after the checkpoint was written
-        for key in sorted(set(ours) | set(start.model_section)):
-            stored, now = start.model_section.get(key, defaults.get(key)), ours.get(key)
-            if stored != now:
-                raise CheckpointError(f"{start.path}: model.{key} is {stored!r} in the run but {now!r} in the recipe; "
-                                      f"resume with the run's value (--set model.{key}={stored}) or use a new train.dir")
+        differs = _model_difference(start.model_section, self.recipe)
+        if differs:
+            key, stored, now = differs
+            raise CheckpointError(f"{start.path}: model.{key} is {stored!r} in the run but {now!r} in the recipe; "
+                                  f"resume with the run's value (--set model.{key}={stored}) or use a new train.dir")
         for side in ("src", "tgt"):
             stored, now = start.vocab.get(side, b""), self.data.vocab_blobs[side]
             if stored != now:
@@ -251,14 +249,11 @@ class Trainer:
                 raise NmtError(f"train.init_from: {path} holds no model.pt and no checkpoint; name a trained run")
             source = found[0]
         payload = checkpoint.load(source)
-        stored = payload["recipe"].get("model", {})
-        ours = recipe_to_dict(self.recipe)["model"]
-        defaults = recipe_to_dict(Recipe())["model"]
-        for key in sorted(set(ours) - FINE_TUNABLE_MODEL_KEYS):
-            then, now = stored.get(key, defaults.get(key)), ours.get(key)
-            if then != now:
-                raise CheckpointError(f"train.init_from {source}: model.{key} is {then!r} there but {now!r} in the "
-                                      f"recipe; fine-tuning keeps the architecture (--set model.{key}={then})")
+        differs = _model_difference(payload["recipe"].get("model", {}), self.recipe, ignore=FINE_TUNABLE_MODEL_KEYS)
+        if differs:
+            key, then, now = differs
+            raise CheckpointError(f"train.init_from {source}: model.{key} is {then!r} there but {now!r} in the "
+                                  f"recipe; fine-tuning keeps the architecture (--set model.{key}={then})")
         extended = False
         for side in ("src", "tgt"):
             theirs, ours = (payload.get("vocab") or {}).get(side), self.data.vocab_blobs[side]
@@ -658,6 +653,19 @@ class _Window:
                  "src_tgt_tokens_per_s": world_size * (tokens + self.sums.get("src_tokens", 0.0)) / seconds}
         self.sums = {}
         return stats
+
+
+def _model_difference(stored: dict[str, Any], recipe: Recipe,
+                      ignore: frozenset[str] = frozenset()) -> tuple[str, Any, Any] | None:
+    """The first model key (key, stored value, recipe value) whose values differ; keys a stored recipe
+    lacks (added to nmt after it was written) count as their defaults."""
+    ours = recipe_to_dict(recipe)["model"]
+    defaults = recipe_to_dict(Recipe())["model"]
+    for key in sorted((set(ours) | set(stored)) - ignore):
+        then, now = stored.get(key, defaults.get(key)), ours.get(key)
+        if then != now:
+            return key, then, now
+    return None
 
 
 def _gradient_norm(model: torch.nn.Module, clip: float) -> torch.Tensor:
