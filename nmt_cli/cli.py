@@ -83,6 +83,7 @@ def _register() -> None:
         prepare,
         quickstart,
         score,
+        serve,
         train,
         translate,
     )
@@ -98,6 +99,7 @@ def _register() -> None:
     app.command("export")(friendly(export.run))
     app.command("plot")(friendly(plot.run))
     app.command("attention")(friendly(attention.run))
+    app.command("serve")(friendly(serve.run))
 
 
 _register()

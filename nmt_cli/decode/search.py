@@ -255,7 +255,7 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
         eos_ranked[:, k:] = False
         if eos_ranked.any():
             _collect_finished(sent, fin_scores, fin_tokens, history.view(n, rows_per_sent, t), origin,
-                              top_scores, eos_ranked, t, config)
+                              top_scores, eos_ranked, torch.full((n,), t, device=device), config)
 
         # Open: the K best candidates that did not end.
         open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(min(k, top_scores.size(1)), dim=1)
@@ -297,15 +297,21 @@ def _sentence_done(config: DecodeConfig, finished: Tensor, best_open: Tensor, be
 
 
 def _collect_finished(sent: Tensor, fin_scores: Tensor, fin_tokens: Tensor, history: Tensor, origin: Tensor,
-                      top_scores: Tensor, eos_ranked: Tensor, t: int, config: DecodeConfig) -> None:
-    """Merge this step's EOS candidates into each sentence's K best finished hypotheses."""
+                      top_scores: Tensor, eos_ranked: Tensor, lengths: Tensor, config: DecodeConfig) -> None:
+    """Merge this step's EOS candidates into each sentence's K best finished hypotheses.
+
+    ``history`` (n, rows, H) holds each row's tokens so far, PAD after them; ``lengths`` (n,) counts each
+    sentence's tokens before this step's EOS (all equal here; they differ where sentences joined a
+    running batch at different steps, decode/continuous.py).
+    """
     n, two_k = origin.shape
     k, width = fin_tokens.shape[1:]
-    normalised = (top_scores / length_penalty(float(t + 1), config)).masked_fill(~eos_ranked, float("-inf"))
-    paths = history.gather(1, origin[:, :, None].expand(n, two_k, t))  # (n, 2K, t)
+    penalty = length_penalty(lengths.double() + 1, config).float()[:, None]  # |Y| counts the EOS
+    normalised = (top_scores / penalty).masked_fill(~eos_ranked, float("-inf"))
+    paths = history.gather(1, origin[:, :, None].expand(n, two_k, history.size(2)))  # (n, 2K, H)
     new_tokens = torch.full((n, two_k, width), PAD_ID, dtype=torch.long, device=origin.device)
-    new_tokens[:, :, :t] = paths
-    new_tokens[:, :, t] = EOS_ID
+    new_tokens[:, :, :history.size(2)] = paths
+    new_tokens.scatter_(2, lengths[:, None, None].expand(n, two_k, 1), EOS_ID)
     all_scores = torch.cat([fin_scores[sent], normalised], dim=1)  # (n, 3K)
     all_tokens = torch.cat([fin_tokens[sent], new_tokens], dim=1)  # (n, 3K, width)
     best, pick = all_scores.topk(k, dim=1)  # sorted, best first

@@ -156,6 +156,8 @@ class MultiHeadAttention(nn.Module):
                     k = torch.cat([cache["k"], k], dim=2)  # (B, H, T_past + T, d_k)
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
+                if "visible" in cache:  # rows that joined a running batch skip the steps before they came
+                    mask, causal = cache["visible"], False  # (N, 1, 1, T_past + 1); one query per row
         else:
             q = self._split(self.q(x))
             if cache is not None:

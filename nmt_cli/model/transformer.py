@@ -33,9 +33,14 @@ class DecoderState:
     src_mask: Tensor  # (B, 1, 1, S), True where the source token is real
     caches: list[dict[str, dict[str, Tensor]]] = field(default_factory=list)
     step: int = 0
+    # (N,) each row's own step, when rows joined the batch at different steps (decode/continuous.py);
+    # their self-attention caches then carry a "visible" key mask (N, 1, 1, T) as well
+    row_steps: Tensor | None = None
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep and reorder hypothesis ``rows``; if sentences left the batch, keep ``sentences``."""
+        if self.row_steps is not None:
+            self.row_steps = self.row_steps.index_select(0, rows)
         for layer in self.caches:
             for key in layer["self"]:
                 layer["self"][key] = layer["self"][key].index_select(0, rows)
@@ -157,7 +162,11 @@ class Transformer(nn.Module):
         N may be a multiple of the number of sentences (beam search): rows n*G .. n*G+G-1
         belong to sentence n.
         """
-        x = self._embed(self.tgt_embed, tokens[:, None], offset=state.step)  # (N, 1, D)
+        if state.row_steps is None:
+            x = self._embed(self.tgt_embed, tokens[:, None], offset=state.step)  # (N, 1, D)
+        else:
+            x = self._embed_step(tokens, state.row_steps)  # rows at different steps
+            state.row_steps = state.row_steps + 1
         state.step += 1
         return self._decode_one(x, state.src_mask, state.caches)
 
@@ -170,9 +179,15 @@ class Transformer(nn.Module):
         """
         if self.positions is None:
             raise ValueError("decode_step_at needs absolute positions (relative ones use decode_step)")
+        return self._decode_one(self._embed_step(tokens, position), src_mask, caches)
+
+    def _embed_step(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """Embeddings (N, 1, D) of one token per row at ``positions``, a device tensor: (1,) for all
+        rows or (N,) one per row. No host reads; eval mode, so no dropout."""
         x = self.tgt_embed(tokens[:, None]) * self.embed_scale  # (N, 1, D)
-        x = x + self.positions.at(position).to(x.dtype)  # eval mode: no dropout
-        return self._decode_one(x, src_mask, caches)
+        if self.positions is None:  # relative positions live in the attention
+            return x
+        return x + self.positions.at(positions)[:, None].to(x.dtype)
 
     def _decode_one(self, x: Tensor, src_mask: Tensor, caches: list[dict[str, Any]]) -> Tensor:
         for layer, cache in zip(self.decoder, caches):

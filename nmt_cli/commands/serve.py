@@ -1,0 +1,55 @@
+"""``nmt serve -m MODEL``: translation over HTTP with continuous batching (docs/serving.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from ..errors import NmtError
+
+
+def run(
+    models: list[Path] = typer.Option(..., "--model", "-m", help="Model folder or checkpoint; repeat for more "
+                                      "models (each is chosen by its language pair)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Weights and arithmetic: fp32, bf16 or fp16."),
+    batching: bool = typer.Option(True, "--batching/--no-batching", help="Continuous batching: new requests join "
+                                  "the running batch at the next decoder step. Off: one request at a time."),
+    batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens in the running batch at "
+                                     "most. [recipe's decode.batch_tokens]", show_default=False),
+    max_queue: int = typer.Option(1024, "--max-queue", min=1, help="Sentences waiting at most; more: HTTP 429."),
+    max_sentences: int = typer.Option(128, "--max-sentences", min=1, help="Lines per request at most; more: 413."),
+    max_body: int = typer.Option(1_000_000, "--max-body-bytes", min=1, help="Request body size at most; more: 413."),
+    max_beam: int = typer.Option(16, "--max-beam", min=1, help="Largest beam a request may ask for."),
+    log_level: str = typer.Option("info", "--log-level", help="critical, error, warning, info or debug."),
+) -> None:
+    """Serve models over HTTP: POST /translate (LibreTranslate's API and ours), a web page at /."""
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        raise NmtError(f"nmt serve needs the serve extra ({err.name} is missing): pip install 'nmt-cli[serve]'") \
+            from None
+    import torch
+
+    from ..serve.requests import Limits
+    from ..serve.server import serve
+    from .translate import _device
+
+    if dtype not in ("fp32", "bf16", "fp16"):
+        raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16 or fp16")
+    if log_level not in ("critical", "error", "warning", "info", "debug"):
+        raise NmtError(f"--log-level: '{log_level}' is not critical, error, warning, info or debug")
+    for path in models:
+        if not path.exists():
+            raise NmtError(f"{path}: model not found (a folder written by nmt train, or a checkpoint file)")
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    limits = Limits(max_body_bytes=max_body, max_sentences=max_sentences, max_beam=max_beam)
+    serve(models, host, port, _device(device), weights, limits, batch_tokens, max_queue, batching, log_level)

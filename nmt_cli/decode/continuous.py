@@ -1,0 +1,216 @@
+"""Beam search that sentences join while it runs: continuous batching for ``nmt serve``.
+
+:func:`.search.beam_search` takes a batch, searches until every sentence is done, and returns.
+A server cannot wait for that: requests arrive while a batch is being decoded. Here the batch
+stays open. Between two decoder steps, :meth:`ContinuousBeamSearch.add` encodes new sentences and
+appends them to the running batch; every :meth:`ContinuousBeamSearch.step` extends all open
+sentences by one token and returns the sentences that finished, which leave at once.
+
+Each sentence is searched exactly as :func:`.search.beam_search` searches it (the same candidate
+ranking, finished lists and stopping rule, shared from that module); what changes is bookkeeping:
+
+- every sentence keeps its own step count, so its length limit, length penalty and position
+  embeddings are its own;
+- a sentence has K rows from its first step (rows 2..K start at -inf, so the first step ranks
+  only the BOS row's tokens, as the offline search's one-row first step does);
+- self-attention caches of rows that joined late are padded on the left and the padding is masked
+  (:class:`JoinableSteps`); relative distances stay right because all rows share one time axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from ..config import DecodeConfig
+from ..data.batches import pad_rows
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
+from ..model.transformer import DecoderState, Transformer
+from .search import Hypothesis, _best, _best_tokens, _collect_finished, _sentence_done, max_output_lengths
+
+
+class JoinableSteps:
+    """Cached decoder steps over a batch that new sentences can join between steps.
+
+    All rows share one time axis (the cache's columns); a row that joined at column c has its
+    columns before c masked out ("visible" in each self-attention cache) and counts its positions
+    from 0 (``DecoderState.row_steps``). Columns no open row can see are cut off after each step.
+    """
+
+    def __init__(self, model: Transformer, rows_per_sentence: int) -> None:
+        self.model = model
+        self.per_sentence = rows_per_sentence
+        self.state: DecoderState | None = None
+
+    def join(self, memory: Tensor, src_mask: Tensor) -> None:
+        """Append the sentences of ``memory`` (B, S, D) with ``rows_per_sentence`` rows each."""
+        fresh = self.model.start_decoding(memory, src_mask)
+        rows = memory.size(0) * self.per_sentence
+        fresh.row_steps = torch.zeros(rows, dtype=torch.long, device=memory.device)
+        if self.state is None:
+            for layer in fresh.caches:
+                layer["self"]["visible"] = torch.zeros((rows, 1, 1, 0), dtype=torch.bool, device=memory.device)
+            self.state = fresh
+            return
+        old = self.state
+        width = max(old.src_mask.size(-1), src_mask.size(-1))
+        old.src_mask = torch.cat([_pad_last(old.src_mask, width, False), _pad_last(src_mask, width, False)])
+        old.row_steps = torch.cat([old.row_steps, fresh.row_steps])
+        for layer, new in zip(old.caches, fresh.caches):
+            for key, tensor in layer["self"].items():  # k, v (N, H, T, d_k) and visible (N, 1, 1, T)
+                padding = tensor.new_zeros((rows, *tensor.shape[1:]))  # zeros, and False: not visible
+                layer["self"][key] = torch.cat([tensor, padding])
+            for key in ("k", "v"):  # (B, H, S, d_k): the source side, padded to the longer source
+                layer["cross"][key] = torch.cat([_pad_dim2(layer["cross"][key], width),
+                                                 _pad_dim2(new["cross"][key], width)])
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        assert self.state is not None
+        for layer in self.state.caches:  # this step's column is visible to every row
+            visible = layer["self"]["visible"]
+            layer["self"]["visible"] = F.pad(visible, (0, 1), value=True)
+        return self.model.decode_step(tokens, self.state).float()  # (N, V) logits
+
+    def select(self, rows: Tensor, sentences: Tensor | None) -> None:
+        assert self.state is not None and self.state.row_steps is not None
+        if len(rows) == 0:
+            self.state = None
+            return
+        self.state.select(rows, sentences)
+        seen = self.state.caches[0]["self"]["visible"].size(-1)
+        unseen = seen - int(self.state.row_steps.max())  # leading columns no open row can see
+        if unseen > 0:
+            for layer in self.state.caches:
+                for key, tensor in layer["self"].items():
+                    layer["self"][key] = tensor[..., unseen:] if key == "visible" else tensor[:, :, unseen:]
+
+
+def _pad_last(mask: Tensor, width: int, value: bool) -> Tensor:
+    return F.pad(mask, (0, width - mask.size(-1)), value=value)
+
+
+def _pad_dim2(tensor: Tensor, width: int) -> Tensor:
+    """(B, H, S, d_k) padded with zeros to S = ``width``."""
+    return F.pad(tensor, (0, 0, 0, width - tensor.size(2)))
+
+
+@dataclass
+class Finished:
+    """A sentence that left the batch: its key (given to :meth:`ContinuousBeamSearch.add`) and n-best."""
+
+    key: Hashable
+    hypotheses: list[Hypothesis]
+
+
+class ContinuousBeamSearch:
+    """Beam search over a batch that grows between steps (see the module docstring).
+
+    All sentences share one ``config`` and ``nbest``; a server keeps one instance per setting.
+    """
+
+    def __init__(self, model: Transformer, config: DecodeConfig, nbest: int = 1) -> None:
+        self.model, self.config, self.nbest = model, config, nbest
+        self.k = config.beam
+        self.device = next(model.parameters()).device
+        self.steps = JoinableSteps(model, self.k)
+        self.keys: list[Hashable] = []  # per open sentence, in batch order
+        self._reset()
+
+    def _reset(self) -> None:
+        device, k = self.device, self.k
+        self.scores = torch.zeros((0, k), device=device)  # (n, K) open hypotheses' summed log-probs
+        self.tokens = torch.zeros(0, dtype=torch.long, device=device)  # (n * K,) last tokens
+        self.history = torch.zeros((0, 1), dtype=torch.long, device=device)  # (n * K, W) PAD after each row
+        self.lengths = torch.zeros(0, dtype=torch.long, device=device)  # (n,) tokens chosen so far
+        self.max_len = torch.zeros(0, dtype=torch.long, device=device)  # (n,)
+        self.fin_scores = torch.zeros((0, k), device=device)  # (n, K) normalised, best first
+        self.fin_tokens = torch.zeros((0, k, 1), dtype=torch.long, device=device)  # (n, K, W)
+
+    def __len__(self) -> int:
+        """Open sentences."""
+        return len(self.keys)
+
+    @torch.inference_mode()
+    def add(self, sources: list[list[int]], keys: list[Hashable]) -> None:
+        """Encode sentences (source ids, no EOS, within the model's length) and append them."""
+        if not sources:
+            return
+        device, k, m = self.device, self.k, len(sources)
+        src = pad_rows([ids + [EOS_ID] for ids in sources]).to(device)
+        memory, src_mask = self.model.encode(src)
+        self.steps.join(memory, src_mask)
+        max_len = max_output_lengths(src, self.config, self.model.config.max_positions)
+        width = max(self.history.size(1), int(max_len.max()) + 1)  # room for the tokens and the EOS
+        first = torch.full((m, k), float("-inf"), device=device)
+        first[:, 0] = 0.0  # one live row: the others would repeat it
+        self.scores = torch.cat([self.scores, first])
+        self.tokens = torch.cat([self.tokens, torch.full((m * k,), BOS_ID, dtype=torch.long, device=device)])
+        self.history = torch.cat([_pad_cols(self.history, width),
+                                  torch.full((m * k, width), PAD_ID, dtype=torch.long, device=device)])
+        self.lengths = torch.cat([self.lengths, torch.zeros(m, dtype=torch.long, device=device)])
+        self.max_len = torch.cat([self.max_len, max_len])
+        self.fin_scores = torch.cat([self.fin_scores, torch.full((m, k), float("-inf"), device=device)])
+        self.fin_tokens = torch.cat([_pad_cols(self.fin_tokens, width),
+                                     torch.full((m, k, width), PAD_ID, dtype=torch.long, device=device)])
+        self.keys.extend(keys)
+
+    @torch.inference_mode()
+    def step(self, cancelled: set[Hashable] | None = None) -> list[Finished]:
+        """One token for every open sentence; returns the sentences that are done (they leave).
+
+        Sentences whose key is in ``cancelled`` leave too, without a result.
+        """
+        if not self.keys:
+            return []
+        k, n, device = self.k, len(self.keys), self.device
+        sent = torch.arange(n, device=device)
+        at_limit = (self.lengths >= self.max_len).repeat_interleave(k)
+        row_log_probs, row_tokens = _best_tokens(self.steps(self.tokens), 2 * k, at_limit)  # (n * K, 2K)
+        per_row = row_tokens.size(1)
+        candidates = (self.scores.view(-1, 1) + row_log_probs).view(n, k * per_row)
+        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (n, 2K), best first
+        origin = top_index // per_row
+        token = row_tokens.view(n, -1).gather(1, top_index)
+        is_eos = token == EOS_ID
+        eos_ranked = is_eos.clone()
+        eos_ranked[:, k:] = False
+        if eos_ranked.any():
+            _collect_finished(sent, self.fin_scores, self.fin_tokens, self.history.view(n, k, -1), origin,
+                              top_scores, eos_ranked, self.lengths, self.config)
+        open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
+        parent = origin.gather(1, pick) + sent[:, None] * k  # row in history
+        new_tokens = token.gather(1, pick)  # (n, K)
+
+        done = _sentence_done(self.config, self.fin_scores, open_scores[:, 0], is_eos[:, 0], self.nbest,
+                              self.max_len, self.lengths)
+        if cancelled:
+            done |= torch.tensor([key in cancelled for key in self.keys], device=device)
+        finished = self._results(done.nonzero().flatten().tolist(), cancelled or set())
+        keep = (~done).nonzero().flatten()
+        rows = parent[keep].flatten()  # (n_keep * K,)
+        history = self.history.index_select(0, rows)
+        history.scatter_(1, self.lengths[keep].repeat_interleave(k)[:, None], new_tokens[keep].reshape(-1, 1))
+        self.steps.select(rows, sentences=keep if len(keep) < n else None)
+        self.history, self.scores, self.tokens = history, open_scores[keep], new_tokens[keep].flatten()
+        self.lengths, self.max_len = self.lengths[keep] + 1, self.max_len[keep]
+        self.fin_scores, self.fin_tokens = self.fin_scores[keep], self.fin_tokens[keep]
+        self.keys = [self.keys[i] for i in keep.tolist()]
+        if not self.keys:
+            self._reset()
+        return finished
+
+    def _results(self, done: list[int], cancelled: set[Hashable]) -> list[Finished]:
+        if not done:
+            return []
+        picked = torch.tensor(done, device=self.device)
+        nbest = _best(self.fin_scores[picked], self.fin_tokens[picked], self.nbest)
+        return [Finished(self.keys[i], hyps) for i, hyps in zip(done, nbest) if self.keys[i] not in cancelled]
+
+
+def _pad_cols(tensor: Tensor, width: int) -> Tensor:
+    """Token ids padded with PAD along the last dimension to ``width``."""
+    return F.pad(tensor, (0, width - tensor.size(-1)), value=PAD_ID)

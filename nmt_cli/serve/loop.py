@@ -1,0 +1,224 @@
+"""The one thread that owns a model and decodes every request to it, batched continuously.
+
+Requests (:class:`Job`) wait in a queue. Before every decoder step the loop moves waiting
+sentences into the running batch while the batch's source tokens stay within the budget; every
+step returns the sentences that finished, and a job is answered as soon as its last sentence is.
+Sentences are grouped by their search settings (beam, alpha, ...): one
+:class:`..decode.continuous.ContinuousBeamSearch` per setting ("lane"), stepped in turn.
+
+Nothing a request does stops the loop: a step that raises fails the jobs in its lane, with the
+reason, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..config import DecodeConfig
+from ..decode.continuous import ContinuousBeamSearch
+from ..decode.search import Hypothesis
+from ..model.transformer import Transformer
+from .metrics import ServerMetrics
+
+log = logging.getLogger("nmt.serve")
+
+SentenceKey = tuple[int, int]  # (job id, sentence index)
+
+
+class QueueFull(Exception):
+    """More sentences wait than the queue allows (HTTP 429)."""
+
+
+class ShuttingDown(Exception):
+    """The server is draining (HTTP 503)."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's sentences (source ids, already truncated to the model's length) and settings.
+
+    ``on_done`` is called once, from the loop's thread, when every sentence has its n-best list or
+    the job failed (``error`` set).
+    """
+
+    sentences: list[list[int]]
+    config: DecodeConfig
+    nbest: int
+    on_done: Callable[[Job], None]
+    results: list[list[Hypothesis]] = field(default_factory=list)
+    error: str | None = None
+    ident: int = 0
+    remaining: int = 0
+    cancelled: bool = False
+
+
+class DecodingLoop:
+    """Continuous batching for one model (see the module docstring).
+
+    ``batch_tokens`` bounds the running batch's source tokens (each sentence counts its length + EOS);
+    ``batching=False`` decodes one job at a time, the baseline the load test compares with.
+    """
+
+    def __init__(self, model: Transformer, name: str, metrics: ServerMetrics, batch_tokens: int = 6000,
+                 max_queue: int = 1024, batching: bool = True) -> None:
+        self.model, self.name, self.metrics = model, name, metrics
+        self.batch_tokens, self.max_queue, self.batching = batch_tokens, max_queue, batching
+        self._waiting: deque[tuple[Job, int]] = deque()  # (job, sentence index), first come first served
+        self._lanes: dict[tuple[DecodeConfig, int], ContinuousBeamSearch] = {}
+        self._jobs: dict[int, Job] = {}  # jobs with sentences waiting or running
+        self._source_tokens: dict[SentenceKey, int] = {}  # running sentences' budget share
+        self._ids = itertools.count(1)
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"decode-{name}", daemon=True)
+
+    # ------------------------------------------------------------------ called from request handlers
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue a job; raises :class:`QueueFull` or :class:`ShuttingDown` instead of queueing it."""
+        with self._wake:
+            if self._stopping:
+                raise ShuttingDown("the server is shutting down")
+            if len(self._waiting) + len(job.sentences) > self.max_queue:
+                raise QueueFull(f"{len(self._waiting)} sentences are waiting (limit {self.max_queue})")
+            job.ident, job.remaining = next(self._ids), len(job.sentences)
+            job.results = [[] for _ in job.sentences]
+            self._jobs[job.ident] = job
+            self._waiting.extend((job, i) for i in range(len(job.sentences)))
+            self.metrics.queue_length.labels(self.name).set(len(self._waiting))
+            self._wake.notify()
+
+    def cancel(self, job: Job) -> None:
+        """The client went away: its waiting sentences are dropped, its running rows leave at the next step."""
+        with self._wake:
+            job.cancelled = True
+            self._wake.notify()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Refuse new jobs, finish the queued and running ones, then end the thread."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    @property
+    def queued_sentences(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running_sentences(self) -> int:
+        return sum(len(lane) for lane in self._lanes.values())
+
+    # ------------------------------------------------------------------ the loop's thread
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                self._drop_cancelled_waiting()
+                if not self._lanes and not self._waiting:
+                    if self._stopping:
+                        return
+                    self._wake.wait()
+                    continue
+                admitted = self._admit()
+            for settings, sentences in admitted.items():
+                self._join(settings, sentences)
+            for settings in list(self._lanes):
+                self._step(settings)
+            self.metrics.running.labels(self.name).set(self.running_sentences)
+            self.metrics.occupancy.labels(self.name).set(sum(self._source_tokens.values()) / self.batch_tokens)
+
+    def _drop_cancelled_waiting(self) -> None:
+        """Waiting sentences of cancelled or failed jobs leave the queue; a cancelled job with no
+        running sentences left is closed (the caller holds the lock)."""
+        if any(self._closed(job) for job, _ in self._waiting):
+            self._waiting = deque(item for item in self._waiting if not self._closed(item[0]))
+        running = {key[0] for key in self._source_tokens}
+        for job in [job for job in self._jobs.values() if job.cancelled and job.ident not in running]:
+            self._finish(job, "cancelled")
+
+    def _closed(self, job: Job) -> bool:
+        return job.cancelled or job.ident not in self._jobs
+
+    def _admit(self) -> dict[tuple[DecodeConfig, int], list[tuple[Job, int]]]:
+        """Waiting sentences that fit the budget, by search settings (the caller holds the lock)."""
+        admitted: dict[tuple[DecodeConfig, int], list[tuple[Job, int]]] = {}
+        used = sum(self._source_tokens.values())
+        if not self.batching and (self._lanes or used):
+            return admitted
+        first_job = self._waiting[0][0] if self._waiting else None
+        while self._waiting:
+            job, index = self._waiting[0]
+            cost = len(job.sentences[index]) + 1
+            if used and used + cost > self.batch_tokens:
+                break
+            if not self.batching and job is not first_job:
+                break
+            self._waiting.popleft()
+            used += cost
+            self._source_tokens[(job.ident, index)] = cost
+            admitted.setdefault((job.config, job.nbest), []).append((job, index))
+        self.metrics.queue_length.labels(self.name).set(len(self._waiting))
+        return admitted
+
+    def _join(self, settings: tuple[DecodeConfig, int], sentences: list[tuple[Job, int]]) -> None:
+        lane = self._lanes.get(settings)
+        if lane is None:
+            lane = self._lanes[settings] = ContinuousBeamSearch(self.model, *settings)
+        try:
+            lane.add([job.sentences[i] for job, i in sentences], [(job.ident, i) for job, i in sentences])
+        except (RuntimeError, ValueError) as err:  # e.g. out of memory: these jobs fail, the loop goes on
+            log.exception("encoding failed")
+            for job, i in sentences:
+                self._source_tokens.pop((job.ident, i), None)
+                self._fail(job, f"decoding failed: {str(err).splitlines()[0]}")
+
+    def _step(self, settings: tuple[DecodeConfig, int]) -> None:
+        lane = self._lanes[settings]
+        cancelled = {key for key in lane.keys if key[0] not in self._jobs or self._jobs[key[0]].cancelled}
+        try:
+            finished = lane.step(cancelled)
+        except (RuntimeError, ValueError) as err:
+            log.exception("decoder step failed")
+            del self._lanes[settings]
+            for key in lane.keys:
+                self._source_tokens.pop(key, None)
+                if key[0] in self._jobs:
+                    self._fail(self._jobs[key[0]], f"decoding failed: {str(err).splitlines()[0]}")
+            return
+        self.metrics.steps.labels(self.name).inc()
+        self.metrics.step_sentences.labels(self.name).observe(len(lane) + len(finished) + len(cancelled))
+        for key in cancelled:
+            self._source_tokens.pop(key, None)
+        for done in finished:
+            self._source_tokens.pop(done.key, None)
+            job = self._jobs.get(done.key[0])
+            if job is not None and not job.cancelled:
+                job.results[done.key[1]] = done.hypotheses
+                job.remaining -= 1
+                if job.remaining == 0:
+                    self._finish(job, "ok")
+        if not len(lane):
+            del self._lanes[settings]
+
+    def _fail(self, job: Job, reason: str) -> None:
+        if job.ident in self._jobs:
+            job.error = reason
+            self._finish(job, "error")
+
+    def _finish(self, job: Job, status: str) -> None:
+        self._jobs.pop(job.ident, None)
+        self.metrics.sentences.labels(self.name, status).inc(len(job.sentences))
+        try:
+            job.on_done(job)
+        except Exception:  # a broken callback must not stop the loop
+            log.exception("request callback failed")
+

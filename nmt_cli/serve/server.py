@@ -1,0 +1,70 @@
+"""Load the models, build the application and run it under uvicorn until SIGINT/SIGTERM.
+
+uvicorn answers a SIGTERM by refusing new connections and waiting for the requests in flight;
+then the application's lifespan ends and each decoding loop finishes what it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import torch
+import uvicorn
+
+from ..decode.translator import load_model
+from ..errors import NmtError
+from ..model.transformer import count_parameters
+from .api import create_app
+from .loop import DecodingLoop
+from .metrics import ServerMetrics
+from .requests import Limits, ServedModel
+
+
+def load_served_models(paths: list[Path], device: torch.device, dtype: torch.dtype, metrics: ServerMetrics,
+                       batch_tokens: int | None, max_queue: int, batching: bool) -> list[ServedModel]:
+    """One decoding loop per model, named after its language pair (``en-de``; ``en-de.2`` if repeated)."""
+    served: list[ServedModel] = []
+    for path in paths:
+        loaded = load_model(path, device, dtype)
+        data = loaded.recipe.data
+        name = f"{data.src_lang}-{data.tgt_lang}"
+        taken = sum(1 for m in served if m.source == data.src_lang and m.target == data.tgt_lang)
+        if taken:
+            name = f"{name}.{taken + 1}"
+        loop = DecodingLoop(loaded.model, name, metrics, batch_tokens or loaded.recipe.decode.batch_tokens,
+                            max_queue, batching)
+        served.append(ServedModel(name, data.src_lang, data.tgt_lang, loaded, loop, count_parameters(loaded.model)))
+    return served
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail in one line, before loading any model, if the address cannot be listened on."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind((host, port))
+    except OSError as err:
+        raise NmtError(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port or --host") \
+            from None
+
+
+def serve(paths: list[Path], host: str, port: int, device: torch.device, dtype: torch.dtype, limits: Limits,
+          batch_tokens: int | None, max_queue: int, batching: bool, log_level: str) -> None:
+    check_port(host, port)
+    metrics = ServerMetrics()
+    models = load_served_models(paths, device, dtype, metrics, batch_tokens, max_queue, batching)
+    app = create_app(models, limits, metrics)
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
+    for model in models:
+        logging.getLogger("nmt.serve").info("%s: %s (%s parameters) on %s", model.name, model.loaded.path,
+                                            f"{model.parameters:,}", device)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=None)
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind after all (it logged why)
+        raise NmtError(f"cannot listen on {host}:{port} (see the message above)") from None
+    if not server.started:
+        raise NmtError(f"the server did not start on {host}:{port} (see the messages above)")
