@@ -1,0 +1,198 @@
+"""Load test of ``nmt serve`` on loopback: concurrent clients against offline batched translation,
+against the same server with batching off, and a lone request against ``nmt translate`` on one line.
+
+    python benchmarks/bench_serve.py [--model RUN] [--sentences 400] [--clients 1,8,32,128]
+                                     [--threads 2] [--soak 600]
+
+Every client sends one Multi30k test 2016 sentence per request (LibreTranslate's shape), on its
+own keep-alive connection, until the shared list is used up; each level sends the same
+``--sentences`` sentences. Offline figures come from the translator in this process, with the model
+loaded before the clock starts. ``--soak`` runs 32 clients for that many seconds and reports the
+server's resident memory at its start and end. Bounded in count (the list) and in time
+(``--level-timeout``). Clients and server share the machine's cores, as they would on one host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from common import ROOT, SHARED, WORK, print_table, record
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """``nmt serve`` in a child process."""
+
+    def __init__(self, model: str, threads: int, batching: bool) -> None:
+        self.port = free_port()
+        flag = "--batching" if batching else "--no-batching"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nmt_cli", "serve", "-m", model, "--port", str(self.port), "--threads",
+             str(threads), flag, "--log-level", "warning", "--max-queue", "100000"], cwd=ROOT)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    sys.exit("the server did not start")
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+
+
+def load(port: int, sentences: list[str], clients: int, timeout: float) -> dict:
+    """``clients`` threads share ``sentences``; per-request latencies and the wall time."""
+    latencies: list[float] = []
+    failures = [0]
+    next_index = iter(range(len(sentences)))
+    lock = threading.Lock()
+    deadline = time.monotonic() + timeout
+
+    def client() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        while time.monotonic() < deadline:
+            with lock:
+                index = next(next_index, None)
+            if index is None:
+                break
+            body = json.dumps({"q": sentences[index], "source": "en", "target": "de"})
+            started = time.perf_counter()
+            try:
+                connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
+                answer = connection.getresponse()
+                answer.read()
+                ok = answer.status == 200
+            except OSError:
+                ok = False
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+            with lock:
+                if ok:
+                    latencies.append(time.perf_counter() - started)
+                else:
+                    failures[0] += 1
+        connection.close()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    ordered = sorted(latencies)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000 if ordered else float("nan")
+
+    return {"clients": clients, "requests": len(latencies), "failed": failures[0],
+            "unsent": len(sentences) - len(latencies) - failures[0], "req_per_s": len(latencies) / wall,
+            "p50_ms": pct(0.50), "p95_ms": pct(0.95), "p99_ms": pct(0.99),
+            "wall_s": wall}
+
+
+def offline_figures(model: str, sentences: list[str], threads: int, repeats: int) -> dict:
+    """Batched throughput of the translator on all sentences, and its latency on one, model loaded first."""
+    import torch
+
+    from nmt_cli.decode.translator import Translator, load_model
+
+    torch.set_num_threads(threads)
+    loaded = load_model(model)
+    translator = Translator(loaded, loaded.recipe.decode)
+    list(translator.translate(sentences[:32]))  # warm-up
+    batched, single = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        list(translator.translate(sentences))
+        batched.append(len(sentences) / (time.perf_counter() - started))
+        for sentence in sentences[:20]:
+            started = time.perf_counter()
+            list(translator.translate([sentence]))
+            single.append((time.perf_counter() - started) * 1000)
+    return {"offline_sent_per_s": statistics.median(batched), "offline_one_sentence_ms": statistics.median(single)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default=str(WORK / "quality_multi30k_ende_30m_issue12"))
+    parser.add_argument("--sentences", type=int, default=400)
+    parser.add_argument("--clients", default="1,8,32,128")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeats", type=int, default=3, help="offline repeats (medians)")
+    parser.add_argument("--level-timeout", type=float, default=300)
+    parser.add_argument("--soak", type=float, default=0, help="seconds of 32 clients, watching memory")
+    args = parser.parse_args()
+    text = gzip.decompress((SHARED / "multi30k" / "test_2016_flickr.en.gz").read_bytes()).decode()
+    sentences = text.splitlines()[: args.sentences]
+    levels = [int(c) for c in args.clients.split(",")]
+    offline = offline_figures(args.model, sentences, args.threads, args.repeats)
+    print(json.dumps(offline), flush=True)
+    rows = []
+    for batching in (True, False):
+        server = Server(args.model, args.threads, batching)
+        load(server.port, sentences[:16], 4, args.level_timeout)  # warm-up
+        for clients in levels:
+            row = {"batching": batching, **load(server.port, sentences, clients, args.level_timeout),
+                   "server_rss_mib": rss_mib(server.process.pid)}
+            row["vs_offline"] = row["req_per_s"] / offline["offline_sent_per_s"]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        if batching and args.soak:
+            rows.append(soak(server, sentences, args.soak))
+        server.stop()
+    lone = next(r for r in rows if r.get("batching") and r.get("clients") == 1)
+    summary = {**offline, "lone_p50_ms": lone["p50_ms"],
+               "lone_vs_translate_one": lone["p50_ms"] / offline["offline_one_sentence_ms"]}
+    for row in rows:
+        if row.get("batching") and "p95_ms" in row:
+            row["p95_vs_lone"] = row["p95_ms"] / lone["p50_ms"]
+    print_table("nmt serve under load", rows + [summary])
+    record("serve", rows + [summary], "python benchmarks/bench_serve.py " + " ".join(sys.argv[1:]))
+
+
+def soak(server: Server, sentences: list[str], seconds: float) -> dict:
+    """32 clients for ``seconds``, cycling through the sentences; RSS at the start and end."""
+    start_rss = rss_mib(server.process.pid)
+    ended = time.monotonic() + seconds
+    served, failed = 0, 0
+    while time.monotonic() < ended:
+        result = load(server.port, sentences, 32, max(1.0, ended - time.monotonic()))
+        served += result["requests"]
+        failed += result["failed"]
+    end_rss = rss_mib(server.process.pid)
+    row = {"soak_s": seconds, "requests": served, "failed": failed, "rss_start_mib": start_rss,
+           "rss_end_mib": end_rss, "rss_growth": end_rss / start_rss - 1}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+if __name__ == "__main__":
+    main()
