@@ -119,8 +119,9 @@ class ModelConfig:
     attention_dropout: float = _opt(0.0, "dropout on attention weights", ge=0, le=1)
     activation_dropout: float = _opt(0.0, "dropout after the feed-forward activation", ge=0, le=1)
     activation: Literal["relu", "gelu"] = _opt("relu", "feed-forward activation")
-    positions: Literal["sinusoidal", "learned", "relative"] = _opt(
-        "sinusoidal", "sinusoidal (paper), learned (paper variant E), relative (Shaw et al. 2018)")
+    positions: Literal["sinusoidal", "learned", "relative", "xl"] = _opt(
+        "sinusoidal", "sinusoidal (paper), learned (paper variant E), relative (Shaw et al. 2018), xl "
+        "(Transformer-XL relative attention, Dai et al. 2019: sinusoidal R_(i-j), biases u and v)")
     max_relative_position: int = _opt(16, "clipping distance k of relative positions", ge=1)
     norm: Literal["post", "pre", "rezero"] = _opt(
         "post", "post: LN(x+F(x)) (paper); pre: x+F(LN(x)) with final LN; rezero: x+a*F(x)")
@@ -138,6 +139,11 @@ class ModelConfig:
     @property
     def n_decoder_layers(self) -> int:
         return self.decoder_layers or self.layers
+
+    @property
+    def arrangement(self) -> Literal["post", "pre", "rezero", "none"]:
+        """The residual arrangement of every sub-layer: T-Fixup's is ``none`` (no LayerNorm)."""
+        return "none" if self.init == "tfixup" else self.norm
 
 
 # --------------------------------------------------------------------------- training

@@ -10,13 +10,19 @@ import torch
 import torch.nn.functional as F
 
 from nmt_cli.config import ModelConfig, TrainConfig
-from nmt_cli.model.attention import RelativePositions, attention, attention_reference
+from nmt_cli.model.attention import (
+    MultiHeadAttention,
+    RelativePositions,
+    attention,
+    attention_reference,
+    relative_shift,
+)
 from nmt_cli.model.loss import label_smoothed_nll, output_loss
-from nmt_cli.model.positions import sinusoidal_table
+from nmt_cli.model.positions import sinusoidal_table, sinusoids
 from nmt_cli.model.transformer import build_model, count_parameters
 from nmt_cli.train.schedule import inverse_sqrt, learning_rate, noam
 
-VARIANTS = [(pos, norm) for pos in ("sinusoidal", "learned", "relative") for norm in ("post", "pre", "rezero")]
+VARIANTS = [(pos, norm) for pos in ("sinusoidal", "learned", "relative", "xl") for norm in ("post", "pre", "rezero")]
 VARIANTS += [("sinusoidal", "tfixup")]
 
 
@@ -168,6 +174,51 @@ def test_relative_terms_clip_distances():
     torch.testing.assert_close(terms.keys[2, 2], rel.keys.weight[2])  # distance 0
     last = rel(1, 4)  # incremental decoding: the query is the last position
     torch.testing.assert_close(last.keys[0], terms.keys[3])
+
+
+def naive_xl_attention(attn, x, mask, causal):
+    """Transformer-XL's scores written out pair by pair (Dai et al. 2019, eq. in section 3.3):
+    (q_i + u)^T k_j + (q_i + v)^T W_R R_(i-j), with R the sinusoid of the distance i - j."""
+    b, t, d = x.shape
+    h, d_k = attn.n_heads, attn.d_k
+    q, k, v = (part.view(b, t, h, d_k) for part in attn.qkv(x).chunk(3, dim=-1))
+    u, v_bias = attn.xl.content_bias[:, 0], attn.xl.position_bias[:, 0]  # (H, d_k)
+    out = torch.zeros(b, t, h, d_k)
+    for n in range(b):
+        for i in range(t):
+            for head in range(h):
+                scores = []
+                for j in range(t):
+                    r = attn.xl.position_keys(sinusoids(torch.tensor([i - j]), d))[0].view(h, d_k)[head]
+                    score = (q[n, i, head] + u[head]) @ k[n, j, head] + (q[n, i, head] + v_bias[head]) @ r
+                    hidden = (causal and j > i) or (mask is not None and not mask[n, 0, 0, j])
+                    scores.append(float("-inf") if hidden else score / math.sqrt(d_k))
+                weights = torch.softmax(torch.stack([torch.as_tensor(s) for s in scores]), dim=0)
+                out[n, i, head] = weights @ v[n, :, head]
+    return attn.out(out.reshape(b, t, d))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_xl_attention_equals_the_pairwise_formula(causal):
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(ModelConfig(d_model=16, n_heads=2, positions="xl"), self_attention=True).eval()
+    x = torch.randn(2, 5, 16)
+    mask = None if causal else torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+    got = attn(x, mask=mask, causal=causal)
+    expected = naive_xl_attention(attn, x, mask, causal)
+    if mask is not None:  # padded query rows are never read
+        got, expected = got[0], expected[0]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("t_q, t_k", [(1, 6), (3, 7), (5, 5)])
+def test_relative_shift_puts_each_distance_under_its_key(t_q, t_k):
+    by_distance = torch.randn(2, 3, t_q, t_q + t_k - 1)  # columns: distances t_k - 1 down to -(t_q - 1)
+    shifted = relative_shift(by_distance, t_k)
+    for i in range(t_q):
+        for j in range(t_k):
+            distance = (t_k - t_q + i) - j
+            torch.testing.assert_close(shifted[:, :, i, j], by_distance[:, :, i, t_k - 1 - distance])
 
 
 @pytest.mark.parametrize("positions, norm", VARIANTS)

@@ -71,8 +71,8 @@ def test_sentences_joining_a_running_batch_decode_as_offline_search(loaded, over
     assert_same(continuous(loaded.model, config, sources, nbest), offline(loaded.model, config, sources, nbest))
 
 
-@pytest.mark.parametrize("positions", ["relative", "learned"])
-def test_joining_works_with_relative_and_learned_positions(positions):
+@pytest.mark.parametrize("positions", ["relative", "xl", "learned"])
+def test_joining_works_with_relative_xl_and_learned_positions(positions):
     """Late rows' positions count from their own first step (learned), or distances stay right (relative)."""
     torch.manual_seed(0)
     config = ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, positions=positions, max_positions=64)

@@ -43,6 +43,9 @@ def check_exportable(loaded: LoadedModel) -> None:
     if m.init == "tfixup":
         raise NmtError(f"{loaded.path}: model.init=tfixup (no LayerNorm) has no CTranslate2 equivalent; "
                        "export models trained with model.init=xavier")
+    if m.positions == "xl":
+        raise NmtError(f"{loaded.path}: model.positions=xl (Transformer-XL attention) has no CTranslate2 "
+                       "equivalent; export a model trained with positions sinusoidal, learned or relative")
     if m.norm == "rezero":
         raise NmtError(f"{loaded.path}: model.norm=rezero has no CTranslate2 equivalent; "
                        "export models trained with model.norm=post or pre")

@@ -3,7 +3,9 @@
 :func:`attention` is the pure function, with two implementations: the fast path
 (``F.scaled_dot_product_attention``) and :func:`attention_reference`, the formula written
 out, which also handles relative positions (Shaw et al. 2018) because those need the
-attention weights themselves. Tests check that both paths agree.
+attention weights themselves. Transformer-XL's relative attention (Dai et al. 2019) adds a
+position term to the scores (``bias``), which the fast path takes as a float mask. Tests check
+that the paths agree.
 
 Masks are boolean and broadcast to ``(B, H, Tq, Tk)``; ``True`` means "may attend".
 """
@@ -16,6 +18,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ..config import ModelConfig
+from .positions import sinusoids
 
 
 @dataclass
@@ -41,13 +46,15 @@ class RelativeTerms:
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, causal: bool = False,
-                      relative: RelativeTerms | None = None) -> Tensor:
-    """softmax(q k^T / sqrt(d_k) + rel) in fp32: (B, H, Tq, Tk). The causal mask aligns bottom-right."""
+                      relative: RelativeTerms | None = None, bias: Tensor | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k) + rel + bias) in fp32: (B, H, Tq, Tk). The causal mask aligns bottom-right."""
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     if relative is not None:
         scores = scores + torch.einsum("bhqd,qkd->bhqk", q, relative.keys)
     scores = scores / math.sqrt(d_k)
+    if bias is not None:
+        scores = scores + bias
     if causal:
         t_q, t_k = scores.shape[-2:]
         future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(t_k - t_q + 1)
@@ -59,9 +66,9 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, causal: 
 
 def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                         dropout: float = 0.0, causal: bool = False,
-                        relative: RelativeTerms | None = None) -> Tensor:
-    """softmax(q k^T / sqrt(d_k) + rel) v, written out. q (B,H,Tq,d_k), k/v (B,H,Tk,d_k)."""
-    weights = F.dropout(attention_weights(q, k, mask, causal, relative), p=dropout).to(v.dtype)
+                        relative: RelativeTerms | None = None, bias: Tensor | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k) + rel + bias) v, written out. q (B,H,Tq,d_k), k/v (B,H,Tk,d_k)."""
+    weights = F.dropout(attention_weights(q, k, mask, causal, relative, bias), p=dropout).to(v.dtype)
     out = weights @ v  # (B, H, Tq, d_k)
     if relative is not None:
         out = out + torch.einsum("bhqk,qkd->bhqd", weights, relative.values)
@@ -69,10 +76,18 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout: float = 0.0,
-              causal: bool = False, relative: RelativeTerms | None = None) -> Tensor:
-    """Fast path through PyTorch's fused kernel; relative positions and bf16 on the CPU use the reference."""
+              causal: bool = False, relative: RelativeTerms | None = None, bias: Tensor | None = None) -> Tensor:
+    """Fast path through PyTorch's fused kernel; Shaw's relative positions and bf16 on the CPU use the
+    reference. ``bias`` (B, H, Tq, Tk) is added to the scaled scores (Transformer-XL's position term)."""
     if relative is not None:
         return attention_reference(q, k, v, mask, dropout, causal, relative)
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        # PyTorch's CPU flash-attention kernel is slow in bf16 (its backward about 5x its fp32 time on
+        # m30k-small); the formula written out runs its products in bf16 and was 1.6x faster than the
+        # kernel fed fp32 copies (one attention block, forward and backward, 26 positions).
+        return attention_reference(q, k, v, mask, dropout, causal, bias=bias)
+    if bias is not None:  # one float mask: the position term, -inf where a key is hidden
+        mask, causal = _as_float_mask(bias.to(q.dtype), mask, causal), False
     t_q, t_k = q.size(-2), k.size(-2)
     if causal and t_q != t_k:
         # Queries are the last t_q positions of t_k (incremental decoding): the causal mask aligns
@@ -82,12 +97,64 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropo
         if t_q > 1:
             future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(t_k - t_q + 1)
             mask = ~future if mask is None else mask & ~future
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
-        # PyTorch's CPU flash-attention kernel is slow in bf16 (its backward about 5x its fp32 time on
-        # m30k-small); the formula written out runs its products in bf16 and was 1.6x faster than the
-        # kernel fed fp32 copies (one attention block, forward and backward, 26 positions).
-        return attention_reference(q, k, v, mask, dropout, causal)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+
+
+def _as_float_mask(bias: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    t_q, t_k = bias.shape[-2:]
+    if causal:
+        future = torch.ones(t_q, t_k, dtype=torch.bool, device=bias.device).triu(t_k - t_q + 1)
+        bias = bias.masked_fill(future, float("-inf"))
+    if mask is not None:
+        bias = bias.masked_fill(~mask, float("-inf"))
+    return bias
+
+
+def relative_shift(by_distance: Tensor, t_k: int) -> Tensor:
+    """Scores by distance -> scores by key, without a copy (Transformer-XL's relative shift, as a strided view).
+
+    ``by_distance`` (B, H, Tq, Tq + Tk - 1) holds each query's scores for the distances
+    Tk - 1, Tk - 2, ..., -(Tq - 1) (largest first); the queries are the last Tq of the Tk positions.
+    Query i (at position Tk - Tq + i) and key j are ``Tk - Tq + i - j`` apart, which is column
+    ``j + Tq - 1 - i``: each row starts one column further left than the row below it, so a row
+    stride of one less than the row length reads every row's window.
+    """
+    b, h, t_q, length = by_distance.shape
+    by_distance = by_distance.contiguous()
+    return by_distance.as_strided((b, h, t_q, t_k), (h * t_q * length, t_q * length, length - 1, 1),
+                                  by_distance.storage_offset() + t_q - 1)
+
+
+class XLPositions(nn.Module):
+    """Transformer-XL's relative attention terms (Dai et al. 2019, section 3.3) for one attention layer.
+
+    Scores are (q_i + u)^T k_j + (q_i + v)^T W_R R_(i-j): content, global content bias u, position
+    through a separate projection W_R of the sinusoid R of the distance i - j, and global position
+    bias v. Distances may be negative (the encoder attends both ways). u and v are per layer (the
+    paper's code shares them across layers by default, ``untie_r`` unties them).
+    """
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.position_keys = nn.Linear(d_model, d_model, bias=False)  # W_R
+        self.content_bias = nn.Parameter(torch.zeros(n_heads, 1, self.d_k))  # u
+        self.position_bias = nn.Parameter(torch.zeros(n_heads, 1, self.d_k))  # v
+        nn.init.normal_(self.content_bias, std=0.02)  # as the paper's code
+        nn.init.normal_(self.position_bias, std=0.02)
+
+    def distance_keys(self, t_q: int, t_k: int, dtype: torch.dtype) -> Tensor:
+        """W_R R for the distances t_k - 1 down to -(t_q - 1): (H, t_q + t_k - 1, d_k)."""
+        device = self.position_keys.weight.device
+        distances = torch.arange(t_k - 1, -t_q, -1, device=device)
+        keys = self.position_keys(sinusoids(distances, self.position_keys.in_features).to(dtype))
+        return keys.view(-1, self.n_heads, self.d_k).transpose(0, 1)
+
+    def scores(self, q: Tensor, t_k: int) -> Tensor:
+        """The position term (q + v)^T W_R R_(i-j) / sqrt(d_k) for queries q (B, H, Tq, d_k): (B, H, Tq, Tk)."""
+        t_q = q.size(2)
+        by_distance = (q + self.position_bias.to(q.dtype)) @ self.distance_keys(t_q, t_k, q.dtype).transpose(-2, -1)
+        return relative_shift(by_distance, t_k) / math.sqrt(self.d_k)
 
 
 class RelativePositions(nn.Module):
@@ -120,11 +187,11 @@ class MultiHeadAttention(nn.Module):
     :meth:`memory_keys_values` computed once per sentence.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, self_attention: bool,
-                 relative_distance: int = 0) -> None:
+    def __init__(self, config: ModelConfig, self_attention: bool) -> None:
         super().__init__()
+        d_model, n_heads = config.d_model, config.n_heads
         self.n_heads, self.d_k = n_heads, d_model // n_heads
-        self.dropout = dropout
+        self.dropout = config.attention_dropout
         self.self_attention = self_attention
         if self_attention:
             self.qkv = nn.Linear(d_model, 3 * d_model)
@@ -132,7 +199,10 @@ class MultiHeadAttention(nn.Module):
             self.q = nn.Linear(d_model, d_model)
             self.kv = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
-        self.relative = RelativePositions(self.d_k, relative_distance) if relative_distance else None
+        # relative positions live in self-attention: Shaw et al.'s, or Transformer-XL's
+        shaw = self_attention and config.positions == "relative"
+        self.relative = RelativePositions(self.d_k, config.max_relative_position) if shaw else None
+        self.xl = XLPositions(d_model, n_heads) if self_attention and config.positions == "xl" else None
 
     def _split(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
@@ -172,8 +242,12 @@ class MultiHeadAttention(nn.Module):
             # as G query positions, instead of G repeated copies of the keys.
             q = q.reshape(k.size(0), group, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, G, d_k)
         relative = self.relative(q.size(2), k.size(2)) if self.relative is not None else None
+        bias = None
+        if self.xl is not None:
+            bias = self.xl.scores(q, k.size(2))  # (B, H, Tq, Tk)
+            q = q + self.xl.content_bias.to(q.dtype)
         dropout = self.dropout if self.training else 0.0
-        context = attention(q, k, v, mask, dropout, causal, relative)  # (B, H, Tq or G, d_k)
+        context = attention(q, k, v, mask, dropout, causal, relative, bias)  # (B, H, Tq or G, d_k)
         if group > 1:
             context = context.transpose(1, 2).reshape(n, 1, self.n_heads * self.d_k)  # (B*G, 1, D)
             return self.out(context)
@@ -189,7 +263,10 @@ class MultiHeadAttention(nn.Module):
             assert memory is not None
             q, (k, _) = self._split(self.q(x)), self.memory_keys_values(memory)
         relative = self.relative(q.size(2), k.size(2)) if self.relative is not None else None
-        return attention_weights(q, k, mask, causal, relative)
+        bias = self.xl.scores(q, k.size(2)) if self.xl is not None else None
+        if self.xl is not None:
+            q = q + self.xl.content_bias.to(q.dtype)
+        return attention_weights(q, k, mask, causal, relative, bias)
 
     def input_projections(self) -> list[nn.Linear]:
         """The fused projections of the input (QKV), or of the query (Q) and the memory (KV)."""

@@ -9,15 +9,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ModelConfig
 from .attention import MultiHeadAttention
 
-Arrangement = str  # "post" | "pre" | "rezero" | "none"
+Arrangement = Literal["post", "pre", "rezero", "none"]
 
 
 class Residual(nn.Module):
@@ -59,14 +60,12 @@ class FeedForward(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each in a residual block."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-                 activation_dropout: float, activation: str, arrangement: Arrangement,
-                 relative_distance: int) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, True, relative_distance)
-        self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
-        self.res_attn = Residual(d_model, dropout, arrangement)
-        self.res_ffn = Residual(d_model, dropout, arrangement)
+        self.self_attn = MultiHeadAttention(config, self_attention=True)
+        self.ffn = FeedForward(config.d_model, config.d_ff, config.activation, config.activation_dropout)
+        self.res_attn = Residual(config.d_model, config.dropout, config.arrangement)
+        self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         x = self.res_attn(x, lambda h: self.self_attn(h, mask=src_mask))
@@ -76,16 +75,14 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Causal self-attention, attention over the encoder output, feed-forward."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-                 activation_dropout: float, activation: str, arrangement: Arrangement,
-                 relative_distance: int) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, True, relative_distance)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, False)
-        self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
-        self.res_self = Residual(d_model, dropout, arrangement)
-        self.res_cross = Residual(d_model, dropout, arrangement)
-        self.res_ffn = Residual(d_model, dropout, arrangement)
+        self.self_attn = MultiHeadAttention(config, self_attention=True)
+        self.cross_attn = MultiHeadAttention(config, self_attention=False)
+        self.ffn = FeedForward(config.d_model, config.d_ff, config.activation, config.activation_dropout)
+        self.res_self = Residual(config.d_model, config.dropout, config.arrangement)
+        self.res_cross = Residual(config.d_model, config.dropout, config.arrangement)
+        self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
     def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor,
                 cache: dict[str, Any] | None = None) -> Tensor:

@@ -8,14 +8,21 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); (P, D)."""
-    position = torch.arange(max_positions, dtype=torch.float64)[:, None]
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(max_positions, d_model, dtype=torch.float64)
+def sinusoids(positions: Tensor, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) for each of
+    ``positions`` (any real numbers, negative distances too), computed in float64: (len, D) float32."""
+    position = positions.to(torch.float64)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64, device=positions.device)
+                         * (-math.log(10000.0) / d_model))
+    table = torch.zeros(len(positions), d_model, dtype=torch.float64, device=positions.device)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
     return table.float()
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
+    """The paper's table for positions 0 .. P-1: (P, D)."""
+    return sinusoids(torch.arange(max_positions), d_model)
 
 
 class SinusoidalPositions(nn.Module):

@@ -67,12 +67,9 @@ class Transformer(nn.Module):
         self.embed_scale = math.sqrt(d)
         self.positions = _positions(config)
         self.embed_dropout = nn.Dropout(config.dropout)
-        arrangement = "none" if config.init == "tfixup" else config.norm
-        relative = config.max_relative_position if config.positions == "relative" else 0
-        layer_args = (d, config.n_heads, config.d_ff, config.dropout, config.attention_dropout,
-                      config.activation_dropout, config.activation, arrangement, relative)
-        self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(config.layers))
-        self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(config.n_decoder_layers))
+        arrangement = config.arrangement
+        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
+        self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
         if arrangement == "rezero" and config.rezero_per == "layer":
             _share_rezero_alpha(self.encoder, self.decoder)
         # Pre-norm stacks end in a LayerNorm, else the last residual sum is never normalised.
