@@ -132,6 +132,8 @@ class ModelConfig:
         "xavier", "xavier: every projection Xavier-uniform, zero biases; fairseq: Q/K/V Xavier with gain 1/sqrt(2) "
         "per projection, feed-forward PyTorch's default uniform(+-1/sqrt(fan_in)), as fairseq; "
         "tfixup: Huang et al. 2020 (no LayerNorm)")
+    repulsive: float = _opt(0.0, "repulsive multi-head attention (An et al. 2020): weight w of the SVGD repulsion "
+                            "between heads' Q/K/V weights (their code: 0.01); 0: off", ge=0)
     share_embeddings: bool = _opt(True, "one embedding for source and target (needs vocab.joint)")
     tie_output: bool = _opt(True, "output projection tied to the target embedding")
     max_positions: int = _opt(1024, "longest sentence in subword tokens (incl. EOS)", ge=8, le=1 << 20)

@@ -224,3 +224,11 @@ def test_pairs_longer_than_the_model_are_counted_not_dropped_silently(prepared, 
     expected = int((lengths > 20).sum())
     assert expected > 0
     assert any(f"{expected:,} training pairs longer than model.max_positions (20) are left out" in m for m in messages)
+
+
+def test_repulsive_heads_train_and_head_similarity_is_logged_at_validation(prepared, tmp_path):
+    messages, records = _short_run(prepared, tmp_path, "model.repulsive=0.01", "train.validate_every=3")
+    similarity = [r["valid_head_similarity"] for r in records if "valid_head_similarity" in r]
+    assert similarity and all(0.0 < s <= 1.0 for s in similarity)
+    assert any("heads alike" in m for m in messages)
+    assert all(math.isfinite(r["loss"]) for r in records if "loss" in r)

@@ -54,6 +54,7 @@ from .memory import (
     with_headroom,
 )
 from .precision import autocast, resolve_precision
+from .repulsive import repulse_heads
 from .schedule import learning_rate
 from .state import TrainState
 from .validate import ValidationResult, Vocabularies, validate
@@ -478,6 +479,8 @@ class Trainer:
             sums["src_tokens"] += batch.source_tokens
             sums["slots"] += batch.src.numel() + batch.tgt_out.numel()  # real tokens and padding, both sides
         self.scaler.unscale_(self.optimizer)
+        if self.recipe.model.repulsive:
+            repulse_heads(self.model, self.recipe.model.repulsive)
         sums["grad_norm"] = _gradient_norm(self.model, self.config.clip_norm)  # before clipping
         self.last_lr = self.optimizer.param_groups[0]["lr"]  # the rate this update used
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
@@ -711,7 +714,9 @@ def _previous_good(older: list[Path]) -> str:
 
 def _describe_validation(step: int, result: ValidationResult) -> str:
     bleu = f" | BLEU {result.bleu:.2f}" if result.bleu is not None else ""
-    return f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}{bleu}"
+    heads = f" | heads alike {result.head_similarity:.2f}" if result.head_similarity is not None else ""
+    return (f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}"
+            f"{bleu}{heads}")
 
 
 def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_from: str | None = None) -> Path:

@@ -16,6 +16,9 @@ from ..model.transformer import Transformer
 from ..score.metrics import corpus_bleu
 from ..utils.files import split_lines
 from .memory import CPU_MAX_TOKENS
+from .repulsive import head_similarity
+
+HEAD_SIMILARITY_PAIRS = 16  # validation pairs whose attention maps measure how alike the heads are
 
 
 @dataclass(frozen=True)
@@ -33,9 +36,11 @@ class ValidationResult:
     ppl: float
     bleu: float | None
     truncated: int = 0  # validation sources cut to model.max_positions for decoding
+    head_similarity: float | None = None  # mean cosine similarity of heads' attention maps (repulsive.py)
 
     def as_dict(self) -> dict[str, float | None]:
-        return {"valid_loss": self.loss, "valid_nll": self.nll, "valid_ppl": self.ppl, "valid_bleu": self.bleu}
+        return {"valid_loss": self.loss, "valid_nll": self.nll, "valid_ppl": self.ppl, "valid_bleu": self.bleu,
+                "valid_head_similarity": self.head_similarity}
 
 
 @torch.inference_mode()
@@ -81,6 +86,10 @@ def validate(model: Transformer, data: ParallelData, references: Path, vocabs: V
         loss, nll = validation_loss(model, data, recipe, device)
         if recipe.train.valid_bleu:
             bleu, truncated = validation_bleu(model, data, references, vocabs, recipe, device)
+        limit = recipe.model.max_positions - 1
+        sample = [(data.src[i].tolist()[:limit], data.tgt[i].tolist()[:limit])
+                  for i in range(min(HEAD_SIMILARITY_PAIRS, len(data)))]
+        similarity = head_similarity(model, sample)
     finally:
         model.train(was_training)
-    return ValidationResult(loss, nll, math.exp(min(nll, 50.0)), bleu, truncated)
+    return ValidationResult(loss, nll, math.exp(min(nll, 50.0)), bleu, truncated, similarity)
