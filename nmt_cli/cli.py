@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from . import __version__
+from .version import __version__
 from .errors import NmtError
 
 app = typer.Typer(

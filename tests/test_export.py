@@ -44,6 +44,9 @@ def test_exported_model_gives_the_same_greedy_outputs(overfit, tmp_path):
     refused = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--stop", "top"],
                             input="A dog.\n")
     assert refused.exit_code != 0 and refused.output.count("\n") == 1 and "--stop beam" in refused.output
+    gnmt = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--length-penalty", "gnmt"],
+                         input="A dog.\n")
+    assert gnmt.exit_code != 0 and gnmt.output.count("\n") == 1 and "--length-penalty average" in gnmt.output
 
 
 VARIANTS = [dict(norm="post"), dict(norm="pre"), dict(positions="learned"), dict(positions="relative"),
@@ -83,7 +86,8 @@ def test_token_scores_match_for_each_supported_variant(overfit, tmp_path, varian
 
 
 @pytest.mark.parametrize("variant, option", [(dict(norm="rezero"), "model.norm=rezero"),
-                                             (dict(init="tfixup"), "model.init=tfixup")])
+                                             (dict(init="tfixup"), "model.init=tfixup"),
+                                             (dict(positions="xl"), "model.positions=xl")])
 def test_unsupported_variants_are_refused(overfit, tmp_path, variant, option):
     run_dir, _, _ = overfit
     payload = torchfile.load(run_dir / "model.pt")

@@ -107,6 +107,9 @@ def run(
         raise NmtError("ensembles (-m given more than once) run with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and sampling:
         raise NmtError("--sampling runs with --engine nmt only; drop --engine ctranslate2")
+    if engine == "ctranslate2" and length_penalty == "gnmt":
+        raise NmtError("--length-penalty gnmt: CTranslate2 normalises scores by |Y|^alpha only; use --length-penalty "
+                       "average or --engine nmt")
     if engine == "ctranslate2" and stop not in (None, "beam"):
         raise NmtError(f"--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; "
                        "use --stop beam or leave --stop out")
@@ -126,6 +129,9 @@ def run(
         compute_type = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
         ct2 = CTranslate2Engine(models[0], device=target.type, threads=threads, compute_type=compute_type)
         config = with_overrides(ct2.decode_config, **options)
+        if config.length_penalty == "gnmt" and config.alpha and length_penalty is None:
+            console.print("note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) "
+                          "instead", markup=False)
         stats, max_positions = TranslationStats(), 0
         results = _ct2_results(ct2, config, nbest, stats)
     else:

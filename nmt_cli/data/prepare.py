@@ -25,7 +25,7 @@ import numpy as np
 import sentencepiece as spm
 from tqdm import tqdm
 
-from .. import __version__
+from ..version import __version__
 from ..config import Recipe, recipe_to_dict, require_data
 from ..errors import DataError
 from ..utils.files import atomic_open, ensure_writable_dir, remove_stale_temps

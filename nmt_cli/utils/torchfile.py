@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .. import __version__
+from ..version import __version__
 from ..errors import CheckpointError
 from .files import atomic_path
 from .run_folder import MODEL_FILE
