@@ -32,7 +32,8 @@ def make_checkpoints(count: int, vocab: int) -> list[Path]:
     model = build_model(recipe.model, vocab, vocab, 0)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     model(torch.randint(4, vocab, (2, 7)), torch.randint(4, vocab, (2, 5)), torch.randint(4, vocab, (2, 5)), 0.1)[
-        0].backward()
+        0
+    ].backward()
     optimizer.step()  # creates the two Adam moments per parameter
     paths = []
     for i in range(count):
@@ -43,12 +44,21 @@ def make_checkpoints(count: int, vocab: int) -> list[Path]:
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 1e-3)
-        payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": {}, "scaler": {},
-                   "train_state": {"step": i + 1}, "rng": {"torch": [torch.get_rng_state()]},
-                   "recipe": recipe_to_dict(recipe), "vocab": {"src": b"(no vocabulary)", "tgt": b"(no vocabulary)"}}
+        payload = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": {},
+            "scaler": {},
+            "train_state": {"step": i + 1},
+            "rng": {"torch": [torch.get_rng_state()]},
+            "recipe": recipe_to_dict(recipe),
+            "vocab": {"src": b"(no vocabulary)", "tgt": b"(no vocabulary)"},
+        }
         save(path, payload, kind="training")
-    print(f"{count} checkpoints of {count_parameters(model):,} parameters, "
-          f"{paths[0].stat().st_size / 2**20:,.0f} MiB each", flush=True)
+    print(
+        f"{count} checkpoints of {count_parameters(model):,} parameters, {paths[0].stat().st_size / 2**20:,.0f} MiB each",
+        flush=True,
+    )
     return paths
 
 
@@ -70,13 +80,22 @@ def main() -> None:
         for name, tree in trees.items():
             for count in counts:
                 out = WORK / "average_out.pt"
-                seconds, peak, _ = timed_run([sys.executable, "-m", "nmt_cli", "average", *map(str, paths[-count:]),
-                                              "-o", str(out)], cwd=tree,  # -m takes the package from the working directory
-                                              env={**os.environ, "PYTHONPATH": str(tree)})
+                seconds, peak, _ = timed_run(
+                    [sys.executable, "-m", "nmt_cli", "average", *map(str, paths[-count:]), "-o", str(out)],
+                    cwd=tree,  # -m takes the package from the working directory
+                    env={**os.environ, "PYTHONPATH": str(tree)},
+                )
                 peaks.setdefault((name, count), []).append(peak)
                 walls.setdefault((name, count), []).append(seconds)
-    rows = [{"code": name, "checkpoints": count, "peak RSS MiB (median)": median(peaks[(name, count)]),
-             "seconds (median)": median(walls[(name, count)])} for name, count in peaks]
+    rows = [
+        {
+            "code": name,
+            "checkpoints": count,
+            "peak RSS MiB (median)": median(peaks[(name, count)]),
+            "seconds (median)": median(walls[(name, count)]),
+        }
+        for name, count in peaks
+    ]
     print_table(f"nmt average, Transformer base, vocabulary {args.vocab:,}", rows)
     for name in trees:
         ratio = median(peaks[(name, counts[-1])]) / median(peaks[(name, counts[0])])

@@ -65,13 +65,14 @@ def write_recipe(folder: Path, name: str, body: str) -> str:
 
 def data_section(folder: Path, train: list[str], name: str, extra: str = "") -> str:
     shared = [str(MULTI30K / t) for t in TESTS[1:]]
-    return (f"data:\n  root: {folder}\n  train: {json.dumps(train)}\n  valid: [{MULTI30K / 'val'}]\n"
-            f"  test: {json.dumps(shared)}\n  output: {folder / ('data_' + name)}\n{extra}")
+    return (
+        f"data:\n  root: {folder}\n  train: {json.dumps(train)}\n  valid: [{MULTI30K / 'val'}]\n"
+        f"  test: {json.dumps(shared)}\n  output: {folder / ('data_' + name)}\n{extra}"
+    )
 
 
 def train_section(folder: Path, name: str, updates: int, threads: int) -> str:
-    return (f"train:\n  dir: {folder / name}\n  max_steps: {updates}\n  max_time: ''\n"
-            f"  threads: {threads}\n")
+    return f"train:\n  dir: {folder / name}\n  max_steps: {updates}\n  max_time: ''\n  threads: {threads}\n"
 
 
 def prepare_and_train(recipe: str) -> None:
@@ -89,17 +90,40 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     split_corpus(folder, args.real)
     budget = train_section
-    reverse = write_recipe(folder, "deen", "data:\n  src_lang: de\n  tgt_lang: en\n"
-                           + data_section(folder, ["real"], "deen")[len("data:\n"):]
-                           + budget(folder, "deen", args.updates, args.threads))
+    reverse = write_recipe(
+        folder,
+        "deen",
+        "data:\n  src_lang: de\n  tgt_lang: en\n"
+        + data_section(folder, ["real"], "deen")[len("data:\n") :]
+        + budget(folder, "deen", args.updates, args.threads),
+    )
     prepare_and_train(reverse)
-    nmt("translate", "-m", str(folder / "deen"), "-i", str(folder / "mono.de"), "-o", str(folder / "mono.en"),
-        "--sampling", "--top-k", "10", "--seed", "1", "--threads", str(args.threads), "--no-progress")
-    plain = write_recipe(folder, "plain", data_section(folder, ["real"], "plain")
-                         + budget(folder, "plain", args.updates, args.threads))
-    tagged = write_recipe(folder, "bt", data_section(folder, ["real", "mono"], "bt",
-                                                     "  synthetic: [mono]\n  tag_synthetic: true\n")
-                          + budget(folder, "bt", args.updates, args.threads))
+    nmt(
+        "translate",
+        "-m",
+        str(folder / "deen"),
+        "-i",
+        str(folder / "mono.de"),
+        "-o",
+        str(folder / "mono.en"),
+        "--sampling",
+        "--top-k",
+        "10",
+        "--seed",
+        "1",
+        "--threads",
+        str(args.threads),
+        "--no-progress",
+    )
+    plain = write_recipe(
+        folder, "plain", data_section(folder, ["real"], "plain") + budget(folder, "plain", args.updates, args.threads)
+    )
+    tagged = write_recipe(
+        folder,
+        "bt",
+        data_section(folder, ["real", "mono"], "bt", "  synthetic: [mono]\n  tag_synthetic: true\n")
+        + budget(folder, "bt", args.updates, args.threads),
+    )
     prepare_and_train(plain)
     prepare_and_train(tagged)
     rows = []
@@ -109,15 +133,26 @@ def main() -> None:
         outputs = []
         for model in ("plain", "bt"):
             output = folder / f"{test}.{model}.out"
-            nmt("translate", "-m", str(folder / model), "-i", str(source), "-o", str(output),
-                "--threads", str(args.threads), "--no-progress")
+            nmt(
+                "translate",
+                "-m",
+                str(folder / model),
+                "-i",
+                str(source),
+                "-o",
+                str(output),
+                "--threads",
+                str(args.threads),
+                "--no-progress",
+            )
             outputs.append(str(output))
-        compared = json.loads(nmt("score", "--compare", *outputs, str(reference), "--metrics", "bleu,chrf",
-                                  "--json"))
+        compared = json.loads(nmt("score", "--compare", *outputs, str(reference), "--metrics", "bleu,chrf", "--json"))
         print(test, json.dumps(compared), flush=True)
         rows.append({"test": test, "comparison": compared})
-    print_table(f"back-translation: {args.real} real pairs, {args.updates} updates each", [
-        {"test": r["test"], "result": json.dumps(r["comparison"])[:200]} for r in rows])
+    print_table(
+        f"back-translation: {args.real} real pairs, {args.updates} updates each",
+        [{"test": r["test"], "result": json.dumps(r["comparison"])[:200]} for r in rows],
+    )
     record("backtranslation", rows, "python benchmarks/bench_backtranslation.py " + " ".join(sys.argv[1:]))
 
 

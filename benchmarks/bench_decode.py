@@ -56,11 +56,20 @@ def main() -> None:
                 speeds = {}
                 for engine, results in runs.items():
                     speeds[engine] = median([r[1] for r in results])
-                    rows.append({"engine": engine, "test set": name, "beam": beam,
-                                 "batch size": batch or "default", "sentences": results[0][3],
-                                 "seconds": median([r[0] for r in results]), "sentences/s": speeds[engine],
-                                 "target tokens/s": median([r[2] for r in results]),
-                                 "peak RSS MiB": max(r[4] for r in results), "runs": len(results)})
+                    rows.append(
+                        {
+                            "engine": engine,
+                            "test set": name,
+                            "beam": beam,
+                            "batch size": batch or "default",
+                            "sentences": results[0][3],
+                            "seconds": median([r[0] for r in results]),
+                            "sentences/s": speeds[engine],
+                            "target tokens/s": median([r[2] for r in results]),
+                            "peak RSS MiB": max(r[4] for r in results),
+                            "runs": len(results),
+                        }
+                    )
                     print(rows[-1], flush=True)
                 if "ctranslate2" in speeds:
                     rows[-2]["nmt / ct2"] = rows[-1]["nmt / ct2"] = round(speeds["nmt"] / speeds["ctranslate2"], 3)
@@ -70,8 +79,27 @@ def main() -> None:
 
 def _run(engine: str, model: str, source, name: str, beam: int, batch: int, args) -> tuple:
     out = WORK / f"decode_{engine}_{name}_b{beam}_bs{batch}.out"
-    cmd = [sys.executable, "-m", "nmt_cli", "translate", "-m", model, "-i", str(source), "-o", str(out),
-           "--beam", str(beam), "--threads", str(args.threads), "--progress", "--engine", engine, "--dtype", args.dtype]
+    cmd = [
+        sys.executable,
+        "-m",
+        "nmt_cli",
+        "translate",
+        "-m",
+        model,
+        "-i",
+        str(source),
+        "-o",
+        str(out),
+        "--beam",
+        str(beam),
+        "--threads",
+        str(args.threads),
+        "--progress",
+        "--engine",
+        engine,
+        "--dtype",
+        args.dtype,
+    ]
     if batch:
         cmd += ["--batch-size", str(batch), "--batch-tokens", "100000"]
     if args.stop and engine == "nmt":

@@ -46,8 +46,20 @@ def main() -> None:
     for _ in range(args.repeats):
         for name, options in runs.items():
             out = WORK / f"modes_{len(outputs)}.out"
-            command = [sys.executable, "-m", "nmt_cli", "translate", *options, "-i", str(source), "-o", str(out),
-                       "--threads", str(args.threads), "--no-progress"]
+            command = [
+                sys.executable,
+                "-m",
+                "nmt_cli",
+                "translate",
+                *options,
+                "-i",
+                str(source),
+                "-o",
+                str(out),
+                "--threads",
+                str(args.threads),
+                "--no-progress",
+            ]
             start = time.perf_counter()
             subprocess.run(command, check=True, capture_output=True)
             seconds[name].append(time.perf_counter() - start)
@@ -56,8 +68,16 @@ def main() -> None:
     for name in runs:
         bleu, chrf = score(outputs[name], [references], ("bleu", "chrf"))
         wall = statistics.median(seconds[name])
-        rows.append({"decoding": name, "BLEU": bleu.score, "chrF": chrf.score, "seconds (median)": wall,
-                     "sent/s": len(references) / wall, "repeats": args.repeats})
+        rows.append(
+            {
+                "decoding": name,
+                "BLEU": bleu.score,
+                "chrF": chrf.score,
+                "seconds (median)": wall,
+                "sent/s": len(references) / wall,
+                "repeats": args.repeats,
+            }
+        )
     print_table(f"Multi30k test 2016, {args.threads} threads", rows)
     record("decode_modes", rows, "python benchmarks/bench_decode_modes.py " + " ".join(sys.argv[1:]))
 

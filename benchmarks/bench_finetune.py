@@ -44,16 +44,32 @@ def main() -> None:
     args = parser.parse_args()
     tag = f"finetune_{args.minutes:g}m" + (f"_extend{args.extend}" if args.extend else "")
     child = WORK / tag
-    overrides = ["--set", f"vocab.from={args.parent}", "--set", f"train.init_from={args.parent}",
-                 "--set", f"data.output={WORK / ('data_' + tag)}", "--set", f"train.dir={child}",
-                 "--set", f"train.max_time={args.minutes:g}m", "--set", f"train.threads={args.threads}",
-                 "--set", f"vocab.extend={args.extend}"]
+    overrides = [
+        "--set",
+        f"vocab.from={args.parent}",
+        "--set",
+        f"train.init_from={args.parent}",
+        "--set",
+        f"data.output={WORK / ('data_' + tag)}",
+        "--set",
+        f"train.dir={child}",
+        "--set",
+        f"train.max_time={args.minutes:g}m",
+        "--set",
+        f"train.threads={args.threads}",
+        "--set",
+        f"vocab.extend={args.extend}",
+    ]
     recipe = str(ROOT / "recipes" / "finetune_example.yaml")
     print(nmt("prepare", recipe, *overrides)[-400:], flush=True)
     print(nmt("train", recipe, *overrides)[-600:], flush=True)
-    tests = {"multi30k test 2016 (old)": (SHARED / "multi30k" / "test_2016_flickr.en.gz",
-                                          SHARED / "multi30k" / "test_2016_flickr.de.gz"),
-             "software test (new)": (SOFTWARE / "test.en.gz", SOFTWARE / "test.de.gz")}
+    tests = {
+        "multi30k test 2016 (old)": (
+            SHARED / "multi30k" / "test_2016_flickr.en.gz",
+            SHARED / "multi30k" / "test_2016_flickr.de.gz",
+        ),
+        "software test (new)": (SOFTWARE / "test.en.gz", SOFTWARE / "test.de.gz"),
+    }
     rows = []
     for name, (src_gz, ref_gz) in tests.items():
         short = name.split()[0]
@@ -61,14 +77,16 @@ def main() -> None:
         outputs = {}
         for label, model in (("before", args.parent), ("after", str(child))):
             outputs[label] = str(WORK / f"{tag}_{short}_{label}.out")
-            nmt("translate", "-m", model, "-i", src, "-o", outputs[label], "--threads", str(args.threads),
-                "--no-progress")
-        compared = json.loads(nmt("score", "--compare", outputs["before"], outputs["after"], ref,
-                                  "--metrics", "bleu,chrf", "--json"))
+            nmt("translate", "-m", model, "-i", src, "-o", outputs[label], "--threads", str(args.threads), "--no-progress")
+        compared = json.loads(
+            nmt("score", "--compare", outputs["before"], outputs["after"], ref, "--metrics", "bleu,chrf", "--json")
+        )
         print(json.dumps(compared, indent=1), flush=True)
         rows.append({"test": name, "comparison": compared})
-    print_table(f"fine-tuning {args.parent} for {args.minutes:g} minutes on the software messages", [
-        {"test": r["test"], "result": json.dumps(r["comparison"])[:200]} for r in rows])
+    print_table(
+        f"fine-tuning {args.parent} for {args.minutes:g} minutes on the software messages",
+        [{"test": r["test"], "result": json.dumps(r["comparison"])[:200]} for r in rows],
+    )
     record("finetune", rows, "python benchmarks/bench_finetune.py " + " ".join(sys.argv[1:]))
 
 

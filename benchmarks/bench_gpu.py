@@ -101,8 +101,9 @@ def wmt_like_dataset(template: Path, out: Path, pairs: int, seed: int = 1) -> Pa
     from nmt_cli.data.binary import TokenArrayWriter, token_dtype
 
     rng = np.random.default_rng(seed)
-    words = [(len(s.split()), len(t.split())) for s, t in zip(read_gz(Path(f"{WMT14}.en.gz")),
-                                                              read_gz(Path(f"{WMT14}.de.gz")))]
+    words = [
+        (len(s.split()), len(t.split())) for s, t in zip(read_gz(Path(f"{WMT14}.en.gz")), read_gz(Path(f"{WMT14}.de.gz")))
+    ]
     lengths = np.clip(np.ceil(np.asarray(words, dtype=np.float64) * PIECES_PER_WORD), 1, 250).astype(np.int64)
     chosen = lengths[rng.integers(0, len(lengths), pairs)]
     out.mkdir(parents=True, exist_ok=True)
@@ -116,8 +117,14 @@ def wmt_like_dataset(template: Path, out: Path, pairs: int, seed: int = 1) -> Pa
     for key in ("src_model", "tgt_model"):
         (out / meta["vocab"][key]).write_bytes((template / meta["vocab"][key]).read_bytes())
     meta["vocab"].update(src_size=VOCAB, tgt_size=VOCAB, size=VOCAB)
-    meta["splits"] = {"train": {"sentences": pairs, "src_tokens": int(chosen[:, 0].sum()),
-                                "tgt_tokens": int(chosen[:, 1].sum()), "dtypes": [dtype.name, dtype.name]}}
+    meta["splits"] = {
+        "train": {
+            "sentences": pairs,
+            "src_tokens": int(chosen[:, 0].sum()),
+            "tgt_tokens": int(chosen[:, 1].sum()),
+            "dtypes": [dtype.name, dtype.name],
+        }
+    }
     (out / "meta.json").write_text(json.dumps(meta))
     return out
 
@@ -127,8 +134,10 @@ def template_dataset() -> Path:
     from nmt_cli.config import load_recipe
     from nmt_cli.data.prepare import prepare
 
-    recipe = load_recipe(ROOT / "recipes" / "multi30k_ende.yaml",
-                         [f"data.root={MULTI30K}", f"data.output={WORK / 'gpu_template'}", "data.test=[]"])
+    recipe = load_recipe(
+        ROOT / "recipes" / "multi30k_ende.yaml",
+        [f"data.root={MULTI30K}", f"data.output={WORK / 'gpu_template'}", "data.test=[]"],
+    )
     prepare(recipe, log=lambda _m: None, progress=False)
     return recipe.data_dir
 
@@ -139,10 +148,21 @@ def our_trainer(model: str, data: Path, max_tokens: str, compiled: bool):
     from nmt_cli.train.loop import Trainer
 
     run = WORK / f"gpu_{model}_{'compiled' if compiled else 'eager'}"
-    overrides = [f"data.output={data}", f"train.dir={run}", "train.precision=bf16", f"train.max_tokens={max_tokens}",
-                 f"train.compile={'true' if compiled else 'false'}", "train.device=cuda", "train.validate_every=0",
-                 "train.save_every=0", "train.save_minutes=0", "train.lr_schedule=inverse_sqrt", "train.lr=5e-4",
-                 "train.warmup=4000", *(SMOKE_MODEL if DEVICE == "cpu" else [])]
+    overrides = [
+        f"data.output={data}",
+        f"train.dir={run}",
+        "train.precision=bf16",
+        f"train.max_tokens={max_tokens}",
+        f"train.compile={'true' if compiled else 'false'}",
+        "train.device=cuda",
+        "train.validate_every=0",
+        "train.save_every=0",
+        "train.save_minutes=0",
+        "train.lr_schedule=inverse_sqrt",
+        "train.lr=5e-4",
+        "train.warmup=4000",
+        *(SMOKE_MODEL if DEVICE == "cpu" else []),
+    ]
     overrides = [o.replace("train.device=cuda", f"train.device={DEVICE}") for o in overrides]
     recipe = load_recipe(ROOT / "recipes" / f"ende_{model}.yaml", overrides)
     messages: list[str] = []
@@ -172,8 +192,7 @@ def time_ours(trainer, batches, warmup: int, steps: int) -> dict:
     seconds = time.perf_counter() - start
     for i in range(warmup, warmup + steps):
         flops += batch_flops(collate(trainer.data.train, batches[i % len(batches)]), trainer.recipe.model, VOCAB)[0]
-    return {"tgt_tok_s": tokens / seconds, "tflops": flops / seconds / 1e12,
-            "peak_gib": peak_gib()}
+    return {"tgt_tok_s": tokens / seconds, "tflops": flops / seconds / 1e12, "peak_gib": peak_gib()}
 
 
 def time_hf(marian, data, batches, warmup: int, steps: int, label_smoothing: float, model_config) -> dict:
@@ -183,8 +202,7 @@ def time_hf(marian, data, batches, warmup: int, steps: int, label_smoothing: flo
     from nmt_cli.data.batches import collate
 
     marian.train()
-    optimizer = torch.optim.AdamW(marian.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0,
-                                  fused=True)
+    optimizer = torch.optim.AdamW(marian.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0, fused=True)
 
     def step(indices) -> int:
         batch = collate(data, indices).to(DEVICE)
@@ -206,8 +224,9 @@ def time_hf(marian, data, batches, warmup: int, steps: int, label_smoothing: flo
         tokens += step(batches[i % len(batches)])
     sync()
     seconds = time.perf_counter() - start
-    flops = sum(batch_flops(collate(data, batches[i % len(batches)]), model_config, VOCAB)[0]
-                for i in range(warmup, warmup + steps))  # the same useful work as ours: same batches
+    flops = sum(
+        batch_flops(collate(data, batches[i % len(batches)]), model_config, VOCAB)[0] for i in range(warmup, warmup + steps)
+    )  # the same useful work as ours: same batches
     result = {"tgt_tok_s": tokens / seconds, "tflops": flops / seconds / 1e12, "peak_gib": peak_gib()}
     return result
 
@@ -246,8 +265,15 @@ def run_train_bench(args: argparse.Namespace) -> None:
                     results.setdefault(name, []).append(figures)
             if marian is not None:
                 try:
-                    figures = time_hf(marian, first.data.train, batches, args.warmup, args.steps,
-                                      first.config.label_smoothing, first.recipe.model)
+                    figures = time_hf(
+                        marian,
+                        first.data.train,
+                        batches,
+                        args.warmup,
+                        args.steps,
+                        first.config.label_smoothing,
+                        first.recipe.model,
+                    )
                     print(f"  {model} round {round_} hf: {figures}", flush=True)
                     if round_:
                         results.setdefault("hf", []).append(figures)
@@ -259,27 +285,40 @@ def run_train_bench(args: argparse.Namespace) -> None:
         hf_speed = statistics.median(r["tgt_tok_s"] for r in results["hf"]) if results.get("hf") else None
         for name, runs in results.items():
             speed = statistics.median(r["tgt_tok_s"] for r in runs)
-            row = {"model": model, "arm": name, "max_tokens": first.max_tokens, "rounds": len(runs),
-                   "target tok/s": speed, "peak GiB": max(r["peak_gib"] for r in runs)}
+            row = {
+                "model": model,
+                "arm": name,
+                "max_tokens": first.max_tokens,
+                "rounds": len(runs),
+                "target tok/s": speed,
+                "peak GiB": max(r["peak_gib"] for r in runs),
+            }
             tflops = statistics.median(r["tflops"] for r in runs)
-            row.update({"useful TFLOP/s": tflops, "MFU": tflops * 1e12 / peak,
-                        "vs hf": speed / hf_speed if hf_speed else float("nan")})
+            row.update(
+                {
+                    "useful TFLOP/s": tflops,
+                    "MFU": tflops * 1e12 / peak,
+                    "vs hf": speed / hf_speed if hf_speed else float("nan"),
+                }
+            )
             rows.append(row)
         del trainers, first, marian
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
     print_table(f"training throughput, bf16, {device_line()}", rows)
     if DEVICE == "cuda":
-        record("gpu_train", [{**r, "peak_tflops": peak / 1e12, "device": device_line()} for r in rows],
-               f"python benchmarks/bench_gpu.py train --models {args.models} --max-tokens {args.max_tokens} "
-               f"--steps {args.steps} --rounds {args.rounds} --compile {args.compile}")
+        record(
+            "gpu_train",
+            [{**r, "peak_tflops": peak / 1e12, "device": device_line()} for r in rows],
+            f"python benchmarks/bench_gpu.py train --models {args.models} --max-tokens {args.max_tokens} "
+            f"--steps {args.steps} --rounds {args.rounds} --compile {args.compile}",
+        )
 
 
 # --------------------------------------------------------------------------- decoding
 
 
-def ours_decode(loaded, lines: list[str], beam: int, batch_size: int,
-                graphs: bool = True) -> tuple[list[str], float, int]:
+def ours_decode(loaded, lines: list[str], beam: int, batch_size: int, graphs: bool = True) -> tuple[list[str], float, int]:
     from dataclasses import replace
 
     from nmt_cli.decode.translator import Translator
@@ -294,12 +333,15 @@ def ours_decode(loaded, lines: list[str], beam: int, batch_size: int,
 
 
 @torch.inference_mode()
-def hf_decode(marian, loaded, lines: list[str], beam: int, batch_size: int, batch_tokens: int,
-              max_len_b: int) -> tuple[list[str], float, int]:
+def hf_decode(
+    marian, loaded, lines: list[str], beam: int, batch_size: int, batch_tokens: int, max_len_b: int
+) -> tuple[list[str], float, int]:
     from nmt_cli.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
-    encoded = [ids[: loaded.recipe.model.max_positions - 1] + [EOS_ID] for ids in
-               loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)]
+    encoded = [
+        ids[: loaded.recipe.model.max_positions - 1] + [EOS_ID]
+        for ids in loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)
+    ]
     order = sorted(range(len(lines)), key=lambda i: len(encoded[i]), reverse=True)
     batches, batch = [], []
     for i in order:  # the same length-sorted batching as our Translator
@@ -318,9 +360,16 @@ def hf_decode(marian, loaded, lines: list[str], beam: int, batch_size: int, batc
         for row, i in enumerate(batch):
             src[row, : len(encoded[i])] = torch.tensor(encoded[i])
         src = src.to(DEVICE)
-        generated = marian.generate(input_ids=src, attention_mask=src != PAD_ID, num_beams=beam, do_sample=False,
-                                    early_stopping=True, max_new_tokens=width + max_len_b, length_penalty=1.0,
-                                    bad_words_ids=[[PAD_ID], [BOS_ID]])
+        generated = marian.generate(
+            input_ids=src,
+            attention_mask=src != PAD_ID,
+            num_beams=beam,
+            do_sample=False,
+            early_stopping=True,
+            max_new_tokens=width + max_len_b,
+            length_penalty=1.0,
+            bad_words_ids=[[PAD_ID], [BOS_ID]],
+        )
         for row, i in enumerate(batch):
             ids = [t for t in generated[row].tolist()[1:] if t not in (PAD_ID,)]
             if EOS_ID in ids:
@@ -344,9 +393,10 @@ def run_decode_bench(args: argparse.Namespace) -> None:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     loaded = load_model(args.model, DEVICE, dtype)
     marian = to_marian(loaded.model).eval()
-    sets = {"newstest2014": (read_gz(Path(f"{WMT14}.en.gz")), read_gz(Path(f"{WMT14}.de.gz"))),
-            "multi30k test2016": (read_gz(MULTI30K / "test_2016_flickr.en.gz"),
-                                  read_gz(MULTI30K / "test_2016_flickr.de.gz"))}
+    sets = {
+        "newstest2014": (read_gz(Path(f"{WMT14}.en.gz")), read_gz(Path(f"{WMT14}.de.gz"))),
+        "multi30k test2016": (read_gz(MULTI30K / "test_2016_flickr.en.gz"), read_gz(MULTI30K / "test_2016_flickr.de.gz")),
+    }
     print(f"device: {device_line()}; model {args.model} in {args.dtype}", flush=True)
     ours_decode(loaded, sets["multi30k test2016"][0][:64], 4, 16)  # warm-up (CUDA context, kernels)
     hf_decode(marian, loaded, sets["multi30k test2016"][0][:64], 4, 16, loaded.recipe.decode.batch_tokens, 50)
@@ -363,27 +413,52 @@ def run_decode_bench(args: argparse.Namespace) -> None:
                     figures["nmt"].append(ours_decode(loaded, lines, beam, batch_size))
                     if args.eager_too:  # CUDA graphs off: the decoder step launched kernel by kernel
                         figures["nmt eager"].append(ours_decode(loaded, lines, beam, batch_size, graphs=False))
-                    figures["hf"].append(hf_decode(marian, loaded, lines, beam, batch_size,
-                                                   loaded.recipe.decode.batch_tokens, loaded.recipe.decode.max_len_b))
+                    figures["hf"].append(
+                        hf_decode(
+                            marian,
+                            loaded,
+                            lines,
+                            beam,
+                            batch_size,
+                            loaded.recipe.decode.batch_tokens,
+                            loaded.recipe.decode.max_len_b,
+                        )
+                    )
                 speeds = {k: statistics.median(len(lines) / seconds for _, seconds, _ in v) for k, v in figures.items()}
                 same = sum(a == b for a, b in zip(figures["nmt"][0][0], figures["hf"][0][0])) / len(lines)
-                row = {"set": set_name, "lines": len(lines), "beam": beam, "batch": batch_size or "default",
-                       "nmt sent/s": speeds["nmt"], "hf sent/s": speeds["hf"],
-                       "nmt tok/s": figures["nmt"][0][2] / statistics.median(s for _, s, _ in figures["nmt"]),
-                       "hf tok/s": figures["hf"][0][2] / statistics.median(s for _, s, _ in figures["hf"]),
-                       "ratio": speeds["nmt"] / speeds["hf"], "same output": same,
-                       **({"eager sent/s": speeds["nmt eager"],
-                           "graphs = eager": sum(a == b for a, b in zip(figures["nmt"][0][0], figures["nmt eager"][0][0]))
-                           / len(lines)} if args.eager_too else {}),
-                       "nmt BLEU": corpus_bleu(figures["nmt"][0][0], [refs]).score,
-                       "hf BLEU": corpus_bleu(figures["hf"][0][0], [refs]).score}
+                row = {
+                    "set": set_name,
+                    "lines": len(lines),
+                    "beam": beam,
+                    "batch": batch_size or "default",
+                    "nmt sent/s": speeds["nmt"],
+                    "hf sent/s": speeds["hf"],
+                    "nmt tok/s": figures["nmt"][0][2] / statistics.median(s for _, s, _ in figures["nmt"]),
+                    "hf tok/s": figures["hf"][0][2] / statistics.median(s for _, s, _ in figures["hf"]),
+                    "ratio": speeds["nmt"] / speeds["hf"],
+                    "same output": same,
+                    **(
+                        {
+                            "eager sent/s": speeds["nmt eager"],
+                            "graphs = eager": sum(a == b for a, b in zip(figures["nmt"][0][0], figures["nmt eager"][0][0]))
+                            / len(lines),
+                        }
+                        if args.eager_too
+                        else {}
+                    ),
+                    "nmt BLEU": corpus_bleu(figures["nmt"][0][0], [refs]).score,
+                    "hf BLEU": corpus_bleu(figures["hf"][0][0], [refs]).score,
+                }
                 rows.append(row)
                 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     print_table(f"decoding, {args.dtype}, {device_line()}", rows)
     if DEVICE == "cuda":
-        record("gpu_decode", [{**r, "device": device_line(), "dtype": args.dtype} for r in rows],
-               f"python benchmarks/bench_gpu.py decode --model {args.model} --beams {args.beams} "
-               f"--batch-sizes {args.batch_sizes} --dtype {args.dtype}")
+        record(
+            "gpu_decode",
+            [{**r, "device": device_line(), "dtype": args.dtype} for r in rows],
+            f"python benchmarks/bench_gpu.py decode --model {args.model} --beams {args.beams} "
+            f"--batch-sizes {args.batch_sizes} --dtype {args.dtype}",
+        )
 
 
 # --------------------------------------------------------------------------- profiles
@@ -404,11 +479,17 @@ def profiled(name: str, work, repeats: int, out: Path | None) -> None:
         sync()
     averages = prof.key_averages()
     kernel_us = sum(e.self_device_time_total for e in averages if e.device_type.name == "CUDA")
-    launches = sum(e.count for e in averages if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
-                                                            "cuLaunchKernelEx"))
-    print(f"== profile {name}: {plain * 1e3:.1f} ms per run without the profiler; under it, GPU kernels "
-          f"{kernel_us / repeats / 1e3:.1f} ms per run = {kernel_us / repeats / 1e6 / plain:.0%} of the plain wall "
-          f"time; {launches / repeats:.0f} kernel launches per run", flush=True)
+    launches = sum(
+        e.count
+        for e in averages
+        if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+    )
+    print(
+        f"== profile {name}: {plain * 1e3:.1f} ms per run without the profiler; under it, GPU kernels "
+        f"{kernel_us / repeats / 1e3:.1f} ms per run = {kernel_us / repeats / 1e6 / plain:.0%} of the plain wall "
+        f"time; {launches / repeats:.0f} kernel launches per run",
+        flush=True,
+    )
     print(averages.table(sort_by="self_device_time_total", row_limit=22, max_name_column_width=60), flush=True)
     print(averages.table(sort_by="self_cpu_time_total", row_limit=8, max_name_column_width=60), flush=True)
     if out is not None:
@@ -436,9 +517,14 @@ def attention_variant(name: str):
                 yield
             finally:
                 attention_module.attention = original
+
         return unmasked()
-    backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-               "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name]
+    backend = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[name]
     return sdpa_kernel([backend, SDPBackend.MATH] if name != "math" else [backend])
 
 
@@ -448,7 +534,6 @@ def profile_training(model: str, data: Path, max_tokens: str, args: argparse.Nam
     sys.path.insert(0, str(Path(__file__).parent))
     from hf_peer import to_marian
 
-
     trainer = our_trainer(model, data, max_tokens, False)
     batches = trainer._epoch_batches()
     batches = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))]
@@ -457,8 +542,12 @@ def profile_training(model: str, data: Path, max_tokens: str, args: argparse.Nam
     for variant in args.variants.split(","):
         with attention_variant(variant):
             time_ours(trainer, batches, 3, 3)  # warm the allocator and the kernels' autotuning
-            profiled(f"nmt {label} {variant} train x{args.updates}",
-                     lambda: [trainer._update([batches[next(updates) % 64]]) for _ in range(args.updates)], 2, out)
+            profiled(
+                f"nmt {label} {variant} train x{args.updates}",
+                lambda: [trainer._update([batches[next(updates) % 64]]) for _ in range(args.updates)],
+                2,
+                out,
+            )
     if args.peer:
         marian, data_train = to_marian(trainer.model), trainer.data.train
         trainer.model.cpu()  # leave the GPU's memory to the peer
@@ -510,13 +599,20 @@ def run_profile(args: argparse.Namespace) -> None:
         lines = read_gz(MULTI30K / "test_2016_flickr.en.gz")[: args.lines]
         for beam in (args.beam, 1):
             ours_decode(loaded, lines, beam, args.batch_size)
-            profiled(f"nmt decode beam {beam} batch {args.batch_size} x{len(lines)}",
-                     lambda beam=beam: ours_decode(loaded, lines, beam, args.batch_size), 1, None)
+            profiled(
+                f"nmt decode beam {beam} batch {args.batch_size} x{len(lines)}",
+                lambda beam=beam: ours_decode(loaded, lines, beam, args.batch_size),
+                1,
+                None,
+            )
             hf_args = (loaded.recipe.decode.batch_tokens, loaded.recipe.decode.max_len_b)
             hf_decode(marian, loaded, lines, beam, args.batch_size, *hf_args)
-            profiled(f"hf decode beam {beam} batch {args.batch_size} x{len(lines)}",
-                     lambda beam=beam, hf_args=hf_args: hf_decode(marian, loaded, lines, beam, args.batch_size,
-                                                                  *hf_args), 1, None)
+            profiled(
+                f"hf decode beam {beam} batch {args.batch_size} x{len(lines)}",
+                lambda beam=beam, hf_args=hf_args: hf_decode(marian, loaded, lines, beam, args.batch_size, *hf_args),
+                1,
+                None,
+            )
 
 
 def main() -> None:

@@ -47,5 +47,7 @@ for (name, beam), runs in results.items():
     secs = sorted(r[0] for r in runs)
     same = sum(a == b for a, b in zip(runs[0][1], base[beam]))
     rate = len(lines) / (sum(secs) / len(secs))
-    print(f"{name:22s} beam {beam}: {rate:.2f} sent/s (runs {', '.join(f'{s:.1f}' for s in secs)} s), "
-          f"same output {same}/{len(lines)}")
+    print(
+        f"{name:22s} beam {beam}: {rate:.2f} sent/s (runs {', '.join(f'{s:.1f}' for s in secs)} s), "
+        f"same output {same}/{len(lines)}"
+    )

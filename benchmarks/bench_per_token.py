@@ -27,22 +27,61 @@ from pathlib import Path
 
 from common import ROOT, WORK, print_table, record
 
-FAIRSEQ_MODEL = ["--arch", "transformer", "--encoder-layers", "3", "--decoder-layers", "3",
-                 "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
-                 "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-                 "--share-all-embeddings", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                 "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
-                 "--warmup-updates", "400", "--max-tokens", "4096"]
+FAIRSEQ_MODEL = [
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "3",
+    "--decoder-layers",
+    "3",
+    "--encoder-embed-dim",
+    "256",
+    "--decoder-embed-dim",
+    "256",
+    "--encoder-ffn-embed-dim",
+    "1024",
+    "--decoder-ffn-embed-dim",
+    "1024",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--share-all-embeddings",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--optimizer",
+    "adam",
+    "--adam-betas",
+    "(0.9,0.98)",
+    "--lr",
+    "1e-3",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "400",
+    "--max-tokens",
+    "4096",
+]
 
 
-def run_nmt(name: str, overrides: list[str], steps: int, log_every: int, threads: int, out: Path,
-            code: Path = ROOT) -> dict:
+def run_nmt(name: str, overrides: list[str], steps: int, log_every: int, threads: int, out: Path, code: Path = ROOT) -> dict:
     run_dir = out / name
-    sets = [f"data.root={ROOT.parent / 'shared' / 'data' / 'multi30k'}",
-            f"data.output={ROOT / 'data-bin' / 'multi30k_ende'}", f"train.dir={run_dir}",
-            f"train.max_steps={steps}", "train.max_time=", "train.valid_bleu=false",
-            "train.validate_every=0", "train.save_every=0", "train.average_last=0", f"train.log_every={log_every}",
-            f"train.threads={threads}", *overrides]
+    sets = [
+        f"data.root={ROOT.parent / 'shared' / 'data' / 'multi30k'}",
+        f"data.output={ROOT / 'data-bin' / 'multi30k_ende'}",
+        f"train.dir={run_dir}",
+        f"train.max_steps={steps}",
+        "train.max_time=",
+        "train.valid_bleu=false",
+        "train.validate_every=0",
+        "train.save_every=0",
+        "train.average_last=0",
+        f"train.log_every={log_every}",
+        f"train.threads={threads}",
+        *overrides,
+    ]
     cmd = [sys.executable, "-m", "nmt_cli", "train", str(code / "recipes" / "multi30k_ende.yaml"), "--no-resume"]
     for item in sets:
         cmd += ["--set", item]
@@ -58,11 +97,30 @@ def run_nmt(name: str, overrides: list[str], steps: int, log_every: int, threads
     return {"arm": name, "train_nll": train, "valid_nll": valid, "command": " ".join(cmd)}
 
 
-def run_fairseq(venv: Path, data_bin: Path, dropout: float, steps: int, log_every: int, threads: int,
-                out: Path) -> dict:
-    cmd = [str(venv / "bin" / "fairseq-train"), str(data_bin), "--cpu", "--seed", "1", "--source-lang", "en",
-           "--target-lang", "de", *FAIRSEQ_MODEL, "--dropout", str(dropout), "--max-update", str(steps),
-           "--validate-interval", "1000", "--no-save", "--log-format", "simple", "--log-interval", str(log_every)]
+def run_fairseq(venv: Path, data_bin: Path, dropout: float, steps: int, log_every: int, threads: int, out: Path) -> dict:
+    cmd = [
+        str(venv / "bin" / "fairseq-train"),
+        str(data_bin),
+        "--cpu",
+        "--seed",
+        "1",
+        "--source-lang",
+        "en",
+        "--target-lang",
+        "de",
+        *FAIRSEQ_MODEL,
+        "--dropout",
+        str(dropout),
+        "--max-update",
+        str(steps),
+        "--validate-interval",
+        "1000",
+        "--no-save",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        str(log_every),
+    ]
     log = subprocess.run(cmd, capture_output=True, text=True, env=_env(threads))
     (out / "fairseq.log").write_text(log.stdout + log.stderr, encoding="utf-8")
     if log.returncode != 0:
@@ -81,8 +139,12 @@ def run_fairseq(venv: Path, data_bin: Path, dropout: float, steps: int, log_ever
 
 
 def _env(threads: int) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-            "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
+    }
 
 
 def parse_arm(text: str) -> tuple[str, list[str]]:
@@ -99,27 +161,38 @@ def main() -> None:
     parser.add_argument("--fairseq-venv", type=Path)
     parser.add_argument("--fairseq-bin", type=Path)
     parser.add_argument("--parallel", type=int, default=1)
-    parser.add_argument("--baseline", type=Path, help="another checkout of nmt (e.g. a git worktree of an earlier "
-                        "commit): adds the arm 'baseline', that code with the common overrides")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of nmt (e.g. a git worktree of an earlier "
+        "commit): adds the arm 'baseline', that code with the common overrides",
+    )
     args = parser.parse_args()
     out = WORK / "per_token"
     out.mkdir(parents=True, exist_ok=True)
     threads = max(1, 2 // args.parallel)
     dropout = next((float(s.split("=", 1)[1]) for s in args.set if s.startswith("model.dropout=")), 0.1)
-    jobs = [lambda n=n, o=o: run_nmt(n, args.set + o, args.steps, args.log_every, threads, out)
-            for n, o in map(parse_arm, args.arm or ["nmt="])]
+    jobs = [
+        lambda n=n, o=o: run_nmt(n, args.set + o, args.steps, args.log_every, threads, out)
+        for n, o in map(parse_arm, args.arm or ["nmt="])
+    ]
     if args.baseline:
         jobs.insert(0, lambda: run_nmt("baseline", args.set, args.steps, args.log_every, threads, out, args.baseline))
     if args.fairseq_venv:
-        jobs.insert(0, lambda: run_fairseq(args.fairseq_venv, args.fairseq_bin, dropout, args.steps, args.log_every,
-                                           threads, out))
+        jobs.insert(
+            0, lambda: run_fairseq(args.fairseq_venv, args.fairseq_bin, dropout, args.steps, args.log_every, threads, out)
+        )
     with ThreadPoolExecutor(args.parallel) as pool:
         results = list(pool.map(lambda job: job(), jobs))
     windows = sorted(set().union(*(r["train_nll"] for r in results)))
     rows = []
     for r in results:
-        row = {"arm": r["arm"], **{f"train@{w}": round(r["train_nll"].get(w, float("nan")), 3) for w in windows},
-               "valid_nll": round(r["valid_nll"], 3), "valid_ppl": round(math.exp(r["valid_nll"]), 2)}
+        row = {
+            "arm": r["arm"],
+            **{f"train@{w}": round(r["train_nll"].get(w, float("nan")), 3) for w in windows},
+            "valid_nll": round(r["valid_nll"], 3),
+            "valid_ppl": round(math.exp(r["valid_nll"]), 2),
+        }
         rows.append(row)
     print_table(f"NLL per target token (nats), {args.steps} updates", rows)
     record("per_token", [{**row, "command": r["command"]} for row, r in zip(rows, results)], " ".join(sys.argv))

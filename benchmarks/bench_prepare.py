@@ -64,9 +64,16 @@ def main() -> None:
                 walls.append(seconds)
                 rss.append(peak)
             pairs = 29_000 * times
-            rows.append({"corpus": f"{times}x ({pairs:,} pairs)", "scale": times, "workers": workers,
-                         "seconds (median)": median(walls), "pairs/s": pairs / median(walls),
-                         "peak RSS MiB (median)": median(rss)})
+            rows.append(
+                {
+                    "corpus": f"{times}x ({pairs:,} pairs)",
+                    "scale": times,
+                    "workers": workers,
+                    "seconds (median)": median(walls),
+                    "pairs/s": pairs / median(walls),
+                    "peak RSS MiB (median)": median(rss),
+                }
+            )
     print_table("nmt prepare, Multi30k EN-DE", rows)
     base = {row["workers"]: row["peak RSS MiB (median)"] for row in rows if row["scale"] == scales[0]}
     for row in rows[2:]:

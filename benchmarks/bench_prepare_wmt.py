@@ -99,9 +99,22 @@ def run_fairseq(root: Path, sample: int, venv: Path) -> dict:
         "gunzip": ["sh", "-c", unzip],
         "spm train": [python, "-c", SPM_TRAIN, f"{raw['train.en']},{raw['train.de']}", str(work / "spm"), str(sample)],
         "spm encode": [python, "-c", SPM_ENCODE, str(work / "spm.model"), *encode_args],
-        "fairseq-preprocess": [str(venv / "bin" / "fairseq-preprocess"), "--source-lang", "en", "--target-lang", "de",
-                               "--trainpref", str(work / "enc" / "train"), "--validpref", str(work / "enc" / "val"),
-                               "--destdir", str(work / "bin"), "--joined-dictionary", "--workers", "2"],
+        "fairseq-preprocess": [
+            str(venv / "bin" / "fairseq-preprocess"),
+            "--source-lang",
+            "en",
+            "--target-lang",
+            "de",
+            "--trainpref",
+            str(work / "enc" / "train"),
+            "--validpref",
+            str(work / "enc" / "val"),
+            "--destdir",
+            str(work / "bin"),
+            "--joined-dictionary",
+            "--workers",
+            "2",
+        ],
     }
     times, peaks = {}, []
     for name, cmd in stages.items():
@@ -136,11 +149,24 @@ def main() -> None:
     rows = []
     for arm, results in runs.items():
         stages = {name: median([r["stages"][name] for r in results]) for name in results[0]["stages"]}
-        rows.append({"pipeline": arm, "pairs": pairs, "seconds (median)": median([r["seconds"] for r in results]),
-                     "peak RSS MiB (median)": median([r["peak"] for r in results]),
-                     "stages": ", ".join(f"{k} {v:.0f} s" for k, v in stages.items())})
-    rows.append({"pipeline": "nmt, 1x corpus", "pairs": 29_000, "seconds (median)": small["seconds"],
-                 "peak RSS MiB (median)": small["peak"], "stages": ""})
+        rows.append(
+            {
+                "pipeline": arm,
+                "pairs": pairs,
+                "seconds (median)": median([r["seconds"] for r in results]),
+                "peak RSS MiB (median)": median([r["peak"] for r in results]),
+                "stages": ", ".join(f"{k} {v:.0f} s" for k, v in stages.items()),
+            }
+        )
+    rows.append(
+        {
+            "pipeline": "nmt, 1x corpus",
+            "pairs": 29_000,
+            "seconds (median)": small["seconds"],
+            "peak RSS MiB (median)": small["peak"],
+            "stages": "",
+        }
+    )
     print_table(f"WMT-size prepare ({pairs:,} pairs, 37k joint BPE, sample {args.sample:,})", rows)
     print(f"time nmt / fairseq: {rows[0]['seconds (median)'] / rows[1]['seconds (median)']:.2f}")
     print(f"peak RSS nmt {args.times}x / 1x: {rows[0]['peak RSS MiB (median)'] / small['peak']:.2f}")

@@ -38,8 +38,13 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="recipe override (tuning on validation data)")
     parser.add_argument("--tag", default="", help="suffix of the run folder, to keep variants apart")
     parser.add_argument("--weights", default="avg", help="avg, last, ema: which weight files of the run to score")
-    parser.add_argument("--also-at", type=float, action="append", default=[],
-                        help="also score the model of a shorter budget (minutes) from the same run")
+    parser.add_argument(
+        "--also-at",
+        type=float,
+        action="append",
+        default=[],
+        help="also score the model of a shorter budget (minutes) from the same run",
+    )
     args = parser.parse_args()
     from nmt_cli.config import load_recipe
     from nmt_cli.data.prepare import prepare
@@ -48,10 +53,17 @@ def main() -> None:
     from nmt_cli.train.loop import train
 
     run_dir = WORK / f"quality_{args.recipe}_{args.minutes:g}m{args.tag}"
-    recipe = load_recipe(ROOT / "recipes" / f"{args.recipe}.yaml", [
-        f"data.root={SHARED / 'multi30k'}", f"data.output={WORK / ('data_' + args.recipe)}", f"train.dir={run_dir}",
-        f"train.max_time={args.minutes:g}m" if args.minutes else "train.max_time=",
-        f"train.threads={args.threads}", *args.set])
+    recipe = load_recipe(
+        ROOT / "recipes" / f"{args.recipe}.yaml",
+        [
+            f"data.root={SHARED / 'multi30k'}",
+            f"data.output={WORK / ('data_' + args.recipe)}",
+            f"train.dir={run_dir}",
+            f"train.max_time={args.minutes:g}m" if args.minutes else "train.max_time=",
+            f"train.threads={args.threads}",
+            *args.set,
+        ],
+    )
     if args.score_only:
         if not (run_dir / "model.pt").is_file():
             sys.exit(f"{run_dir}/model.pt: no trained model to score; run without --score-only first")
@@ -66,8 +78,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from nmt_cli.train import checkpoint
 
-    files = {"avg": run_dir / "model.pt", "last": checkpoint.step_checkpoints(run_dir)[-1],
-             "ema": run_dir / "model.ema.pt"}
+    files = {"avg": run_dir / "model.pt", "last": checkpoint.step_checkpoints(run_dir)[-1], "ema": run_dir / "model.ema.pt"}
     models = [(name, args.minutes, files[name]) for name in args.weights.split(",")]
     models += [("avg", minutes, _model_at(run_dir, minutes, recipe.train.average_last)) for minutes in args.also_at]
     rows = []
@@ -79,10 +90,19 @@ def main() -> None:
             refs = gzip.decompress((SHARED / "multi30k" / f"{test}.{tgt}.gz").read_bytes()).decode().splitlines()
             outputs = [h[0][0] for h in Translator(loaded, recipe.decode).translate(sources)]
             bleu, chrf = score(outputs, [refs], ("bleu", "chrf"))
-            rows.append({"recipe": args.recipe, "weights": weights, "budget min": minutes, "test": test,
-                         "BLEU": bleu.score,
-                         "chrF": chrf.score, "train minutes": trained if minutes == args.minutes else None,
-                         "updates": _step_of(path, run_dir), "valid ppl": _valid_ppl(run_dir, _step_of(path, run_dir))})
+            rows.append(
+                {
+                    "recipe": args.recipe,
+                    "weights": weights,
+                    "budget min": minutes,
+                    "test": test,
+                    "BLEU": bleu.score,
+                    "chrF": chrf.score,
+                    "train minutes": trained if minutes == args.minutes else None,
+                    "updates": _step_of(path, run_dir),
+                    "valid ppl": _valid_ppl(run_dir, _step_of(path, run_dir)),
+                }
+            )
     print_table(f"{args.recipe}: {args.minutes:g} minutes, {args.threads} threads, last 5 averaged, beam 4", rows)
     print(bleu.signature)
     record("quality", rows, "python benchmarks/bench_quality.py " + " ".join(sys.argv[1:]))
@@ -95,8 +115,10 @@ def _model_at(run_dir, minutes: float, average_last: int):
     found = [(path, checkpoint.load(path)) for path in checkpoint.step_checkpoints(run_dir)]
     within = [path for path, payload in found if payload["train_state"]["elapsed"] <= 60 * minutes]
     if len(within) < average_last:
-        sys.exit(f"{run_dir}: fewer than {average_last} checkpoints within {minutes:g} minutes; "
-                 "train with --set train.keep_last=0")
+        sys.exit(
+            f"{run_dir}: fewer than {average_last} checkpoints within {minutes:g} minutes; "
+            "train with --set train.keep_last=0"
+        )
     target = run_dir / f"model_at_{minutes:g}m.pt"
     checkpoint.average_checkpoints(within[-average_last:], target)
     return target

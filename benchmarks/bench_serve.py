@@ -51,8 +51,25 @@ class Server:
         self.port = free_port()
         flag = "--batching" if batching else "--no-batching"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "nmt_cli", "serve", "-m", model, "--port", str(self.port), "--threads",
-             str(threads), flag, "--log-level", "warning", "--max-queue", "100000"], cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "nmt_cli",
+                "serve",
+                "-m",
+                model,
+                "--port",
+                str(self.port),
+                "--threads",
+                str(threads),
+                flag,
+                "--log-level",
+                "warning",
+                "--max-queue",
+                "100000",
+            ],
+            cwd=ROOT,
+        )
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -112,10 +129,17 @@ def load(port: int, sentences: list[str], clients: int, timeout: float) -> dict:
     def pct(p: float) -> float:
         return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000 if ordered else float("nan")
 
-    return {"clients": clients, "requests": len(latencies), "failed": failures[0],
-            "unsent": len(sentences) - len(latencies) - failures[0], "req_per_s": len(latencies) / wall,
-            "p50_ms": pct(0.50), "p95_ms": pct(0.95), "p99_ms": pct(0.99),
-            "wall_s": wall}
+    return {
+        "clients": clients,
+        "requests": len(latencies),
+        "failed": failures[0],
+        "unsent": len(sentences) - len(latencies) - failures[0],
+        "req_per_s": len(latencies) / wall,
+        "p50_ms": pct(0.50),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
+        "wall_s": wall,
+    }
 
 
 def offline_figures(model: str, sentences: list[str], threads: int, repeats: int) -> dict:
@@ -160,8 +184,11 @@ def main() -> None:
         server = Server(args.model, args.threads, batching)
         load(server.port, sentences[:16], 4, args.level_timeout)  # warm-up
         for clients in levels:
-            row = {"batching": batching, **load(server.port, sentences, clients, args.level_timeout),
-                   "server_rss_mib": rss_mib(server.process.pid)}
+            row = {
+                "batching": batching,
+                **load(server.port, sentences, clients, args.level_timeout),
+                "server_rss_mib": rss_mib(server.process.pid),
+            }
             row["vs_offline"] = row["req_per_s"] / offline["offline_sent_per_s"]
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -169,8 +196,11 @@ def main() -> None:
             rows.append(soak(server, sentences, args.soak))
         server.stop()
     lone = next(r for r in rows if r.get("batching") and r.get("clients") == 1)
-    summary = {**offline, "lone_p50_ms": lone["p50_ms"],
-               "lone_vs_translate_one": lone["p50_ms"] / offline["offline_one_sentence_ms"]}
+    summary = {
+        **offline,
+        "lone_p50_ms": lone["p50_ms"],
+        "lone_vs_translate_one": lone["p50_ms"] / offline["offline_one_sentence_ms"],
+    }
     for row in rows:
         if row.get("batching") and "p95_ms" in row:
             row["p95_vs_lone"] = row["p95_ms"] / lone["p50_ms"]
@@ -188,8 +218,14 @@ def soak(server: Server, sentences: list[str], seconds: float) -> dict:
         served += result["requests"]
         failed += result["failed"]
     end_rss = rss_mib(server.process.pid)
-    row = {"soak_s": seconds, "requests": served, "failed": failed, "rss_start_mib": start_rss,
-           "rss_end_mib": end_rss, "rss_growth": end_rss / start_rss - 1}
+    row = {
+        "soak_s": seconds,
+        "requests": served,
+        "failed": failed,
+        "rss_start_mib": start_rss,
+        "rss_end_mib": end_rss,
+        "rss_growth": end_rss / start_rss - 1,
+    }
     print(json.dumps(row), flush=True)
     return row
 

@@ -52,8 +52,13 @@ def batch_flops(batch, model_config, vocab: int) -> tuple[float, int, int]:
     d, f, layers = model_config.d_model, model_config.d_ff, model_config.layers
     dec_layers = model_config.n_decoder_layers
     enc = layers * (n_s * (8 * d * d + 4 * d * f) + 4 * d * float((src_len**2).sum()))
-    dec = dec_layers * (n_t * (8 * d * d + 4 * d * f) + 4 * d * float((tgt_len**2).sum())
-                        + n_t * 4 * d * d + n_s * 4 * d * d + 4 * d * float((tgt_len * src_len).sum()))
+    dec = dec_layers * (
+        n_t * (8 * d * d + 4 * d * f)
+        + 4 * d * float((tgt_len**2).sum())
+        + n_t * 4 * d * d
+        + n_s * 4 * d * d
+        + 4 * d * float((tgt_len * src_len).sum())
+    )
     out = n_t * 2 * d * vocab
     return 3.0 * (enc + dec + out), int(n_s + n_t), batch.src.numel() + batch.tgt_out.numel()
 
@@ -72,8 +77,14 @@ def main() -> None:
     from nmt_cli.train.distributed import init_distributed
     from nmt_cli.train.loop import Trainer
 
-    overrides = [f"data.root={ROOT.parent / 'shared' / 'data' / 'multi30k'}", f"data.output={WORK / 'm30k_small'}",
-                 f"train.dir={WORK / 'bench_train_run'}", f"train.threads={args.threads}", "data.test=[]", *args.set]
+    overrides = [
+        f"data.root={ROOT.parent / 'shared' / 'data' / 'multi30k'}",
+        f"data.output={WORK / 'm30k_small'}",
+        f"train.dir={WORK / 'bench_train_run'}",
+        f"train.threads={args.threads}",
+        "data.test=[]",
+        *args.set,
+    ]
     recipe = load_recipe(ROOT / "recipes" / "multi30k_ende.yaml", overrides)
     prepare(recipe, log=lambda _m: None, progress=False)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(recipe.train.precision, torch.float32)
@@ -92,16 +103,25 @@ def main() -> None:
             times.append(elapsed)
             tokens += sums["tokens"]
             src_tokens += sums["src_tokens"]
-            batch_useful, batch_real, batch_padded = batch_flops(collate(trainer.data.train, group[0]), recipe.model,
-                                                                 trainer.data.tgt_size)
+            batch_useful, batch_real, batch_padded = batch_flops(
+                collate(trainer.data.train, group[0]), recipe.model, trainer.data.tgt_size
+            )
             flops += batch_useful
             real += batch_real
             padded += batch_padded
     total = sum(times)
-    row = {"precision": recipe.train.precision, "threads": args.threads, "steps": args.steps,
-           "target tok/s": tokens / total, "src+tgt tok/s": (tokens + src_tokens) / total,
-           "useful GFLOP/s": flops / total / 1e9, "matmul peak GFLOP/s": peak / 1e9, "MFU": flops / total / peak,
-           "padding share": 1 - real / padded, "median step s": statistics.median(times)}
+    row = {
+        "precision": recipe.train.precision,
+        "threads": args.threads,
+        "steps": args.steps,
+        "target tok/s": tokens / total,
+        "src+tgt tok/s": (tokens + src_tokens) / total,
+        "useful GFLOP/s": flops / total / 1e9,
+        "matmul peak GFLOP/s": peak / 1e9,
+        "MFU": flops / total / peak,
+        "padding share": 1 - real / padded,
+        "median step s": statistics.median(times),
+    }
     print_table("nmt train, m30k-small", [row])
     if args.profile:
         from torch.profiler import ProfilerActivity, profile

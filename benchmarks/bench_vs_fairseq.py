@@ -27,9 +27,18 @@ from common import ROOT, WORK, print_table, record
 
 
 def run_nmt(run_dir: Path, steps: int, overrides: list[str], env: dict) -> list[float]:
-    sets = [f"train.dir={run_dir}", f"train.max_steps={steps}", "train.max_time=", "train.valid_bleu=false",
-            "train.validate_every=0", "train.save_every=0", "train.average_last=0", "train.log_every=25",
-            "train.threads=2", *overrides]
+    sets = [
+        f"train.dir={run_dir}",
+        f"train.max_steps={steps}",
+        "train.max_time=",
+        "train.valid_bleu=false",
+        "train.validate_every=0",
+        "train.save_every=0",
+        "train.average_last=0",
+        "train.log_every=25",
+        "train.threads=2",
+        *overrides,
+    ]
     cmd = [sys.executable, "-m", "nmt_cli", "train", "recipes/multi30k_ende.yaml", "--no-resume"]
     for item in sets:
         cmd += ["--set", item]
@@ -42,9 +51,28 @@ def run_nmt(run_dir: Path, steps: int, overrides: list[str], env: dict) -> list[
 
 
 def run_fairseq(venv: Path, data_bin: Path, steps: int, env: dict, log: Path) -> list[float]:
-    cmd = [str(venv / "bin" / "fairseq-train"), str(data_bin), "--cpu", "--seed", "1", "--source-lang", "en",
-           "--target-lang", "de", *FAIRSEQ_MODEL, "--dropout", "0.1", "--max-update", str(steps),
-           "--disable-validation", "--no-save", "--log-format", "simple", "--log-interval", "25"]
+    cmd = [
+        str(venv / "bin" / "fairseq-train"),
+        str(data_bin),
+        "--cpu",
+        "--seed",
+        "1",
+        "--source-lang",
+        "en",
+        "--target-lang",
+        "de",
+        *FAIRSEQ_MODEL,
+        "--dropout",
+        "0.1",
+        "--max-update",
+        str(steps),
+        "--disable-validation",
+        "--no-save",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "25",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env)
     log.write_text(result.stdout + result.stderr, encoding="utf-8")
     if result.returncode != 0:
@@ -76,10 +104,18 @@ def main() -> None:
         for name, overrides in arms:
             ours[name] += run_nmt(out / f"{name}_{round_}", args.steps, overrides, env)
     fairseq_median = statistics.median(theirs)
-    rows = [{"nmt arm": name, "settings": " ".join(overrides) or "recipe as is",
-             "nmt tgt tok/s": statistics.median(ours[name]), "nmt windows": len(ours[name]),
-             "fairseq tgt tok/s": fairseq_median, "fairseq windows": len(theirs),
-             "ratio": statistics.median(ours[name]) / fairseq_median} for name, overrides in arms]
+    rows = [
+        {
+            "nmt arm": name,
+            "settings": " ".join(overrides) or "recipe as is",
+            "nmt tgt tok/s": statistics.median(ours[name]),
+            "nmt windows": len(ours[name]),
+            "fairseq tgt tok/s": fairseq_median,
+            "fairseq windows": len(theirs),
+            "ratio": statistics.median(ours[name]) / fairseq_median,
+        }
+        for name, overrides in arms
+    ]
     print_table(f"training throughput, updates 26-{args.steps}, {args.rounds} alternating rounds", rows)
     record("vs_fairseq", rows, " ".join(["python", *sys.argv]))
 

@@ -32,13 +32,21 @@ def machine() -> dict:
     import torch
 
     # What decides the fast paths: the vector ISA torch dispatches to and native bf16 (AVX512-BF16, AMX).
-    capability = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                  "native_bf16": sorted(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})}
+    capability = {
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": sorted(flags & {"avx512_bf16", "amx_bf16", "amx_tile"}),
+    }
 
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu, **capability, "cores": os.cpu_count(), "memory_gib": round(mem, 1),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "cpu": cpu,
+        **capability,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
 
 def timed_run(cmd: list[str], **kw) -> tuple[float, float, subprocess.CompletedProcess]:
@@ -58,8 +66,7 @@ def median(values: list[float]) -> float:
 
 def record(benchmark: str, rows: list[dict], command: str) -> None:
     """Append one JSON line per benchmark run to results.jsonl."""
-    entry = {"benchmark": benchmark, "command": command, "machine": machine(), "rows": rows,
-             "unix_time": int(time.time())}
+    entry = {"benchmark": benchmark, "command": command, "machine": machine(), "rows": rows, "unix_time": int(time.time())}
     with open(RESULTS, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")
 

@@ -26,21 +26,41 @@ def marian_config(config: ModelConfig, vocab: int, attention: str = "sdpa"):
     """A MarianConfig with the dimensions, dropouts and special ids of our model."""
     from transformers import MarianConfig
 
-    unsupported = {"norm": (config.norm, "post"), "positions": (config.positions, "sinusoidal"),
-                   "activation": (config.activation, "relu"), "share_embeddings": (config.share_embeddings, True),
-                   "tie_output": (config.tie_output, True)}
+    unsupported = {
+        "norm": (config.norm, "post"),
+        "positions": (config.positions, "sinusoidal"),
+        "activation": (config.activation, "relu"),
+        "share_embeddings": (config.share_embeddings, True),
+        "tie_output": (config.tie_output, True),
+    }
     for key, (value, needed) in unsupported.items():
         if value != needed:
             raise ValueError(f"MarianMT mirrors model.{key}={needed} only (got {value})")
     hf = MarianConfig(
-        vocab_size=vocab, decoder_vocab_size=vocab, d_model=config.d_model, max_position_embeddings=config.max_positions,
-        encoder_layers=config.layers, decoder_layers=config.n_decoder_layers,
-        encoder_attention_heads=config.n_heads, decoder_attention_heads=config.n_heads,
-        encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff, activation_function="relu",
-        dropout=config.dropout, attention_dropout=config.attention_dropout,
-        activation_dropout=config.activation_dropout, scale_embedding=True, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID,
-        decoder_start_token_id=BOS_ID, forced_eos_token_id=None, use_cache=True)
+        vocab_size=vocab,
+        decoder_vocab_size=vocab,
+        d_model=config.d_model,
+        max_position_embeddings=config.max_positions,
+        encoder_layers=config.layers,
+        decoder_layers=config.n_decoder_layers,
+        encoder_attention_heads=config.n_heads,
+        decoder_attention_heads=config.n_heads,
+        encoder_ffn_dim=config.d_ff,
+        decoder_ffn_dim=config.d_ff,
+        activation_function="relu",
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=BOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,
+        use_cache=True,
+    )
     hf._attn_implementation = attention
     return hf
 
@@ -63,8 +83,12 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     table = sinusoidal_table(model.config.max_positions, d)
     out: dict[str, torch.Tensor] = {"final_logits_bias": torch.zeros(1, model.tgt_vocab)}
     embed = ours["src_embed.weight"]
-    for name in ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
-                 "lm_head.weight"):
+    for name in (
+        "model.shared.weight",
+        "model.encoder.embed_tokens.weight",
+        "model.decoder.embed_tokens.weight",
+        "lm_head.weight",
+    ):
         out[name] = embed
     for side in ("encoder", "decoder"):
         out[f"model.{side}.embed_positions.weight"] = table
@@ -95,18 +119,28 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
             norm(f"{dst}.encoder_attn_layer_norm", f"{src}.res_cross.norm")
             linear(f"{dst}.encoder_attn.q_proj", ours[f"{src}.cross_attn.q.weight"], ours[f"{src}.cross_attn.q.bias"])
             fused(f"{src}.cross_attn.kv", [f"{dst}.encoder_attn.{p}_proj" for p in "kv"])
-            linear(f"{dst}.encoder_attn.out_proj", ours[f"{src}.cross_attn.out.weight"],
-                   ours[f"{src}.cross_attn.out.bias"])
+            linear(f"{dst}.encoder_attn.out_proj", ours[f"{src}.cross_attn.out.weight"], ours[f"{src}.cross_attn.out.bias"])
     return out
 
 
-def hf_loss(marian: nn.Module, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
-            label_smoothing: float) -> tuple[torch.Tensor, int]:
+def hf_loss(
+    marian: nn.Module, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float
+) -> tuple[torch.Tensor, int]:
     """(summed label-smoothed cross-entropy, target tokens): the loop a transformers user writes."""
-    logits = marian(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in,
-                    decoder_attention_mask=tgt_in != PAD_ID, use_cache=False).logits
-    loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD_ID,
-                           label_smoothing=label_smoothing, reduction="sum")
+    logits = marian(
+        input_ids=src,
+        attention_mask=src != PAD_ID,
+        decoder_input_ids=tgt_in,
+        decoder_attention_mask=tgt_in != PAD_ID,
+        use_cache=False,
+    ).logits
+    loss = F.cross_entropy(
+        logits.view(-1, logits.size(-1)),
+        tgt_out.reshape(-1),
+        ignore_index=PAD_ID,
+        label_smoothing=label_smoothing,
+        reduction="sum",
+    )
     return loss, int((tgt_out != PAD_ID).sum())
 
 

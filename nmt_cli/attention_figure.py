@@ -26,9 +26,11 @@ def draw_attention(maps: AttentionMaps, source: list[str], output: list[str], pa
     except ImportError:
         raise NmtError("nmt attention needs matplotlib: pip install 'nmt-cli[plot]'") from None
     src_labels, in_labels = [*source, "</s>"], ["<s>", *output]
-    rows = ([("encoder self-attention", i, m, src_labels, src_labels) for i, m in enumerate(maps.encoder)]
-            + [("decoder self-attention", i, m, in_labels, in_labels) for i, m in enumerate(maps.decoder)]
-            + [("cross-attention", i, m, in_labels, src_labels) for i, m in enumerate(maps.cross)])
+    rows = (
+        [("encoder self-attention", i, m, src_labels, src_labels) for i, m in enumerate(maps.encoder)]
+        + [("decoder self-attention", i, m, in_labels, in_labels) for i, m in enumerate(maps.decoder)]
+        + [("cross-attention", i, m, in_labels, src_labels) for i, m in enumerate(maps.cross)]
+    )
     heads = rows[0][2].size(0)
     figure, axes = plt.subplots(len(rows), heads, figsize=(2.4 * heads, 2.4 * len(rows)), squeeze=False)
     for r, (kind, layer, weights, queries, keys) in enumerate(rows):

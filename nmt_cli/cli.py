@@ -15,8 +15,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from .version import __version__
 from .errors import NmtError
+from .version import __version__
 
 app = typer.Typer(
     name="nmt",
@@ -66,8 +66,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _global(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Transformer neural machine translation: prepare, train, translate, score."""
 

@@ -59,15 +59,18 @@ class DataConfig:
     valid: tuple[str, ...] = _opt((), "validation corpus prefixes")
     test: tuple[str, ...] = _opt((), "test corpus prefixes, each kept as its own split")
     output: str = _opt("", "prepared dataset folder (default: data-bin/RECIPE_NAME)")
-    synthetic: tuple[str, ...] = _opt((), "training prefixes (among data.train) that are synthetic, e.g. "
-                                      "back-translations")
-    tag_synthetic: bool = _opt(False, "start the source side of the data.synthetic corpora with the token <BT> "
-                               "(tagged back-translation, Caswell et al. 2019); <BT> is one piece of the vocabulary")
+    synthetic: tuple[str, ...] = _opt((), "training prefixes (among data.train) that are synthetic, e.g. back-translations")
+    tag_synthetic: bool = _opt(
+        False,
+        "start the source side of the data.synthetic corpora with the token <BT> "
+        "(tagged back-translation, Caswell et al. 2019); <BT> is one piece of the vocabulary",
+    )
     clean: CleanConfig = _sub(CleanConfig)
     workers: int = _opt(0, "encoding worker processes (0: one per CPU core)", ge=0)
     chunk_lines: int = _opt(20000, "lines per encoding chunk (bounds memory per worker)", ge=1)
     encoding_errors: Literal["strict", "replace"] = _opt(
-        "strict", "on invalid UTF-8: stop with the file and line (strict) or replace the bytes")
+        "strict", "on invalid UTF-8: stop with the file and line (strict) or replace the bytes"
+    )
 
 
 @dataclass(frozen=True)
@@ -78,18 +81,27 @@ class VocabConfig:
     size: int = _opt(37000, "vocabulary size per model (the paper: 37k joint BPE for EN-DE)", ge=16)
     joint: bool = _opt(True, "one model for both languages (required by model.share_embeddings)")
     character_coverage: float = _opt(1.0, "share of characters covered (0.9995 for CJK)", gt=0, le=1)
-    input_sentence_size: int = _opt(
-        10_000_000, "sentences sampled to learn the vocabulary (bounds memory)", ge=1000)
+    input_sentence_size: int = _opt(10_000_000, "sentences sampled to learn the vocabulary (bounds memory)", ge=1000)
     threads: int = _opt(0, "SentencePiece training threads (0: all cores)", ge=0)
     normalization: Literal["identity", "nmt_nfkc", "nfkc"] = _opt(
-        "identity", "SentencePiece normalization; identity keeps the text exactly as cleaned")
+        "identity", "SentencePiece normalization; identity keeps the text exactly as cleaned"
+    )
     byte_fallback: bool = _opt(True, "spell unseen characters as UTF-8 bytes instead of <unk>")
-    extend: int = _opt(0, "with vocab.from: learn up to N new pieces from the new training data and append them "
-                       "to the reused vocabulary (old ids unchanged; train.init_from grows the embeddings)", ge=0)
-    from_: str = field(default="", metadata={
-        "key": "from", "help": "reuse a trained model's SentencePiece model(s) instead of learning new ones, so "
-        "token ids match it (fine-tuning): a run folder, a model or checkpoint .pt file, a prepared data folder "
-        "or a .model file"})
+    extend: int = _opt(
+        0,
+        "with vocab.from: learn up to N new pieces from the new training data and append them "
+        "to the reused vocabulary (old ids unchanged; train.init_from grows the embeddings)",
+        ge=0,
+    )
+    from_: str = field(
+        default="",
+        metadata={
+            "key": "from",
+            "help": "reuse a trained model's SentencePiece model(s) instead of learning new ones, so "
+            "token ids match it (fine-tuning): a run folder, a model or checkpoint .pt file, a prepared data folder "
+            "or a .model file",
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -98,8 +110,9 @@ class DownloadSource:
 
     url: str = _opt("", "where to fetch the file (http, https or file URL)")
     sha256: str = _opt("", "hex SHA-256 of the file; the download is refused if it differs")
-    extract: dict[str, str] = field(default_factory=dict, metadata={
-        "help": "tar member -> file name under data.root (.sgm members become plain text)"})
+    extract: dict[str, str] = field(
+        default_factory=dict, metadata={"help": "tar member -> file name under data.root (.sgm members become plain text)"}
+    )
     save_as: str = _opt("", "for a plain file: its name under data.root (default: the URL's file name)")
 
 
@@ -120,20 +133,30 @@ class ModelConfig:
     activation_dropout: float = _opt(0.0, "dropout after the feed-forward activation", ge=0, le=1)
     activation: Literal["relu", "gelu"] = _opt("relu", "feed-forward activation")
     positions: Literal["sinusoidal", "learned", "relative", "xl"] = _opt(
-        "sinusoidal", "sinusoidal (paper), learned (paper variant E), relative (Shaw et al. 2018), xl "
-        "(Transformer-XL relative attention, Dai et al. 2019: sinusoidal R_(i-j), biases u and v)")
+        "sinusoidal",
+        "sinusoidal (paper), learned (paper variant E), relative (Shaw et al. 2018), xl "
+        "(Transformer-XL relative attention, Dai et al. 2019: sinusoidal R_(i-j), biases u and v)",
+    )
     max_relative_position: int = _opt(16, "clipping distance k of relative positions", ge=1)
     norm: Literal["post", "pre", "rezero"] = _opt(
-        "post", "post: LN(x+F(x)) (paper); pre: x+F(LN(x)) with final LN; rezero: x+a*F(x)")
+        "post", "post: LN(x+F(x)) (paper); pre: x+F(LN(x)) with final LN; rezero: x+a*F(x)"
+    )
     rezero_per: Literal["branch", "layer"] = _opt(
-        "branch", "with norm: rezero, one a per residual branch, or one per layer shared by its branches "
-        "(the official ReZero code)")
+        "branch",
+        "with norm: rezero, one a per residual branch, or one per layer shared by its branches (the official ReZero code)",
+    )
     init: Literal["xavier", "fairseq", "tfixup"] = _opt(
-        "xavier", "xavier: every projection Xavier-uniform, zero biases; fairseq: Q/K/V Xavier with gain 1/sqrt(2) "
+        "xavier",
+        "xavier: every projection Xavier-uniform, zero biases; fairseq: Q/K/V Xavier with gain 1/sqrt(2) "
         "per projection, feed-forward PyTorch's default uniform(+-1/sqrt(fan_in)), as fairseq; "
-        "tfixup: Huang et al. 2020 (no LayerNorm)")
-    repulsive: float = _opt(0.0, "repulsive multi-head attention (An et al. 2020): weight w of the SVGD repulsion "
-                            "between heads' Q/K/V weights (their code: 0.01); 0: off", ge=0)
+        "tfixup: Huang et al. 2020 (no LayerNorm)",
+    )
+    repulsive: float = _opt(
+        0.0,
+        "repulsive multi-head attention (An et al. 2020): weight w of the SVGD repulsion "
+        "between heads' Q/K/V weights (their code: 0.01); 0: off",
+        ge=0,
+    )
     share_embeddings: bool = _opt(True, "one embedding for source and target (needs vocab.joint)")
     tie_output: bool = _opt(True, "output projection tied to the target embedding")
     max_positions: int = _opt(1024, "longest sentence in subword tokens (incl. EOS)", ge=8, le=1 << 20)
@@ -156,21 +179,29 @@ class TrainConfig:
     """Optimisation, batching, stopping, validation and checkpoints."""
 
     dir: str = _opt("", "run folder (default: runs/RECIPE_NAME)")
-    init_from: str = _opt("", "fine-tune: start this new run from a trained model's weights (a run folder, its "
-                          "model.pt or any checkpoint), with a fresh optimizer and schedule; prepare the data "
-                          "with vocab.from naming the same model")
+    init_from: str = _opt(
+        "",
+        "fine-tune: start this new run from a trained model's weights (a run folder, its "
+        "model.pt or any checkpoint), with a fresh optimizer and schedule; prepare the data "
+        "with vocab.from naming the same model",
+    )
     seed: int = _opt(1, "random seed (batches, dropout, initialisation)", ge=0, le=2**32 - 1)
     max_tokens: int | Literal["auto"] = _opt(
-        4096, "tokens per batch per process, padding included; auto: the largest batch that fits in GPU memory "
-        "(probed at start; 4096 on the CPU)", ge=1)
+        4096,
+        "tokens per batch per process, padding included; auto: the largest batch that fits in GPU memory "
+        "(probed at start; 4096 on the CPU)",
+        ge=1,
+    )
     update_freq: int = _opt(1, "batches accumulated per update (per process)", ge=1)
     max_steps: int = _opt(100_000, "stop after this many updates (0: no limit)", ge=0)
     max_epochs: int = _opt(0, "stop after this many epochs (0: no limit)", ge=0)
     max_time: str = _opt("", "stop after this wall-clock time, e.g. 30m, 2h (empty: no limit)")
     lr_schedule: Literal["noam", "inverse_sqrt", "inverse_sqrt_nowarmup", "constant"] = _opt(
-        "noam", "noam: the paper's d^-0.5*min(s^-0.5, s*w^-1.5); inverse_sqrt: linear warm-up to lr, then "
+        "noam",
+        "noam: the paper's d^-0.5*min(s^-0.5, s*w^-1.5); inverse_sqrt: linear warm-up to lr, then "
         "lr*sqrt(w/s); inverse_sqrt_nowarmup: lr*sqrt(w/(w+s)) from the first update (T-Fixup; w = train.warmup); "
-        "constant")
+        "constant",
+    )
     lr: float = _opt(7e-4, "peak learning rate (inverse_sqrt, constant)", gt=0)
     lr_scale: float = _opt(1.0, "factor on the noam schedule", gt=0)
     warmup: int = _opt(4000, "warm-up updates", ge=0)
@@ -188,14 +219,23 @@ class TrainConfig:
     save_minutes: float = _opt(0.0, "also write one every T minutes (the paper: 10)", ge=0)
     keep_last: int = _opt(5, "keep the last K step checkpoints (0: keep all)", ge=0)
     average_last: int = _opt(0, "average the last N checkpoints at the end (0: off)", ge=0)
-    ema_decay: float = _opt(0.0, "keep an exponential moving average of the weights with this decay, e.g. "
-                            "0.9999, written as model.ema.pt (0: off)", ge=0, lt=1)
+    ema_decay: float = _opt(
+        0.0,
+        "keep an exponential moving average of the weights with this decay, e.g. 0.9999, written as model.ema.pt (0: off)",
+        ge=0,
+        lt=1,
+    )
     log_every: int = _opt(100, "log metrics every N updates", ge=1)
-    tensorboard: bool = _opt(True, "also write the metrics as TensorBoard event files to RUN/tensorboard "
-                             "(when the tensorboard package is installed: pip install 'nmt-cli[tensorboard]')")
+    tensorboard: bool = _opt(
+        True,
+        "also write the metrics as TensorBoard event files to RUN/tensorboard "
+        "(when the tensorboard package is installed: pip install 'nmt-cli[tensorboard]')",
+    )
     precision: Literal["fp32", "bf16", "fp16", "auto"] = _opt(
-        "fp32", "fp32; bf16 autocast; fp16 with loss scaling (CUDA); auto: bf16 where the hardware computes it "
-        "natively (CPUs with AVX512-BF16 or AMX, CUDA devices with bf16), else fp32")
+        "fp32",
+        "fp32; bf16 autocast; fp16 with loss scaling (CUDA); auto: bf16 where the hardware computes it "
+        "natively (CPUs with AVX512-BF16 or AMX, CUDA devices with bf16), else fp32",
+    )
     compile: bool = _opt(False, "torch.compile the model")
     activation_checkpointing: bool = _opt(False, "recompute layer activations in backward (saves memory)")
     threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0)
@@ -217,25 +257,39 @@ class DecodeConfig:
     beam: int = _opt(4, "beam size (1: greedy)", ge=1)
     alpha: float = _opt(0.6, "length penalty exponent (0: none)", ge=0)
     length_penalty: Literal["gnmt", "average"] = _opt(
-        "gnmt", "gnmt: ((5+|Y|)/6)^alpha (the paper); average: |Y|^alpha (fairseq, Marian, CTranslate2)")
+        "gnmt", "gnmt: ((5+|Y|)/6)^alpha (the paper); average: |Y|^alpha (fairseq, Marian, CTranslate2)"
+    )
     stop: Literal["beam", "top", "bound"] = _opt(
-        "beam", "when a sentence's search ends — beam: once it has `beam` finished hypotheses (fairseq, CTranslate2); "
+        "beam",
+        "when a sentence's search ends — beam: once it has `beam` finished hypotheses (fairseq, CTranslate2); "
         "top: as soon as its best candidate ends (OpenNMT-py); bound: once no open hypothesis "
-        "can still beat them (slowest, exhaustive within the length limit)")
+        "can still beat them (slowest, exhaustive within the length limit)",
+    )
     max_len_a: float = _opt(1.0, "maximum output length is a * source length + b", ge=0)
     max_len_b: int = _opt(50, "see max_len_a", ge=0)
     batch_tokens: int = _opt(6000, "source tokens per decoding batch", ge=1)
     batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0)
-    cuda_graphs: bool = _opt(True, "on a GPU, record each batch's decoder step as a CUDA graph and replay it "
-                             "(fixed shapes: finished sentences keep their slots); false: launch step by step")
-    sampling: bool = _opt(False, "sample each output token instead of searching (back-translation, diverse "
-                          "n-best lists); with nbest K, up to K distinct samples per line")
+    cuda_graphs: bool = _opt(
+        True,
+        "on a GPU, record each batch's decoder step as a CUDA graph and replay it "
+        "(fixed shapes: finished sentences keep their slots); false: launch step by step",
+    )
+    sampling: bool = _opt(
+        False,
+        "sample each output token instead of searching (back-translation, diverse "
+        "n-best lists); with nbest K, up to K distinct samples per line",
+    )
     temperature: float = _opt(1.0, "sampling: divide the logits by this (below 1: sharper, above 1: flatter)", gt=0)
     top_k: int = _opt(0, "sampling: draw from the K most probable tokens only (0: all)", ge=0)
-    top_p: float = _opt(1.0, "sampling: draw from the smallest set of tokens whose probability reaches P "
-                        "(nucleus sampling; 1: all)", gt=0, le=1)
-    seed: int = _opt(0, "sampling: random seed (the same seed, input and batching give the same samples)",
-                     ge=0, le=2**63 - 1)
+    top_p: float = _opt(
+        1.0,
+        "sampling: draw from the smallest set of tokens whose probability reaches P (nucleus sampling; 1: all)",
+        gt=0,
+        le=1,
+    )
+    seed: int = _opt(
+        0, "sampling: random seed (the same seed, input and batching give the same samples)", ge=0, le=2**63 - 1
+    )
 
 
 @dataclass(frozen=True)
@@ -314,8 +368,7 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
     if m.d_model % m.n_heads:
         fail("model.n_heads", f"{m.n_heads} does not divide model.d_model={m.d_model}")
     if m.share_embeddings and not recipe.vocab.joint:
-        fail("model.share_embeddings", "needs a joint vocabulary; set vocab.joint: true "
-             "or model.share_embeddings: false")
+        fail("model.share_embeddings", "needs a joint vocabulary; set vocab.joint: true or model.share_embeddings: false")
     if m.norm == "rezero" and m.init == "tfixup":
         fail("model.init", "tfixup and norm: rezero are alternatives; pick one")
     if d.src_lang and d.src_lang == d.tgt_lang:
@@ -337,8 +390,11 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
     if recipe.train.precision == "fp16" and recipe.train.device == "cpu":
         fail("train.precision", "fp16 needs CUDA; use bf16 or fp32 on the CPU")
     if recipe.train.average_last > recipe.train.keep_last > 0:
-        fail("train.average_last", f"{recipe.train.average_last} checkpoints cannot be averaged when only "
-             f"train.keep_last={recipe.train.keep_last} are kept; raise keep_last")
+        fail(
+            "train.average_last",
+            f"{recipe.train.average_last} checkpoints cannot be averaged when only "
+            f"train.keep_last={recipe.train.keep_last} are kept; raise keep_last",
+        )
     for i, item in enumerate(recipe.download):
         if not item.url or not re.fullmatch(r"[0-9a-f]{64}", item.sha256):
             fail(f"download[{i}]", "needs a url and a 64-digit hex sha256 (quote it in YAML)")
@@ -364,8 +420,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             line = key_node.start_mark.line + 1
             if isinstance(key, typing.Hashable) and key in first_line:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"'{key}' appears twice, at lines {first_line[key]} and {line}; keep one",
-                    key_node.start_mark)
+                    None,
+                    None,
+                    f"'{key}' appears twice, at lines {first_line[key]} and {line}; keep one",
+                    key_node.start_mark,
+                )
             if isinstance(key, typing.Hashable):
                 first_line[key] = line
         return super().construct_mapping(node, deep=deep)
@@ -430,8 +489,7 @@ def _apply_override(raw: dict[str, Any], item: str) -> None:
 
 def _build(cls: type, data: Any, path: str, source: str) -> Any:
     if not isinstance(data, dict):
-        raise RecipeError(f"{source}: {path.rstrip('.') or 'recipe'}: expected a mapping of keys, "
-                          f"got {_describe(data)}")
+        raise RecipeError(f"{source}: {path.rstrip('.') or 'recipe'}: expected a mapping of keys, got {_describe(data)}")
     hints = typing.get_type_hints(cls)
     names = [_key_of(f) for f in fields(cls)]
     for key in data:
@@ -439,8 +497,11 @@ def _build(cls: type, data: Any, path: str, source: str) -> Any:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"did you mean '{path}{close[0]}'?" if close else f"valid keys: {', '.join(names)}"
             raise RecipeError(f"{source}: unknown key '{path}{key}'; {hint}")
-    kwargs = {f.name: _coerce(hints[f.name], data[_key_of(f)], path + _key_of(f), f.metadata, source)
-              for f in fields(cls) if _key_of(f) in data}
+    kwargs = {
+        f.name: _coerce(hints[f.name], data[_key_of(f)], path + _key_of(f), f.metadata, source)
+        for f in fields(cls)
+        if _key_of(f) in data
+    }
     return cls(**kwargs)
 
 
@@ -515,8 +576,12 @@ def _expected(kind: Any) -> str:
 def _check_range(value: Any, key: str, meta: typing.Mapping[str, Any], source: str) -> None:
     if isinstance(value, str):
         return
-    for check, ok, words in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-                             ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
+    for check, ok, words in (
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+        ("lt", lambda v, b: v < b, "<"),
+    ):
         if check in meta and not ok(value, meta[check]):
             raise RecipeError(f"{source}: {key}: {value} is out of range; it must be {words} {meta[check]}")
 

@@ -41,8 +41,10 @@ def read_run(folder: Path, name: str) -> RunCurves:
             try:
                 record = json.loads(line)
             except ValueError:
-                raise NmtError(f"{path}:{number}: not a JSON line; the file is damaged (a killed writer leaves "
-                               "at most its last line so: delete that line)") from None
+                raise NmtError(
+                    f"{path}:{number}: not a JSON line; the file is damaged (a killed writer leaves "
+                    "at most its last line so: delete that line)"
+                ) from None
             _add(run, record)
     if not run.series:
         raise NmtError(f"{path}: holds no training or validation records yet")
@@ -100,8 +102,14 @@ def plot_runs(runs: list[RunCurves], output: Path, axis: XAxis = "updates") -> N
                 if not points:
                     continue
                 label = f"{run.name} {suffix}".strip()
-                axis_box.plot(_x(run, [s for s, _ in points], axis), [v for _, v in points], style,
-                              color=colours[index % len(colours)], label=label, linewidth=1.4)
+                axis_box.plot(
+                    _x(run, [s for s, _ in points], axis),
+                    [v for _, v in points],
+                    style,
+                    color=colours[index % len(colours)],
+                    label=label,
+                    linewidth=1.4,
+                )
         axis_box.set_title(title)
         axis_box.set_xlabel("updates" if axis == "updates" else "training hours")
         axis_box.grid(alpha=0.3)

@@ -53,9 +53,15 @@ def quickstart_recipe(pair: str, workdir: Path, minutes: float, overrides: Seque
     """The bundled quickstart recipe, pointed at the sample corpus and ``workdir``."""
     recipe_path = Path(str(resources.files("nmt_cli") / "recipes" / "quickstart.yaml"))
     src, tgt = pair.split("-")
-    settings = [f"name=quickstart_{src}{tgt}", f"data.src_lang={src}", f"data.tgt_lang={tgt}",
-                f"data.root={sample_root(pair)}", f"data.output={workdir / 'data'}", f"train.dir={workdir / 'model'}",
-                f"train.max_time={minutes:g}m"]
+    settings = [
+        f"name=quickstart_{src}{tgt}",
+        f"data.src_lang={src}",
+        f"data.tgt_lang={tgt}",
+        f"data.root={sample_root(pair)}",
+        f"data.output={workdir / 'data'}",
+        f"train.dir={workdir / 'model'}",
+        f"train.max_time={minutes:g}m",
+    ]
     return load_recipe(recipe_path, [*settings, *overrides])
 
 
@@ -81,6 +87,14 @@ def run_quickstart(recipe: Recipe, log: Log = print, examples: int = 5) -> Quick
     seconds["translate"] = time.monotonic() - clock
     step = max(1, len(sources) // examples)
     shown = [(sources[i], references[i], outputs[i]) for i in range(0, len(sources), step)][:examples]
-    return QuickstartResult(recipe, recipe.run_dir, source, reference, hypotheses,
-                            score(outputs, [references], ("bleu", "chrf")),
-                            score(sources, [references], ("bleu", "chrf")), shown, seconds)
+    return QuickstartResult(
+        recipe,
+        recipe.run_dir,
+        source,
+        reference,
+        hypotheses,
+        score(outputs, [references], ("bleu", "chrf")),
+        score(sources, [references], ("bleu", "chrf")),
+        shown,
+        seconds,
+    )

@@ -30,11 +30,45 @@ from collections import Counter
 from pathlib import Path
 
 PACKAGES = [
-    "coreutils", "git", "gpg", "gnupg-l10n", "dpkg", "apt", "libglib2.0-data", "libgtk-3-common",
-    "postgresql-15", "postgresql-client-15", "util-linux-locales", "libc-l10n", "tar", "wget",
-    "grep", "sed", "findutils", "diffutils", "gettext", "nano", "e2fsprogs-l10n", "man-db", "debconf-i18n",
-    "binutils-common", "gdb", "bison", "make", "aptitude-common", "tasksel-data", "passwd", "procps", "psmisc",
-    "sudo", "cups-common", "gimp-data", "libgphoto2-l10n", "xfce4-panel", "evince", "vim-runtime",
+    "coreutils",
+    "git",
+    "gpg",
+    "gnupg-l10n",
+    "dpkg",
+    "apt",
+    "libglib2.0-data",
+    "libgtk-3-common",
+    "postgresql-15",
+    "postgresql-client-15",
+    "util-linux-locales",
+    "libc-l10n",
+    "tar",
+    "wget",
+    "grep",
+    "sed",
+    "findutils",
+    "diffutils",
+    "gettext",
+    "nano",
+    "e2fsprogs-l10n",
+    "man-db",
+    "debconf-i18n",
+    "binutils-common",
+    "gdb",
+    "bison",
+    "make",
+    "aptitude-common",
+    "tasksel-data",
+    "passwd",
+    "procps",
+    "psmisc",
+    "sudo",
+    "cups-common",
+    "gimp-data",
+    "libgphoto2-l10n",
+    "xfce4-panel",
+    "evince",
+    "vim-runtime",
 ]
 # gcc's catalogues are left out on purpose: 13k messages of compiler markup (%qE, %<...%>) would
 # make up a third of the corpus. Catalogues that are lists of codes or names rather than sentences:
@@ -91,8 +125,9 @@ def split_of(src: str) -> str:
 
 
 def package_info(deb: Path) -> dict[str, str]:
-    fields = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Version", "Source"],
-                            capture_output=True, text=True, check=True).stdout
+    fields = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Package", "Version", "Source"], capture_output=True, text=True, check=True
+    ).stdout
     info = dict(line.split(": ", 1) for line in fields.splitlines() if ": " in line)
     return info
 
@@ -143,9 +178,11 @@ def build(debs: list[Path], out: Path) -> dict:
 
 
 def write_readme(out: Path, result: dict) -> None:
-    rows = "\n".join(f"| {s['Package']} | {s['Version']} | {s.get('Source', s['Package']).split()[0]} | "
-                     f"{s['pairs'].get('de', 0)} | {s['pairs'].get('fr', 0)} | {s['licence']} |"
-                     for s in result["sources"])
+    rows = "\n".join(
+        f"| {s['Package']} | {s['Version']} | {s.get('Source', s['Package']).split()[0]} | "
+        f"{s['pairs'].get('de', 0)} | {s['pairs'].get('fr', 0)} | {s['licence']} |"
+        for s in result["sources"]
+    )
     stats = "\n".join(f"| {k} | {v:,} |" for k, v in result["stats"].items())
     (out / "README.md").write_text(f"""# Sample corpus: software messages (EN-DE, EN-FR)
 

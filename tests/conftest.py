@@ -137,10 +137,21 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, m30k_slice: Path):
 
 
 OVERFIT_SETTINGS = [
-    "vocab.size=900", "data.clean.max_ratio=0", "model.d_model=128", "model.d_ff=512", "model.norm=pre",
-    "train.max_steps=700", "train.label_smoothing=0", "train.log_every=50", "train.save_every=350",
-    "train.max_tokens=3000", "train.lr_schedule=inverse_sqrt", "train.warmup=100", "train.lr=0.003",
-    "train.threads=2", "train.average_last=0",
+    "vocab.size=900",
+    "data.clean.max_ratio=0",
+    "model.d_model=128",
+    "model.d_ff=512",
+    "model.norm=pre",
+    "train.max_steps=700",
+    "train.label_smoothing=0",
+    "train.log_every=50",
+    "train.save_every=350",
+    "train.max_tokens=3000",
+    "train.lr_schedule=inverse_sqrt",
+    "train.warmup=100",
+    "train.lr=0.003",
+    "train.threads=2",
+    "train.average_last=0",
 ]
 
 

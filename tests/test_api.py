@@ -17,8 +17,12 @@ def readme_imports() -> list[tuple[str, str]]:
     """(module, name) of every import in the Python API section's code block."""
     section = README.read_text(encoding="utf-8").split("## Python API", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    return [(node.module, alias.name) for node in ast.parse(code).body if isinstance(node, ast.ImportFrom)
-            for alias in node.names]
+    return [
+        (node.module, alias.name)
+        for node in ast.parse(code).body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    ]
 
 
 def test_every_name_the_readme_imports_exists_and_the_package_exports_exactly_its_own():

@@ -61,8 +61,13 @@ def test_translate_errors_are_one_line(overfit, tmp_path):
     run_dir, _, _ = overfit
     bad = tmp_path / "bad.pt"
     bad.write_bytes((run_dir / "model.pt").read_bytes()[:5000])
-    for args in (["-m", str(bad)], ["-m", str(tmp_path / "none")], ["-m", str(run_dir), "-i", str(tmp_path / "x")],
-                 ["-m", str(run_dir), "--nbest", "9"], ["-m", str(run_dir), "--stop", "early"]):
+    for args in (
+        ["-m", str(bad)],
+        ["-m", str(tmp_path / "none")],
+        ["-m", str(run_dir), "-i", str(tmp_path / "x")],
+        ["-m", str(run_dir), "--nbest", "9"],
+        ["-m", str(run_dir), "--stop", "early"],
+    ):
         result = runner.invoke(app, ["translate", *args], input="A man.\n")
         assert result.exit_code != 0
         assert result.output.startswith("error:") and result.output.count("\n") == 1, result.output

@@ -24,7 +24,12 @@ def test_defaults_are_the_transformer_base():
     assert (model.norm, model.positions, model.init) == ("post", "sinusoidal", "xavier")
     train = Recipe().train
     assert (train.adam_beta1, train.adam_beta2, train.adam_eps, train.warmup, train.label_smoothing) == (
-        0.9, 0.98, 1e-9, 4000, 0.1)
+        0.9,
+        0.98,
+        1e-9,
+        4000,
+        0.1,
+    )
     decode = Recipe().decode
     assert (decode.beam, decode.alpha, decode.max_len_a, decode.max_len_b) == (4, 0.6, 1.0, 50)
 
@@ -48,16 +53,19 @@ def test_round_trip_through_dict_and_yaml(tmp_path):
     assert load_recipe(again) == recipe
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("model.layerz=3", "unknown key 'model.layerz'; did you mean 'model.layers'?"),
-    ("model.layers=three", "model.layers: expected an integer, got 'three'"),
-    ("model.dropout=1.5", "model.dropout: 1.5 is out of range; it must be <= 1"),
-    ("model.positions=rotary", "model.positions: expected one of sinusoidal, learned, relative"),
-    ("model.n_heads=3", "model.n_heads: 3 does not divide model.d_model=512"),
-    ("train.max_time=soon", "train.max_time: 'soon' is not a duration"),
-    ("vocab.joint=false", "model.share_embeddings: needs a joint vocabulary"),
-    ("model.layers", "--set 'model.layers': write KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("model.layerz=3", "unknown key 'model.layerz'; did you mean 'model.layers'?"),
+        ("model.layers=three", "model.layers: expected an integer, got 'three'"),
+        ("model.dropout=1.5", "model.dropout: 1.5 is out of range; it must be <= 1"),
+        ("model.positions=rotary", "model.positions: expected one of sinusoidal, learned, relative"),
+        ("model.n_heads=3", "model.n_heads: 3 does not divide model.d_model=512"),
+        ("train.max_time=soon", "train.max_time: 'soon' is not a duration"),
+        ("vocab.joint=false", "model.share_embeddings: needs a joint vocabulary"),
+        ("model.layers", "--set 'model.layers': write KEY=VALUE"),
+    ],
+)
 def test_errors_name_the_key_and_problem(tmp_path, override, expected):
     path = write(tmp_path, "r.yaml", "model: {}\n")
     with pytest.raises(RecipeError) as err:

@@ -29,8 +29,9 @@ def _recipe(prepared, run: Path, *overrides: str):
     path = run.parent / f"{run.name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
-    return path, load_recipe(path, [f"train.dir={run}", "train.device=cuda", "train.save_every=0",
-                                    "train.log_every=1", *overrides])
+    return path, load_recipe(
+        path, [f"train.dir={run}", "train.device=cuda", "train.save_every=0", "train.log_every=1", *overrides]
+    )
 
 
 def _trainer(prepared, run: Path, *overrides: str) -> tuple[Trainer, list[str]]:
@@ -48,7 +49,7 @@ def _records(run: Path) -> list[dict]:
 def test_fp16_overflow_skips_updates_without_advancing_step_or_schedule(prepared, tmp_path):
     trainer, _ = _trainer(prepared, tmp_path / "run", "train.precision=fp16", "train.max_steps=5")
     # Start from a loss scale that overflows fp16 for certain, as a too-high scale does early in training.
-    trainer.scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 40)
+    trainer.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
     state = trainer.run()
     assert state.step == 5 and state.skipped_updates >= 1
     assert trainer.scheduler.last_epoch == 5
@@ -56,13 +57,14 @@ def test_fp16_overflow_skips_updates_without_advancing_step_or_schedule(prepared
     records = [r for r in _records(tmp_path / "run") if "loss" in r]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
     assert all(math.isfinite(r["loss"]) for r in records)
-    assert records[-1]["loss_scale"] < 2.0 ** 40
+    assert records[-1]["loss_scale"] < 2.0**40
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
 def test_bf16_trains_on_cuda(prepared, tmp_path):
-    trainer, messages = _trainer(prepared, tmp_path / "run", "train.precision=bf16", "train.max_steps=30",
-                                 "train.log_every=10")
+    trainer, messages = _trainer(
+        prepared, tmp_path / "run", "train.precision=bf16", "train.max_steps=30", "train.log_every=10"
+    )
     trainer.run()
     losses = [r["loss"] for r in _records(tmp_path / "run") if "loss" in r]
     assert len(losses) == 3 and losses[-1] < losses[0]
@@ -71,9 +73,24 @@ def test_bf16_trains_on_cuda(prepared, tmp_path):
 
 def test_one_gpu_through_torchrun_uses_nccl(prepared, tmp_path):
     path, _ = _recipe(prepared, tmp_path / "run")
-    result = subprocess.run([sys.executable, "-m", "nmt_cli", "train", str(path), "--gpus", "1",
-                             "--set", f"train.dir={tmp_path / 'run'}", "--set", "train.max_steps=4"],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nmt_cli",
+            "train",
+            str(path),
+            "--gpus",
+            "1",
+            "--set",
+            f"train.dir={tmp_path / 'run'}",
+            "--set",
+            "train.max_steps=4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "launching 1 processes through torchrun" in output
@@ -82,9 +99,27 @@ def test_one_gpu_through_torchrun_uses_nccl(prepared, tmp_path):
 
 
 def _train_cmd(recipe_path: Path, run_dir: Path, steps: int) -> list[str]:
-    return [sys.executable, "-m", "nmt_cli", "train", str(recipe_path), "--set", f"train.dir={run_dir}",
-            "--set", f"train.max_steps={steps}", "--set", "train.save_every=10", "--set", "train.keep_last=0",
-            "--set", "model.dropout=0.1", "--set", "train.device=cuda", "--set", "train.log_every=1"]
+    return [
+        sys.executable,
+        "-m",
+        "nmt_cli",
+        "train",
+        str(recipe_path),
+        "--set",
+        f"train.dir={run_dir}",
+        "--set",
+        f"train.max_steps={steps}",
+        "--set",
+        "train.save_every=10",
+        "--set",
+        "train.keep_last=0",
+        "--set",
+        "model.dropout=0.1",
+        "--set",
+        "train.device=cuda",
+        "--set",
+        "train.log_every=1",
+    ]
 
 
 def test_resume_after_sigkill_on_cuda(prepared, tmp_path):
@@ -128,8 +163,9 @@ def test_max_tokens_auto_probes_gpu_memory(prepared, tmp_path):
 
 def test_real_out_of_memory_splits_the_batch(prepared, tmp_path):
     """Cap the allocator below what one big batch needs: the update must split, not die."""
-    trainer, messages = _trainer(prepared, tmp_path / "run", "train.max_tokens=60000", "model.d_model=256",
-                                 "model.d_ff=2048", "model.dropout=0.0")
+    trainer, messages = _trainer(
+        prepared, tmp_path / "run", "train.max_tokens=60000", "model.d_model=256", "model.d_ff=2048", "model.dropout=0.0"
+    )
     group = [max(trainer._epoch_batches(), key=len)]
     torch.cuda.synchronize()
     baseline = torch.cuda.memory_allocated()
@@ -152,9 +188,12 @@ def test_decoding_on_cuda_equals_cpu(overfit, multi30k):
     run_dir, train_src, _ = overfit
     lines = train_src + read_lines(multi30k / "test_2016_flickr.en.gz", 200)
     outputs = {}
-    for name, device, dtype, graphs in (("cpu", "cpu", torch.float32, False), ("cuda", "cuda", torch.float32, True),
-                                        ("cuda-eager", "cuda", torch.float32, False),
-                                        ("cuda-bf16", "cuda", torch.bfloat16, True)):
+    for name, device, dtype, graphs in (
+        ("cpu", "cpu", torch.float32, False),
+        ("cuda", "cuda", torch.float32, True),
+        ("cuda-eager", "cuda", torch.float32, False),
+        ("cuda-bf16", "cuda", torch.bfloat16, True),
+    ):
         loaded = load_model(run_dir, device, dtype)
         for beam in (4, 1):
             config = replace(loaded.recipe.decode, cuda_graphs=graphs, beam=beam)

@@ -40,8 +40,18 @@ def test_tensorboard_event_files_hold_the_metrics(run_dir):
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"train/loss", "train/nll", "train/ppl", "train/lr", "train/tgt_tokens_per_s", "train/grad_norm",
-            "train/pad_share", "valid/loss", "valid/ppl", "valid/bleu"} <= tags
+    assert {
+        "train/loss",
+        "train/nll",
+        "train/ppl",
+        "train/lr",
+        "train/tgt_tokens_per_s",
+        "train/grad_norm",
+        "train/pad_share",
+        "valid/loss",
+        "valid/ppl",
+        "valid/bleu",
+    } <= tags
     logged = {r["step"]: r for r in records(run_dir) if "loss" in r}
     seen = {e.step: e.value for e in events.Scalars("train/loss")}
     assert seen.keys() == logged.keys()
@@ -72,8 +82,9 @@ def test_plot_draws_one_and_several_runs(run_dir, tmp_path):
 
     other = tmp_path / "other"
     other.mkdir()
-    shifted = [{**r, **{k: v * 1.5 for k, v in r.items() if k in ("loss", "valid_loss", "valid_bleu")}}
-               for r in records(run_dir)]
+    shifted = [
+        {**r, **{k: v * 1.5 for k, v in r.items() if k in ("loss", "valid_loss", "valid_bleu")}} for r in records(run_dir)
+    ]
     (other / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in shifted))
     one, two = tmp_path / "one.png", tmp_path / "two.png"
     runner = CliRunner()

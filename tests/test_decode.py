@@ -86,20 +86,22 @@ def test_length_limit_is_respected(loaded, overfit):
         assert len(hyps[0].tokens) <= 3
 
 
-@pytest.mark.parametrize("lines", [
-    [""],
-    ["", "", ""],
-    ["A man.", "", "Two dogs play.", "", "", "A long sentence about a woman who walks on a street in a city."],
-    [],
-])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [""],
+        ["", "", ""],
+        ["A man.", "", "Two dogs play.", "", "", "A long sentence about a woman who walks on a street in a city."],
+        [],
+    ],
+)
 def test_empty_lines_keep_alignment_and_order(loaded, lines):
     translator = Translator(loaded, replace(loaded.recipe.decode, beam=2), chunk_lines=2)
     out = [hyps[0][0] for hyps in translator.translate(lines)]
     assert len(out) == len(lines)
     for line, text in zip(lines, out):
         assert (text == "") == (line == "")
-    alone = [next(iter(Translator(loaded, replace(loaded.recipe.decode, beam=2)).translate([line])))[0][0]
-             for line in lines]
+    alone = [next(iter(Translator(loaded, replace(loaded.recipe.decode, beam=2)).translate([line])))[0][0] for line in lines]
     assert out == alone
 
 
@@ -167,8 +169,10 @@ def test_beam_search_equals_plain_reference(loaded, overfit, stop, beam, alpha):
 def test_stop_rules_trade_search_for_speed(loaded, overfit):
     _, src, _ = overfit
     batch = encode(loaded, src[50:70])
-    best = {stop: beam_search(loaded.model, batch, replace(loaded.recipe.decode, beam=4, stop=stop))
-            for stop in ("bound", "beam", "top")}
+    best = {
+        stop: beam_search(loaded.model, batch, replace(loaded.recipe.decode, beam=4, stop=stop))
+        for stop in ("bound", "beam", "top")
+    }
     # 'bound' searches longest, so its best hypothesis scores at least as well as the others'.
     for i in range(len(batch)):
         assert best["bound"][i][0].score >= best["beam"][i][0].score - 1e-5
@@ -253,8 +257,7 @@ def test_forced_score_of_the_search_output_is_the_search_score(loaded, overfit):
     sources = [loaded.src_vocab.encode(line) for line in lines]
     for config in (replace(loaded.recipe.decode, beam=1), replace(loaded.recipe.decode, beam=4, alpha=0.6)):
         found = beam_search(loaded.model, batch, config) if config.beam > 1 else greedy_search(loaded.model, batch, config)
-        scores = forced_scores(loaded.model, [(s, h[0].tokens) for s, h in zip(sources, found)], config,
-                               torch.device("cpu"))
+        scores = forced_scores(loaded.model, [(s, h[0].tokens) for s, h in zip(sources, found)], config, torch.device("cpu"))
         assert [r.normalised for r in scores] == pytest.approx([h[0].score for h in found], abs=1e-4)
         assert all(r.tokens == len(h[0].tokens) + 1 and r.total <= 0 for r, h in zip(scores, found))
     wrong = forced_scores(loaded.model, [(sources[0], found[1][0].tokens)], config, torch.device("cpu"))
@@ -269,12 +272,16 @@ def test_sampling_and_forced_scoring_options_fail_in_one_line(loaded, overfit, t
     run_dir, src, _ = overfit
     (tmp_path / "in.txt").write_text("\n".join(src[:3]) + "\n")
     runner = CliRunner()
-    for args, message in ((["translate", "--top-k", "2"], "--top-k applies to sampling; add --sampling"),
-                          (["translate", "--sampling", "--top-p", "1.5"], "--top-p 1.5: must be in (0, 1]"),
-                          (["translate", "--sampling", "--temperature", "0"], "--temperature 0.0: must be above 0"),
-                          (["score", "--model", str(run_dir), str(tmp_path / "in.txt")], "give SRC HYP"),
-                          (["score", "--model", str(run_dir), str(tmp_path / "in.txt"), str(tmp_path / "in.txt"),
-                            "--format", "xml"], "--format: 'xml' is not jsonl or tsv")):
+    for args, message in (
+        (["translate", "--top-k", "2"], "--top-k applies to sampling; add --sampling"),
+        (["translate", "--sampling", "--top-p", "1.5"], "--top-p 1.5: must be in (0, 1]"),
+        (["translate", "--sampling", "--temperature", "0"], "--temperature 0.0: must be above 0"),
+        (["score", "--model", str(run_dir), str(tmp_path / "in.txt")], "give SRC HYP"),
+        (
+            ["score", "--model", str(run_dir), str(tmp_path / "in.txt"), str(tmp_path / "in.txt"), "--format", "xml"],
+            "--format: 'xml' is not jsonl or tsv",
+        ),
+    ):
         extra = ["-m", str(run_dir), "-i", str(tmp_path / "in.txt")] if args[0] == "translate" else []
         result = runner.invoke(app, args + extra)
         assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output, result.output
@@ -289,8 +296,11 @@ def test_an_ensemble_of_a_model_with_itself_is_that_model(loaded, overfit, tmp_p
     lines = src[:12] + ["A woman in a red coat is walking on the street."]
     pair = load_ensemble([run_dir, run_dir / "model.pt"])
     assert isinstance(pair.model, Ensemble) and len(pair.model.models) == 2
-    for config in (replace(loaded.recipe.decode, beam=4), replace(loaded.recipe.decode, beam=1),
-                   replace(loaded.recipe.decode, sampling=True, seed=3, temperature=1.5)):
+    for config in (
+        replace(loaded.recipe.decode, beam=4),
+        replace(loaded.recipe.decode, beam=1),
+        replace(loaded.recipe.decode, sampling=True, seed=3, temperature=1.5),
+    ):
         alone = list(Translator(loaded, config, nbest=2 if config.beam > 1 else 1).translate(lines))
         together = list(Translator(pair, config, nbest=2 if config.beam > 1 else 1).translate(lines))
         assert [[t for t, _ in h] for h in together] == [[t for t, _ in h] for h in alone]
@@ -298,7 +308,8 @@ def test_an_ensemble_of_a_model_with_itself_is_that_model(loaded, overfit, tmp_p
     pairs = [(loaded.src_vocab.encode(line), loaded.tgt_vocab.encode("Ein Hund.")) for line in lines]
     config = loaded.recipe.decode
     assert [r.total for r in forced_scores(pair.model, pairs, config, torch.device("cpu"))] == pytest.approx(
-        [r.total for r in forced_scores(loaded.model, pairs, config, torch.device("cpu"))], abs=1e-4)
+        [r.total for r in forced_scores(loaded.model, pairs, config, torch.device("cpu"))], abs=1e-4
+    )
 
     pb = pytest.importorskip("sentencepiece.sentencepiece_model_pb2")
     payload = torch.load(run_dir / "model.pt", weights_only=True)
@@ -378,9 +389,11 @@ def test_fixed_shape_steps_also_serve_sampling_and_prefixes(loaded, overfit, mon
     _, src, _ = overfit
     lines = src[50:58] + ["Two people."]
     prefixes = ["Ein", "", "Zwei Männer", "", "", "Eine Frau", "", "", "Zwei"]
-    cases = [(replace(loaded.recipe.decode, sampling=True, seed=5, temperature=1.5), 3, None),
-             (replace(loaded.recipe.decode, beam=4), 2, prefixes),
-             (replace(loaded.recipe.decode, beam=1), 1, prefixes)]
+    cases = [
+        (replace(loaded.recipe.decode, sampling=True, seed=5, temperature=1.5), 3, None),
+        (replace(loaded.recipe.decode, beam=4), 2, prefixes),
+        (replace(loaded.recipe.decode, beam=1), 1, prefixes),
+    ]
     expected = [list(Translator(loaded, c, nbest=n).translate(lines, p)) for c, n, p in cases]
 
     def fixed_shape(model, memory, src_mask, config, cached, rows_per_sentence, max_steps):

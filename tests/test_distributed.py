@@ -15,8 +15,14 @@ import torch
 from nmt_cli.train import checkpoint
 
 WORKER = Path(__file__).with_name("dist_worker.py")
-COMMON = ["model.dropout=0.0", "train.threads=1", "train.save_every=3", "train.keep_last=0",
-          "train.validate_every=0", "train.average_last=0"]
+COMMON = [
+    "model.dropout=0.0",
+    "train.threads=1",
+    "train.save_every=3",
+    "train.keep_last=0",
+    "train.validate_every=0",
+    "train.average_last=0",
+]
 
 
 def torchrun(nproc: int, *args: str, **kw) -> subprocess.CompletedProcess:
@@ -38,16 +44,33 @@ def recipe_path(prepared, tmp_path_factory):
 def test_two_ranks_stay_identical_and_equal_one_rank_with_accumulation(recipe_path, tmp_path):
     two = tmp_path / "two"
     two.mkdir()
-    result = torchrun(2, str(WORKER), str(recipe_path), str(two), *COMMON, f"train.dir={two / 'run'}",
-                      "train.max_steps=6", "train.max_tokens=600")
+    result = torchrun(
+        2,
+        str(WORKER),
+        str(recipe_path),
+        str(two),
+        *COMMON,
+        f"train.dir={two / 'run'}",
+        "train.max_steps=6",
+        "train.max_tokens=600",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     rank0, rank1 = torch.load(two / "rank0.pt"), torch.load(two / "rank1.pt")
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
 
     one = tmp_path / "one"
     one.mkdir()
-    result = torchrun(1, str(WORKER), str(recipe_path), str(one), *COMMON, f"train.dir={one / 'run'}",
-                      "train.max_steps=6", "train.max_tokens=600", "train.update_freq=2")
+    result = torchrun(
+        1,
+        str(WORKER),
+        str(recipe_path),
+        str(one),
+        *COMMON,
+        f"train.dir={one / 'run'}",
+        "train.max_steps=6",
+        "train.max_tokens=600",
+        "train.update_freq=2",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     single = torch.load(one / "rank0.pt")
     initial_gap = max((rank0[k] - single[k]).abs().max().item() for k in rank0)
@@ -59,8 +82,16 @@ def test_two_ranks_stay_identical_and_equal_one_rank_with_accumulation(recipe_pa
 
 def test_killed_two_process_run_resumes_with_one_or_two(recipe_path, tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "nmt_cli", "train", str(recipe_path), "--nproc", "2",
-           *sets(*COMMON, f"train.dir={run_dir}", "train.max_steps=100000")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "nmt_cli",
+        "train",
+        str(recipe_path),
+        "--nproc",
+        "2",
+        *sets(*COMMON, f"train.dir={run_dir}", "train.max_steps=100000"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 180
     while not checkpoint.step_checkpoints(run_dir) and time.monotonic() < deadline and proc.poll() is None:
@@ -71,8 +102,16 @@ def test_killed_two_process_run_resumes_with_one_or_two(recipe_path, tmp_path):
     assert saved, "no checkpoint was written before the kill"
     k = int(saved[-1].stem.split("_")[1])
     for nproc, target in ((1, k + 3), (2, k + 6)):
-        cmd = [sys.executable, "-m", "nmt_cli", "train", str(recipe_path), "--nproc", str(nproc),
-               *sets(*COMMON, f"train.dir={run_dir}", f"train.max_steps={target}")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "nmt_cli",
+            "train",
+            str(recipe_path),
+            "--nproc",
+            str(nproc),
+            *sets(*COMMON, f"train.dir={run_dir}", f"train.max_steps={target}"),
+        ]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         assert "resuming from" in result.stderr
@@ -99,16 +138,25 @@ def _descendants(pid: int) -> list[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the worker processes")
 def test_a_dying_rank_stops_the_others(recipe_path, tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "nmt_cli", "train", str(recipe_path), "--nproc", "2",
-           *sets(*COMMON, f"train.dir={run_dir}", "train.max_steps=100000", "train.dist_timeout_minutes=1")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "nmt_cli",
+        "train",
+        str(recipe_path),
+        "--nproc",
+        "2",
+        *sets(*COMMON, f"train.dir={run_dir}", "train.max_steps=100000", "train.dist_timeout_minutes=1"),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 180
     while not checkpoint.step_checkpoints(run_dir) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
-    workers = [pid for pid in _descendants(proc.pid)
-               if b"nmt_cli" in (line := Path(f"/proc/{pid}/cmdline").read_bytes())
-               and b"torch.distributed.run" not in line]
+    workers = [
+        pid
+        for pid in _descendants(proc.pid)
+        if b"nmt_cli" in (line := Path(f"/proc/{pid}/cmdline").read_bytes()) and b"torch.distributed.run" not in line
+    ]
     assert len(workers) >= 2, workers
     os.kill(workers[-1], signal.SIGKILL)
     try:
@@ -117,5 +165,6 @@ def test_a_dying_rank_stops_the_others(recipe_path, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0
-    assert all(not Path(f"/proc/{pid}").exists() or b"zombie" in Path(f"/proc/{pid}/status").read_bytes().lower()
-               for pid in workers)
+    assert all(
+        not Path(f"/proc/{pid}").exists() or b"zombie" in Path(f"/proc/{pid}/status").read_bytes().lower() for pid in workers
+    )

@@ -15,16 +15,20 @@ from nmt_cli.config import load_recipe
 from nmt_cli.data.download import download_all
 from nmt_cli.errors import DownloadError
 
-SGM = ('<srcset setid="newstest2014" srclang="any">\n<doc docid="1">\n<seg id="1">A &amp; B are here.</seg>\n'
-       '<seg id="2">Second line.</seg>\n</doc>\n</srcset>\n')
+SGM = (
+    '<srcset setid="newstest2014" srclang="any">\n<doc docid="1">\n<seg id="1">A &amp; B are here.</seg>\n'
+    '<seg id="2">Second line.</seg>\n</doc>\n</srcset>\n'
+)
 
 
 def build_archive() -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, text in (("training/corpus.de-en.en", "Hello world.\nGood morning.\n"),
-                           ("training/corpus.de-en.de", "Hallo Welt.\nGuten Morgen.\n"),
-                           ("dev/newstest2014-deen-src.en.sgm", SGM)):
+        for name, text in (
+            ("training/corpus.de-en.en", "Hello world.\nGood morning.\n"),
+            ("training/corpus.de-en.de", "Hallo Welt.\nGuten Morgen.\n"),
+            ("dev/newstest2014-deen-src.en.sgm", SGM),
+        ):
             data = text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -87,11 +91,19 @@ def server():
 
 
 def recipe_for(tmp_path: Path, url: str, sha: str, extract: bool = True):
-    extract_block = ("    extract:\n      training/corpus.de-en.en: corpus.en\n      training/corpus.de-en.de: corpus.de\n"
-                     "      dev/newstest2014-deen-src.en.sgm: newstest2014.en\n") if extract else "    save_as: raw.bin\n"
+    extract_block = (
+        (
+            "    extract:\n      training/corpus.de-en.en: corpus.en\n      training/corpus.de-en.de: corpus.de\n"
+            "      dev/newstest2014-deen-src.en.sgm: newstest2014.en\n"
+        )
+        if extract
+        else "    save_as: raw.bin\n"
+    )
     path = tmp_path / "r.yaml"
-    path.write_text(f"data: {{src_lang: en, tgt_lang: de, root: {tmp_path / 'corpora'}, train: [corpus]}}\n"
-                    f"download:\n  - url: {url}\n    sha256: '{sha}'\n{extract_block}")
+    path.write_text(
+        f"data: {{src_lang: en, tgt_lang: de, root: {tmp_path / 'corpora'}, train: [corpus]}}\n"
+        f"download:\n  - url: {url}\n    sha256: '{sha}'\n{extract_block}"
+    )
     return load_recipe(path)
 
 
@@ -120,8 +132,9 @@ def test_interrupted_transfer_resumes_with_range(server, tmp_path):
     assert 0 < partial.stat().st_size < len(archive)
     assert not (tmp_path / "corpora" / "corpus.en").exists()
     download_all(recipe, progress=False, cache=tmp_path / "cache", log=lambda _m: None)
-    assert server.requests[-1][1] == f"bytes={partial.stat().st_size if partial.exists() else 0}-" or \
-        server.requests[-1][1].startswith("bytes=")
+    assert server.requests[-1][1] == f"bytes={partial.stat().st_size if partial.exists() else 0}-" or server.requests[-1][
+        1
+    ].startswith("bytes=")
     assert (tmp_path / "cache" / "wmt.tgz").read_bytes() == archive
     assert (tmp_path / "corpora" / "corpus.en").read_text() == "Hello world.\nGood morning.\n"
 
@@ -156,10 +169,10 @@ def test_wrong_file_in_the_cache_is_moved_aside_not_deleted(tmp_path):
 
 def test_offline_download_lists_every_missing_file(tmp_path):
     path = tmp_path / "r.yaml"
-    sources = "".join(f"  - url: http://127.0.0.1:9/part{i}.tgz\n    sha256: '{'0' * 64}'\n    save_as: part{i}.tgz\n"
-                      for i in range(3))
-    path.write_text(f"data: {{src_lang: en, tgt_lang: de, root: {tmp_path / 'corpora'}, train: [c]}}\n"
-                    f"download:\n{sources}")
+    sources = "".join(
+        f"  - url: http://127.0.0.1:9/part{i}.tgz\n    sha256: '{'0' * 64}'\n    save_as: part{i}.tgz\n" for i in range(3)
+    )
+    path.write_text(f"data: {{src_lang: en, tgt_lang: de, root: {tmp_path / 'corpora'}, train: [c]}}\ndownload:\n{sources}")
     with pytest.raises(DownloadError) as err:
         download_all(load_recipe(path), progress=False, cache=tmp_path / "cache", log=lambda _m: None)
     message = str(err.value)

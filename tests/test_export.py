@@ -32,8 +32,9 @@ def test_exported_model_gives_the_same_greedy_outputs(overfit, tmp_path):
     engine = CTranslate2Engine(out, threads=1)
     theirs = [h[0][0] for h in engine.translate(lines, replace(engine.decode_config, beam=1))]
     assert theirs == ours
-    cli = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--beam", "1"],
-                        input="\n".join(lines[:3]) + "\n")
+    cli = runner.invoke(
+        app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--beam", "1"], input="\n".join(lines[:3]) + "\n"
+    )
     assert cli.exit_code == 0, cli.output
     assert cli.stdout.splitlines() == ours[:3]
     # Beam 4: CTranslate2 normalises by |Y|^alpha and stops once a sentence has 4 finished
@@ -41,16 +42,22 @@ def test_exported_model_gives_the_same_greedy_outputs(overfit, tmp_path):
     config = replace(loaded.recipe.decode, beam=4, length_penalty="average", stop="beam")
     ours_beam = [h[0][0] for h in Translator(loaded, config).translate(lines)]
     assert [h[0][0] for h in engine.translate(lines, config)] == ours_beam
-    refused = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--stop", "top"],
-                            input="A dog.\n")
+    refused = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--stop", "top"], input="A dog.\n")
     assert refused.exit_code != 0 and refused.output.count("\n") == 1 and "--stop beam" in refused.output
-    gnmt = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--length-penalty", "gnmt"],
-                         input="A dog.\n")
+    gnmt = runner.invoke(
+        app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--length-penalty", "gnmt"], input="A dog.\n"
+    )
     assert gnmt.exit_code != 0 and gnmt.output.count("\n") == 1 and "--length-penalty average" in gnmt.output
 
 
-VARIANTS = [dict(norm="post"), dict(norm="pre"), dict(positions="learned"), dict(positions="relative"),
-            dict(activation="gelu", norm="pre"), dict(share_embeddings=False, tie_output=False)]
+VARIANTS = [
+    dict(norm="post"),
+    dict(norm="pre"),
+    dict(positions="learned"),
+    dict(positions="relative"),
+    dict(activation="gelu", norm="pre"),
+    dict(share_embeddings=False, tie_output=False),
+]
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
@@ -58,8 +65,15 @@ def test_token_scores_match_for_each_supported_variant(overfit, tmp_path, varian
     run_dir, src, tgt = overfit
     payload = torchfile.load(run_dir / "model.pt")
     recipe = recipe_to_dict(load_model(run_dir).recipe)
-    recipe["model"] = {**recipe["model"], "layers": 2, "d_model": 32, "n_heads": 4, "d_ff": 64,
-                       "max_relative_position": 4, **variant}
+    recipe["model"] = {
+        **recipe["model"],
+        "layers": 2,
+        "d_model": 32,
+        "n_heads": 4,
+        "d_ff": 64,
+        "max_relative_position": 4,
+        **variant,
+    }
     torch.manual_seed(1)
     vocab_size = load_model(run_dir).src_vocab.get_piece_size()
     model = build_model(ModelConfig(**{k: v for k, v in recipe["model"].items()}), vocab_size, vocab_size)
@@ -85,9 +99,14 @@ def test_token_scores_match_for_each_supported_variant(overfit, tmp_path, varian
         torch.testing.assert_close(torch.tensor(scored.log_probs), ours, atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("variant, option", [(dict(norm="rezero"), "model.norm=rezero"),
-                                             (dict(init="tfixup"), "model.init=tfixup"),
-                                             (dict(positions="xl"), "model.positions=xl")])
+@pytest.mark.parametrize(
+    "variant, option",
+    [
+        (dict(norm="rezero"), "model.norm=rezero"),
+        (dict(init="tfixup"), "model.init=tfixup"),
+        (dict(positions="xl"), "model.positions=xl"),
+    ],
+)
 def test_unsupported_variants_are_refused(overfit, tmp_path, variant, option):
     run_dir, _, _ = overfit
     payload = torchfile.load(run_dir / "model.pt")

@@ -19,16 +19,28 @@ from nmt_cli.train.loop import load_dataset, train
 
 
 def snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def child_recipe(folder: Path, corpus: Path, parent: Path, *extra: str):
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "child.yaml"
     path.write_text(tiny_recipe_yaml(corpus, folder / "data", folder / "run"))
-    return load_recipe(path, [*OVERFIT_SETTINGS, f"vocab.from={parent}", f"train.init_from={parent}",
-                              "train.max_steps=4", "train.save_every=2", *extra])
+    return load_recipe(
+        path,
+        [
+            *OVERFIT_SETTINGS,
+            f"vocab.from={parent}",
+            f"train.init_from={parent}",
+            "train.max_steps=4",
+            "train.save_every=2",
+            *extra,
+        ],
+    )
 
 
 def test_fine_tuning_reuses_ids_trains_a_new_run_and_leaves_the_parent_alone(overfit, m30k_slice, tmp_path):

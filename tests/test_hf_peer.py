@@ -18,8 +18,17 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from hf_peer import hf_loss, to_marian  # noqa: E402
 
-CONFIG = ModelConfig(layers=2, decoder_layers=3, d_model=32, n_heads=4, d_ff=64, dropout=0.0,
-                     attention_dropout=0.0, activation_dropout=0.0, max_positions=64)
+CONFIG = ModelConfig(
+    layers=2,
+    decoder_layers=3,
+    d_model=32,
+    n_heads=4,
+    d_ff=64,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    max_positions=64,
+)
 
 
 def _model(seed: int = 0):
@@ -48,8 +57,13 @@ def test_marian_gives_our_logits_on_the_same_weights():
         theirs = marian(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in).logits
     real = tgt_out != PAD_ID
     torch.testing.assert_close(theirs[real], ours[real], rtol=1e-4, atol=1e-4)
-    assert not torch.allclose(ours[real], to_marian(_model(seed=1), "eager")(
-        input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in).logits[real].detach(), atol=1e-2)
+    assert not torch.allclose(
+        ours[real],
+        to_marian(_model(seed=1), "eager")(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in)
+        .logits[real]
+        .detach(),
+        atol=1e-2,
+    )
 
 
 def test_marian_loss_equals_ours_without_smoothing_and_with():
@@ -71,7 +85,13 @@ def test_marian_greedy_generation_matches_our_greedy_search():
     src = torch.tensor([[5, 9, 14, 22, 31, 40, EOS_ID]])
     config = replace(DecodeConfig(), beam=1, max_len_a=0.0, max_len_b=12)
     ours = greedy_search(model, src, config)[0][0].tokens
-    generated = marian.generate(input_ids=src, attention_mask=src != PAD_ID, num_beams=1, do_sample=False,
-                                max_new_tokens=len(ours), bad_words_ids=[[PAD_ID], [BOS_ID]])[0].tolist()
+    generated = marian.generate(
+        input_ids=src,
+        attention_mask=src != PAD_ID,
+        num_beams=1,
+        do_sample=False,
+        max_new_tokens=len(ours),
+        bad_words_ids=[[PAD_ID], [BOS_ID]],
+    )[0].tolist()
     assert generated[0] == BOS_ID
-    assert generated[1: 1 + len(ours)] == list(ours)
+    assert generated[1 : 1 + len(ours)] == list(ours)

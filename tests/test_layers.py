@@ -11,11 +11,24 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nmt_cli"
 LAYER = {
-    "__main__": 9, "cli": 8, "commands": 7, "pipeline": 6,
-    "train": 5, "export": 5, "serve": 5, "attention_figure": 5,
+    "__main__": 9,
+    "cli": 8,
+    "commands": 7,
+    "pipeline": 6,
+    "train": 5,
+    "export": 5,
+    "serve": 5,
+    "attention_figure": 5,
     "decode": 4,
-    "data": 3, "model": 3, "score": 3, "curves": 3,
-    "config": 2, "utils": 1.5, "errors": 1, "version": 0, "__init__": 0,
+    "data": 3,
+    "model": 3,
+    "score": 3,
+    "curves": 3,
+    "config": 2,
+    "utils": 1.5,
+    "errors": 1,
+    "version": 0,
+    "__init__": 0,
 }
 
 
@@ -36,8 +49,11 @@ def imported_parts(path: Path) -> set[str]:
 
 
 def test_every_part_of_the_package_has_a_layer():
-    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
-             if (p.is_file() and p.suffix == ".py") or (p / "__init__.py").exists()}
+    parts = {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if (p.is_file() and p.suffix == ".py") or (p / "__init__.py").exists()
+    }
     assert parts <= set(LAYER), parts - set(LAYER)
 
 

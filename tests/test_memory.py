@@ -142,12 +142,12 @@ class _OverflowsFirst(torch.nn.Module):
 def test_overflowing_loss_scale_skips_updates_without_advancing_step_or_schedule(prepared, tmp_path):
     trainer, _ = _trainer(prepared, tmp_path / "run", "train.max_steps=3", "train.log_every=1")
     # The CPU scaler runs the same skip logic as CUDA fp16; two overflowing batches must be skipped.
-    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
     trainer.network = _OverflowsFirst(trainer.model, 2)
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     state = trainer.run()
     assert state.step == 3 and state.skipped_updates == 2
-    assert trainer.scaler.get_scale() == 2.0 ** 14  # halved once per overflow
+    assert trainer.scaler.get_scale() == 2.0**14  # halved once per overflow
     assert trainer.scheduler.last_epoch == 3  # one schedule step per applied update
     assert state.epoch == 1 and state.epoch_batches_done == 5  # the skipped batches' data is consumed
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -29,8 +29,18 @@ VARIANTS += [("sinusoidal", "tfixup")]
 def tiny(positions="sinusoidal", norm="post", **kw):
     init = "tfixup" if norm == "tfixup" else "xavier"
     norm = "post" if norm == "tfixup" else norm
-    config = ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0, positions=positions, norm=norm,
-                         init=init, max_relative_position=4, **kw)
+    config = ModelConfig(
+        layers=2,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        positions=positions,
+        norm=norm,
+        init=init,
+        max_relative_position=4,
+        **kw,
+    )
     torch.manual_seed(0)
     model = build_model(config, 50, 50).eval()
     if norm == "rezero":  # alpha starts at 0, which would make every test below trivially pass
@@ -50,8 +60,7 @@ def test_sinusoidal_table_is_the_papers_formula():
             assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
 
 
-@pytest.mark.parametrize("size, d_model, d_ff, heads, paper", [("base", 512, 2048, 8, 65e6),
-                                                                ("big", 1024, 4096, 16, 213e6)])
+@pytest.mark.parametrize("size, d_model, d_ff, heads, paper", [("base", 512, 2048, 8, 65e6), ("big", 1024, 4096, 16, 213e6)])
 def test_parameter_counts_match_table_3(size, d_model, d_ff, heads, paper):
     with torch.device("meta"):
         model = build_model(ModelConfig(d_model=d_model, d_ff=d_ff, n_heads=heads), 37000, 37000)
@@ -121,8 +130,10 @@ def test_fairseq_init_scales_attention_inputs_and_feed_forward():
     xavier = build_model(config, 100, 100)
     fairseq = build_model(replace(config, init="fairseq"), 100, 100)
     d = 64
-    for name, model, qkv_bound, w2_bound in (("xavier", xavier, (6 / (4 * d)) ** 0.5, (6 / (5 * d)) ** 0.5),
-                                             ("fairseq", fairseq, (6 / (2 * d)) ** 0.5 / 2 ** 0.5, (1 / (4 * d)) ** 0.5)):
+    for name, model, qkv_bound, w2_bound in (
+        ("xavier", xavier, (6 / (4 * d)) ** 0.5, (6 / (5 * d)) ** 0.5),
+        ("fairseq", fairseq, (6 / (2 * d)) ** 0.5 / 2**0.5, (1 / (4 * d)) ** 0.5),
+    ):
         layer = model.encoder[0]
         for block in layer.self_attn.qkv.weight.split(d):
             assert block.abs().max().item() <= qkv_bound + 1e-6, name
@@ -130,21 +141,21 @@ def test_fairseq_init_scales_attention_inputs_and_feed_forward():
         assert layer.ffn.w2.weight.abs().max().item() == pytest.approx(w2_bound, rel=0.05), name
     layer = fairseq.decoder[0]
     assert layer.self_attn.qkv.bias.abs().max().item() > 0  # PyTorch's default biases, as fairseq's projections
-    assert layer.cross_attn.q.weight.abs().max().item() <= (6 / (2 * d)) ** 0.5 / 2 ** 0.5 + 1e-6
+    assert layer.cross_attn.q.weight.abs().max().item() <= (6 / (2 * d)) ** 0.5 / 2**0.5 + 1e-6
     assert layer.self_attn.out.bias.abs().max().item() == 0
 
 
 def test_schedules():
     d, w = 512, 4000
-    assert noam(1, d, w) == pytest.approx(d ** -0.5 * w ** -1.5)
-    assert noam(w, d, w) == pytest.approx(d ** -0.5 * w ** -0.5)  # the peak
-    assert noam(4 * w, d, w) == pytest.approx(d ** -0.5 * (4 * w) ** -0.5)
+    assert noam(1, d, w) == pytest.approx(d**-0.5 * w**-1.5)
+    assert noam(w, d, w) == pytest.approx(d**-0.5 * w**-0.5)  # the peak
+    assert noam(4 * w, d, w) == pytest.approx(d**-0.5 * (4 * w) ** -0.5)
     assert noam(4 * w, d, w) == pytest.approx(noam(w, d, w) / 2)
     assert inverse_sqrt(1, 1e-3, w) == pytest.approx(1e-3 / w)
     assert inverse_sqrt(w, 1e-3, w) == pytest.approx(1e-3)
     assert inverse_sqrt(4 * w, 1e-3, w) == pytest.approx(5e-4)
     constant = learning_rate(TrainConfig(lr_schedule="constant", lr=3e-4), d)
-    assert constant(1) == constant(10 ** 6) == 3e-4
+    assert constant(1) == constant(10**6) == 3e-4
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -152,8 +163,9 @@ def test_fast_attention_matches_reference(causal):
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
     mask = None if causal else torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
-    torch.testing.assert_close(attention(q, k, v, mask, causal=causal),
-                               attention_reference(q, k, v, mask, causal=causal), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        attention(q, k, v, mask, causal=causal), attention_reference(q, k, v, mask, causal=causal), atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -272,8 +284,9 @@ def test_tying_and_rezero_start():
     model = build_model(ModelConfig(layers=1, d_model=16, n_heads=2, d_ff=32, norm="rezero"), 30, 30)
     assert model.output.weight is model.tgt_embed.weight is model.src_embed.weight
     assert all(p.item() == 0 for n, p in model.named_parameters() if n.endswith("alpha"))
-    untied = build_model(ModelConfig(layers=1, d_model=16, n_heads=2, d_ff=32, share_embeddings=False,
-                                     tie_output=False), 30, 40)
+    untied = build_model(
+        ModelConfig(layers=1, d_model=16, n_heads=2, d_ff=32, share_embeddings=False, tie_output=False), 30, 40
+    )
     assert untied.output.weight.shape == (40, 16) and untied.src_embed.weight.shape == (30, 16)
     assert untied.output.weight is not untied.tgt_embed.weight
 
@@ -288,16 +301,18 @@ def test_tfixup_has_no_layernorm_and_scaled_weights():
     assert fixup.decoder[0].ffn.w1.weight.abs().max().item() <= bound + 1e-6
 
 
-
 @pytest.mark.parametrize("layers, tied", [(3, True), (6, True), (3, False), (6, False)])
 def test_tfixup_scales_each_tensor_as_derived(layers, tied):
     """Huang et al. 2020, steps 1-3: Xavier per d x d (or d x d_ff) matrix, N(0, d^-1/2) embeddings, then
     (9 N)^-1/4 on decoder V, output, FFN and both embeddings, 0.67 N^-1/4 on the encoder's; Q and K untouched."""
     d, d_ff = 256, 1024
     torch.manual_seed(0)
-    model = build_model(ModelConfig(layers=layers, d_model=d, n_heads=4, d_ff=d_ff, init="tfixup",
-                                    share_embeddings=tied, tie_output=tied), 2000, 2000)
-    dec, enc = (9 * layers) ** -0.25, 0.67 * layers ** -0.25
+    model = build_model(
+        ModelConfig(layers=layers, d_model=d, n_heads=4, d_ff=d_ff, init="tfixup", share_embeddings=tied, tie_output=tied),
+        2000,
+        2000,
+    )
+    dec, enc = (9 * layers) ** -0.25, 0.67 * layers**-0.25
     square, ffn = (1 / d) ** 0.5, (2 / (d + d_ff)) ** 0.5  # Xavier std of a d x d and a d x d_ff matrix
 
     def check(tensor, expected):
@@ -315,7 +330,7 @@ def test_tfixup_scales_each_tensor_as_derived(layers, tied):
             check(layer.ffn.w1.weight, ffn * scale)
             check(layer.ffn.w2.weight, ffn * scale)
     for embedding in (model.src_embed, model.tgt_embed):
-        check(embedding.weight[1:], d ** -0.5 * dec)  # both inputs, decoder factor (step 2); row 0 is padding
+        check(embedding.weight[1:], d**-0.5 * dec)  # both inputs, decoder factor (step 2); row 0 is padding
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
 
 
@@ -325,14 +340,13 @@ def test_warmup_free_schedule():
 
     schedule = learning_rate(TrainConfig(lr_schedule="inverse_sqrt_nowarmup", lr=5e-4, warmup=4000), 512)
     assert schedule(1) == pytest.approx(5e-4 * (4000 / 4001) ** 0.5)  # at full rate from the first update
-    assert schedule(4000) == pytest.approx(5e-4 * 0.5 ** 0.5)
+    assert schedule(4000) == pytest.approx(5e-4 * 0.5**0.5)
     assert schedule(12000) == pytest.approx(2.5e-4)
     assert all(schedule(s) > schedule(s + 1) for s in range(1, 50))
 
 
 def test_rezero_alpha_per_layer_is_shared_by_its_branches():
-    per_layer = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, norm="rezero",
-                                        rezero_per="layer"), 30, 30)
+    per_layer = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, norm="rezero", rezero_per="layer"), 30, 30)
     per_branch = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, norm="rezero"), 30, 30)
 
     def alphas(model):

@@ -53,12 +53,16 @@ def test_round_trip_and_metadata(prepared):
 
 
 def test_cleaning_counts_each_step(tmp_path):
-    pairs = {"en": ["a b c", "", "one two three four five six", "x", "same pair", "same pair", " padded  text "],
-             "de": ["a b c", "leer", "eins", "x", "gleich paar", "gleich paar", "gepolstert text"]}
+    pairs = {
+        "en": ["a b c", "", "one two three four five six", "x", "same pair", "same pair", " padded  text "],
+        "de": ["a b c", "leer", "eins", "x", "gleich paar", "gleich paar", "gepolstert text"],
+    }
     write_slice(tmp_path / "c", "train", pairs)
     corpus_recipe(tmp_path)
-    recipe = load_recipe(tmp_path / "r.yaml", ["data.clean.dedup=true", "data.clean.max_ratio=1.5",
-                                               "vocab.size=40", "vocab.byte_fallback=false"])
+    recipe = load_recipe(
+        tmp_path / "r.yaml",
+        ["data.clean.dedup=true", "data.clean.max_ratio=1.5", "vocab.size=40", "vocab.byte_fallback=false"],
+    )
     meta = quiet(recipe)
     train = meta["splits"]["train"]
     assert train["dropped"] == {"empty": 1, "ratio": 1, "duplicate": 1}
@@ -98,8 +102,11 @@ def test_missing_file(tmp_path):
 
 
 def test_line_count_mismatch_names_both_counts(tmp_path, multi30k):
-    write_slice(tmp_path / "c", "train", {"en": read_lines(multi30k / "train.en.gz", 50),
-                                           "de": read_lines(multi30k / "train.de.gz", 47)})
+    write_slice(
+        tmp_path / "c",
+        "train",
+        {"en": read_lines(multi30k / "train.en.gz", 50), "de": read_lines(multi30k / "train.de.gz", 47)},
+    )
     recipe = corpus_recipe(tmp_path)
     with pytest.raises(DataError, match=r"train.en has 50 lines but .*train.de has 47"):
         quiet(recipe)
@@ -131,8 +138,11 @@ def test_invalid_utf8_names_the_line_and_replace_goes_on(tmp_path, multi30k):
 def test_empty_after_filtering(tmp_path):
     write_slice(tmp_path / "c", "train", {"en": ["", "a"], "de": ["x", "a b c d e"]})
     recipe = corpus_recipe(tmp_path)
-    with pytest.raises(DataError, match=r"the train split is empty \(2 lines read, 0 kept\); data.clean dropped 1 empty, "
-                                        r"1 ratio; check the files or relax data.clean"):
+    with pytest.raises(
+        DataError,
+        match=r"the train split is empty \(2 lines read, 0 kept\); data.clean dropped 1 empty, "
+        r"1 ratio; check the files or relax data.clean",
+    ):
         quiet(recipe)
     assert_nothing_complete(recipe)
 

@@ -17,8 +17,10 @@ runner = CliRunner()
 def test_bundled_corpus_is_split_without_overlap():
     root = Path(str(resources.files("nmt_cli") / "sample"))
     for pair in ("en-de", "en-fr"):
-        splits = {s: gzip.decompress((root / pair / f"{s}.en.gz").read_bytes()).decode().splitlines()
-                  for s in ("train", "valid", "test")}
+        splits = {
+            s: gzip.decompress((root / pair / f"{s}.en.gz").read_bytes()).decode().splitlines()
+            for s in ("train", "valid", "test")
+        }
         assert len(splits["train"]) >= 20_000
         assert not set(splits["train"]) & set(splits["test"])
         assert not set(splits["train"]) & set(splits["valid"])
@@ -30,10 +32,32 @@ def test_bundled_corpus_is_split_without_overlap():
 
 def test_quickstart_runs_the_whole_job(tmp_path):
     work = tmp_path / "qs"
-    result = runner.invoke(app, ["quickstart", "--dir", str(work), "--minutes", "5",
-                                 "--set", "train.max_steps=4", "--set", "model.layers=1", "--set", "model.d_model=64",
-                                 "--set", "model.d_ff=128", "--set", "vocab.size=2000", "--set", "train.save_every=2",
-                                 "--set", "decode.beam=2", "--set", "decode.max_len_b=5"])
+    result = runner.invoke(
+        app,
+        [
+            "quickstart",
+            "--dir",
+            str(work),
+            "--minutes",
+            "5",
+            "--set",
+            "train.max_steps=4",
+            "--set",
+            "model.layers=1",
+            "--set",
+            "model.d_model=64",
+            "--set",
+            "model.d_ff=128",
+            "--set",
+            "vocab.size=2000",
+            "--set",
+            "train.save_every=2",
+            "--set",
+            "decode.beam=2",
+            "--set",
+            "decode.max_len_b=5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "copy-the-source baseline" in result.output and "nmt translate -m" in result.output
     model_dir = work / "model"

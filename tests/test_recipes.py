@@ -33,10 +33,21 @@ def test_paper_setups():
 
 @pytest.mark.parametrize("name", ["multi30k_ende", "multi30k_enfr"])
 def test_small_recipes_train_a_few_steps(name, multi30k, tmp_path):
-    recipe = load_recipe(RECIPES / f"{name}.yaml", [
-        f"data.root={multi30k}", f"data.output={tmp_path / 'data'}", f"train.dir={tmp_path / 'run'}",
-        "data.test=[test_2016_flickr]", "train.max_steps=3", "train.max_time=", "train.max_tokens=1024",
-        "train.validate_every=0", "train.save_every=0", "train.threads=2"])
+    recipe = load_recipe(
+        RECIPES / f"{name}.yaml",
+        [
+            f"data.root={multi30k}",
+            f"data.output={tmp_path / 'data'}",
+            f"train.dir={tmp_path / 'run'}",
+            "data.test=[test_2016_flickr]",
+            "train.max_steps=3",
+            "train.max_time=",
+            "train.max_tokens=1024",
+            "train.validate_every=0",
+            "train.save_every=0",
+            "train.threads=2",
+        ],
+    )
     prepare(recipe, log=lambda _m: None, progress=False)
     messages: list[str] = []
     train(recipe, log=messages.append)
@@ -54,6 +65,5 @@ def test_multi30k_download_entries_verify_against_the_real_files(name, multi30k,
     recipe = load_recipe(RECIPES / f"{name}.yaml", [f"data.root={tmp_path / 'root'}"])
     local = tuple(replace(s, url=(multi30k / s.url.rsplit("/", 1)[1]).as_uri()) for s in recipe.download)
     assert len(local) == 10
-    written = download_all(replace(recipe, download=local), log=lambda _m: None, progress=False,
-                           cache=tmp_path / "cache")
+    written = download_all(replace(recipe, download=local), log=lambda _m: None, progress=False, cache=tmp_path / "cache")
     assert {p.name for p in written} >= {"train.en.gz", "val.en.gz", "test_2016_flickr.en.gz"}

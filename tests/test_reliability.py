@@ -32,8 +32,11 @@ runner = CliRunner()
 
 def snapshot(folder: Path) -> dict[str, str]:
     """SHA-256 of every file under ``folder``, by relative path."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def nmt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -46,7 +49,7 @@ def one_line_error(result) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in text, text
-    return " ".join(text[text.index("error:"):].split())  # rich wraps long lines; join them back
+    return " ".join(text[text.index("error:") :].split())  # rich wraps long lines; join them back
 
 
 @pytest.fixture()
@@ -67,8 +70,12 @@ def train_args(recipe: Path, *sets: str) -> list[str]:
 
 def test_second_train_on_a_busy_folder_is_refused_and_the_first_is_undisturbed(recipe_file, tmp_path):
     run = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "nmt_cli", *train_args(recipe_file, "train.max_steps=12")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "nmt_cli", *train_args(recipe_file, "train.max_steps=12")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not checkpoint.step_checkpoints(run) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -266,7 +273,7 @@ def test_translate_never_writes_over_its_input(short_run, tmp_path):
 def test_crafted_checkpoint_recipe_is_checked_before_allocation(short_run, tmp_path):
     payload = checkpoint.load(short_run / "model.pt")
     crafted = tmp_path / "crafted.pt"
-    payload["recipe"]["model"]["d_model"] = 2 ** 40  # out of model.d_model's range
+    payload["recipe"]["model"]["d_model"] = 2**40  # out of model.d_model's range
     torch.save(payload, crafted)
     result = runner.invoke(app, ["translate", "-m", str(crafted)], input="A man.\n")
     assert result.exit_code == 1 and "model.d_model" in one_line_error(result)
@@ -283,8 +290,7 @@ def test_validation_truncates_long_sources_like_translate(recipe_file, tmp_path)
     run = tmp_path / "run"
     result = nmt(*train_args(recipe_file, "train.max_steps=3", "train.validate_every=3", "model.max_positions=12"))
     assert result.returncode == 0, result.stderr
-    assert "longer than model.max_positions (12) and were truncated for validation BLEU" in " ".join(
-        result.stderr.split())
+    assert "longer than model.max_positions (12) and were truncated for validation BLEU" in " ".join(result.stderr.split())
     import json
 
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -407,10 +413,12 @@ def test_prepare_workers_die_with_their_parent(multi30k, tmp_path):
     write_slice(corpus, "train", {"en": src * 4, "de": tgt * 4}, gz=True)
     write_slice(corpus, "val", {"en": src[:50], "de": tgt[:50]})
     recipe = _prepare_recipe(tmp_path, corpus)
-    recipe.write_text(recipe.read_text().replace("workers: 1", "workers: 2\n  chunk_lines: 500")
-                      .replace("  test: [test]\n", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "nmt_cli", "prepare", str(recipe)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recipe.write_text(
+        recipe.read_text().replace("workers: 1", "workers: 2\n  chunk_lines: 500").replace("  test: [test]\n", "")
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nmt_cli", "prepare", str(recipe)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 240
     workers: list[int] = []
     while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
@@ -461,12 +469,15 @@ def test_ctranslate2_compute_type_it_cannot_run_is_one_line(short_run, tmp_path)
     pytest.importorskip("ctranslate2")
     folder = tmp_path / "ct2"
     assert runner.invoke(app, ["export", str(short_run), str(folder)]).exit_code == 0
-    result = runner.invoke(app, ["translate", "-m", str(folder), "--engine", "ctranslate2", "--dtype", "fp16",
-                                 "--device", "cpu"], input="A man.\n")
-    assert result.exit_code == 1 and "CTranslate2 cannot run it with compute type float16 on cpu" in \
-        one_line_error(result)
-    fp32 = runner.invoke(app, ["translate", "-m", str(folder), "--engine", "ctranslate2", "--dtype", "fp32"],
-                         input="A man.\n")
+    result = runner.invoke(
+        app,
+        ["translate", "-m", str(folder), "--engine", "ctranslate2", "--dtype", "fp16", "--device", "cpu"],
+        input="A man.\n",
+    )
+    assert result.exit_code == 1 and "CTranslate2 cannot run it with compute type float16 on cpu" in one_line_error(result)
+    fp32 = runner.invoke(
+        app, ["translate", "-m", str(folder), "--engine", "ctranslate2", "--dtype", "fp32"], input="A man.\n"
+    )
     assert fp32.exit_code == 0 and fp32.output.count("\n") >= 1
 
 

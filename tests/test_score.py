@@ -44,17 +44,18 @@ def sacrebleu_cli(*args: str) -> list[str]:
 def test_same_lines_as_the_sacrebleu_command(files):
     ours = runner.invoke(app, ["score", str(files / "hyp.de"), str(files / "ref.de"), "--metrics", "bleu,chrf,ter"])
     assert ours.exit_code == 0, ours.output
-    theirs = sacrebleu_cli(str(files / "ref.de"), "-i", str(files / "hyp.de"), "-m", "bleu", "chrf", "ter",
-                           "-f", "text")
+    theirs = sacrebleu_cli(str(files / "ref.de"), "-i", str(files / "hyp.de"), "-m", "bleu", "chrf", "ter", "-f", "text")
     assert [line.strip() for line in ours.stdout.splitlines()] == theirs
     assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in ours.stdout
 
 
 def test_json_matches_sacrebleu_scores(files):
-    ours = json.loads(runner.invoke(app, ["score", str(files / "hyp.de"), str(files / "ref.de"), "--json",
-                                          "-m", "bleu,chrf"]).stdout)
-    theirs = json.loads("\n".join(sacrebleu_cli(str(files / "ref.de"), "-i", str(files / "hyp.de"), "-m", "bleu",
-                                                "-w", "4")))
+    ours = json.loads(
+        runner.invoke(app, ["score", str(files / "hyp.de"), str(files / "ref.de"), "--json", "-m", "bleu,chrf"]).stdout
+    )
+    theirs = json.loads(
+        "\n".join(sacrebleu_cli(str(files / "ref.de"), "-i", str(files / "hyp.de"), "-m", "bleu", "-w", "4"))
+    )
     assert ours[0]["score"] == pytest.approx(theirs["score"], abs=1e-4)
     assert ours[0]["signature"] == theirs["signature"]
     assert 20 < ours[0]["score"] < 95
@@ -74,17 +75,21 @@ def test_paper_bleu_is_labelled_next_to_sacrebleu(files):
 
 
 def test_compare_bootstrap(files):
-    result = runner.invoke(app, ["score", "--compare", str(files / "hyp.de"), str(files / "hyp2.de"),
-                                 str(files / "ref.de"), "--samples", "200"])
+    result = runner.invoke(
+        app, ["score", "--compare", str(files / "hyp.de"), str(files / "hyp2.de"), str(files / "ref.de"), "--samples", "200"]
+    )
     assert result.exit_code == 0, result.output
     assert "p = " in result.stdout and "bs:200" in result.stdout
 
 
-@pytest.mark.parametrize("case, message", [
-    ("mismatch", "has 300 lines but"),
-    ("missing", "nothere.txt: file not found"),
-    ("empty", "empty; it must hold one translation per line"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("mismatch", "has 300 lines but"),
+        ("missing", "nothere.txt: file not found"),
+        ("empty", "empty; it must hold one translation per line"),
+    ],
+)
 def test_bad_input_gets_one_line_errors(files, tmp_path, case, message):
     hyp = {"mismatch": files / "hyp2.de", "missing": tmp_path / "nothere.txt", "empty": tmp_path / "empty.txt"}[case]
     if case == "mismatch":

@@ -29,8 +29,13 @@ from nmt_cli.decode.translator import Translator, load_model
 from nmt_cli.model.transformer import build_model
 
 pytest.importorskip("fastapi", reason="nmt serve needs the serve extra")
-UNSEEN = ["A dog runs through the grass.", "Two people.", "A woman in a red coat is walking on the street.",
-          "A little girl climbs into a wooden playhouse.", "Men are playing football in the rain at night."]
+UNSEEN = [
+    "A dog runs through the grass.",
+    "Two people.",
+    "A woman in a red coat is walking on the street.",
+    "A little girl climbs into a wooden playhouse.",
+    "Men are playing football in the rain at night.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +66,7 @@ def assert_same(joined, alone):
         assert [h.score for h in joined[i]] == pytest.approx([h.score for h in hyps], abs=1e-4)
 
 
-@pytest.mark.parametrize("beam, stop, alpha", [(4, "beam", 0.6), (1, "beam", 0.6), (3, "top", 1.0),
-                                               (5, "bound", 0.0)])
+@pytest.mark.parametrize("beam, stop, alpha", [(4, "beam", 0.6), (1, "beam", 0.6), (3, "top", 1.0), (5, "bound", 0.0)])
 def test_sentences_joining_a_running_batch_decode_as_offline_search(loaded, overfit, beam, stop, alpha):
     _, src, _ = overfit
     sources = [loaded.src_vocab.encode(line) for line in src[:24] + UNSEEN]
@@ -150,22 +154,25 @@ def test_our_shape_has_nbest_lists_scores_and_timing(client, loaded, overfit):
     assert second["score"] == pytest.approx(expected[3][0][1], abs=1e-4) and not second["truncated"]
 
 
-@pytest.mark.parametrize("body, status, words", [
-    (b"{\"q\": ", 400, "not valid JSON"),
-    (b"[1, 2]", 400, "JSON object"),
-    (b"{\"q\": \"a\", \"text\": \"b\"}", 400, "exactly one"),
-    (b"{\"source\": \"en\"}", 400, "exactly one"),
-    (b"{\"q\": \"   \", \"source\": \"en\", \"target\": \"de\"}", 400, "empty"),
-    (b"{\"q\": [], \"source\": \"en\", \"target\": \"de\"}", 400, "non-empty list"),
-    (b"{\"q\": \"Hi\", \"source\": \"fr\", \"target\": \"de\"}", 400, "no model translates fr"),
-    (b"{\"text\": \"Hi\", \"model\": \"de-en\"}", 400, "GET /models"),
-    (b"{\"text\": \"Hi\", \"beam\": 0}", 400, "\"beam\""),
-    (b"{\"text\": \"Hi\", \"beam\": 2, \"nbest\": 3}", 400, "\"nbest\""),
-    (b"{\"text\": \"Hi\", \"alpha\": \"x\"}", 400, "\"alpha\""),
-    (b"{\"q\": \"Hi\", \"target\": \"de\", \"format\": \"html\"}", 400, "format"),
-    (json.dumps({"text": "\n".join(["Hi"] * 9)}).encode(), 413, "more than 8 lines"),
-    (json.dumps({"text": "x" * 5000}).encode(), 413, "limit is 4,000"),
-])
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        (b'{"q": ', 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (b'{"q": "a", "text": "b"}', 400, "exactly one"),
+        (b'{"source": "en"}', 400, "exactly one"),
+        (b'{"q": "   ", "source": "en", "target": "de"}', 400, "empty"),
+        (b'{"q": [], "source": "en", "target": "de"}', 400, "non-empty list"),
+        (b'{"q": "Hi", "source": "fr", "target": "de"}', 400, "no model translates fr"),
+        (b'{"text": "Hi", "model": "de-en"}', 400, "GET /models"),
+        (b'{"text": "Hi", "beam": 0}', 400, '"beam"'),
+        (b'{"text": "Hi", "beam": 2, "nbest": 3}', 400, '"nbest"'),
+        (b'{"text": "Hi", "alpha": "x"}', 400, '"alpha"'),
+        (b'{"q": "Hi", "target": "de", "format": "html"}', 400, "format"),
+        (json.dumps({"text": "\n".join(["Hi"] * 9)}).encode(), 413, "more than 8 lines"),
+        (json.dumps({"text": "x" * 5000}).encode(), 413, "limit is 4,000"),
+    ],
+)
 def test_bad_requests_get_a_json_error_and_the_server_goes_on(client, body, status, words):
     answer = client.post("/translate", content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == status
@@ -190,11 +197,16 @@ def test_models_health_metrics_and_page(client, loaded):
     assert client.get("/health").json()["status"] == "ok"
     client.post("/translate", json={"text": "A dog."})
     metrics = client.get("/metrics").text
-    for name in ("nmt_requests_total{status=\"ok\"}", "nmt_queue_sentences{model=\"en-de\"}",
-                 "nmt_batch_occupancy", "nmt_request_latency_seconds_bucket", "nmt_step_batch_sentences_bucket"):
+    for name in (
+        'nmt_requests_total{status="ok"}',
+        'nmt_queue_sentences{model="en-de"}',
+        "nmt_batch_occupancy",
+        "nmt_request_latency_seconds_bucket",
+        "nmt_step_batch_sentences_bucket",
+    ):
         assert name in metrics
     page = client.get("/")
-    assert page.status_code == 200 and "id=\"go\"" in page.text
+    assert page.status_code == 200 and 'id="go"' in page.text
 
 
 # --------------------------------------------------------------------------- a real server process
@@ -232,9 +244,27 @@ def wait_for(condition, what, timeout=120):
 def server(overfit):
     """`nmt serve` in its own process, with a small token budget so long requests take many steps."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "nmt_cli", "serve", "-m", str(overfit[0]), "--port", str(port),
-                                "--threads", "1", "--batch-tokens", "40", "--log-level", "warning"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nmt_cli",
+            "serve",
+            "-m",
+            str(overfit[0]),
+            "--port",
+            str(port),
+            "--threads",
+            "1",
+            "--batch-tokens",
+            "40",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def up():
@@ -267,7 +297,7 @@ def test_concurrent_clients_get_what_offline_translation_gives(server, loaded, o
     for thread in threads:
         thread.join()
     assert [answers[i] for i in range(len(lines))] == [hyps[0][0] for hyps in translated(loaded, lines)]
-    assert metric(url, "nmt_decoder_steps_total{model=\"en-de\"}") > 0
+    assert metric(url, 'nmt_decoder_steps_total{model="en-de"}') > 0
 
 
 def test_a_client_that_disconnects_frees_its_rows(server, overfit):
@@ -276,14 +306,17 @@ def test_a_client_that_disconnects_frees_its_rows(server, overfit):
     port = int(url.rsplit(":", 1)[1])
     body = json.dumps({"text": "\n".join(src[:100])}).encode()
     connection = socket.create_connection(("127.0.0.1", port))
-    connection.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    wait_for(lambda: metric(url, "nmt_batch_sentences{model=\"en-de\"}") > 0, "the request to run")
+    connection.sendall(
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    wait_for(lambda: metric(url, 'nmt_batch_sentences{model="en-de"}') > 0, "the request to run")
     connection.close()
-    wait_for(lambda: metric(url, "nmt_requests_total{status=\"cancelled\"}") == 1, "the cancellation")
-    wait_for(lambda: metric(url, "nmt_batch_sentences{model=\"en-de\"}") == 0, "its rows to leave")
-    assert metric(url, "nmt_queue_sentences{model=\"en-de\"}") == 0
-    assert metric(url, "nmt_sentences_total{model=\"en-de\",status=\"ok\"}") == 0
+    wait_for(lambda: metric(url, 'nmt_requests_total{status="cancelled"}') == 1, "the cancellation")
+    wait_for(lambda: metric(url, 'nmt_batch_sentences{model="en-de"}') == 0, "its rows to leave")
+    assert metric(url, 'nmt_queue_sentences{model="en-de"}') == 0
+    assert metric(url, 'nmt_sentences_total{model="en-de",status="ok"}') == 0
     assert post(url + "/translate", {"text": src[0]})[0] == 200  # the loop goes on
 
 
@@ -294,7 +327,7 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits(server, loaded, over
     answer: dict = {}
     thread = threading.Thread(target=lambda: answer.update(post(url + "/translate", {"text": lines})[1]))
     thread.start()
-    wait_for(lambda: metric(url, "nmt_batch_sentences{model=\"en-de\"}") > 0, "the request to run")
+    wait_for(lambda: metric(url, 'nmt_batch_sentences{model="en-de"}') > 0, "the request to run")
     process.send_signal(signal.SIGTERM)
     thread.join(120)
     assert [t["text"] for t in answer["translations"]] == [hyps[0][0] for hyps in translated(loaded, lines)]
@@ -304,8 +337,7 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits(server, loaded, over
 
 def test_serve_errors_are_one_line(tmp_path, overfit):
     def nmt(*args):
-        return subprocess.run([sys.executable, "-m", "nmt_cli", "serve", *args], capture_output=True, text=True,
-                              timeout=120)
+        return subprocess.run([sys.executable, "-m", "nmt_cli", "serve", *args], capture_output=True, text=True, timeout=120)
 
     missing = nmt("-m", str(tmp_path / "nothing"))
     assert missing.returncode == 1 and "model not found" in missing.stderr
@@ -329,8 +361,16 @@ def browser_or_skip():
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ):
         options.add_argument(flag)
     from selenium.webdriver.chrome.service import Service
 

@@ -48,9 +48,25 @@ def _state(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _train_cmd(recipe_path: Path, run_dir: Path, steps: int) -> list[str]:
-    return [sys.executable, "-m", "nmt_cli", "train", str(recipe_path), "--set", f"train.dir={run_dir}",
-            "--set", f"train.max_steps={steps}", "--set", "train.save_every=4", "--set", "train.keep_last=0",
-            "--set", "train.threads=1", "--set", "model.dropout=0.1"]
+    return [
+        sys.executable,
+        "-m",
+        "nmt_cli",
+        "train",
+        str(recipe_path),
+        "--set",
+        f"train.dir={run_dir}",
+        "--set",
+        f"train.max_steps={steps}",
+        "--set",
+        "train.save_every=4",
+        "--set",
+        "train.keep_last=0",
+        "--set",
+        "train.threads=1",
+        "--set",
+        "model.dropout=0.1",
+    ]
 
 
 def test_resume_after_sigkill_is_bitwise_exact(prepared, tmp_path):
@@ -172,8 +188,9 @@ def _short_run(prepared, tmp_path, *overrides):
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "r.yaml"
     path.write_text(Path(prepared.run_dir.parent / "tiny.yaml").read_text())
-    recipe = load_recipe(path, [f"train.dir={tmp_path / 'run'}", "train.max_steps=3", "train.save_every=0",
-                                "train.log_every=1", *overrides])
+    recipe = load_recipe(
+        path, [f"train.dir={tmp_path / 'run'}", "train.max_steps=3", "train.save_every=0", "train.log_every=1", *overrides]
+    )
     messages: list[str] = []
     train(recipe, log=messages.append)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -190,9 +207,10 @@ def test_bf16_autocast_trains_on_cpu(prepared, tmp_path):
 
 
 def test_gradient_accumulation_and_clipping_run(prepared, tmp_path):
-    messages, records = _short_run(prepared, tmp_path, "train.update_freq=2", "train.clip_norm=0.5",
-                                   "train.lr_schedule=noam", "train.warmup=2")
-    assert records[0]["lr"] == pytest.approx(32 ** -0.5 * 2 ** -1.5)  # noam at update 1 with warm-up 2
+    messages, records = _short_run(
+        prepared, tmp_path, "train.update_freq=2", "train.clip_norm=0.5", "train.lr_schedule=noam", "train.warmup=2"
+    )
+    assert records[0]["lr"] == pytest.approx(32**-0.5 * 2**-1.5)  # noam at update 1 with warm-up 2
     assert records[-1]["step"] == 3
 
 
@@ -206,7 +224,8 @@ def test_activation_checkpointing_gives_the_same_update(prepared, tmp_path):
     _, plain = _short_run(prepared, tmp_path / "a", "model.dropout=0.0")
     _, checkpointed = _short_run(prepared, tmp_path / "b", "model.dropout=0.0", "train.activation_checkpointing=true")
     assert [r["loss"] for r in plain if "loss" in r] == pytest.approx(
-        [r["loss"] for r in checkpointed if "loss" in r], rel=1e-5)
+        [r["loss"] for r in checkpointed if "loss" in r], rel=1e-5
+    )
 
 
 @pytest.mark.slow
@@ -216,8 +235,10 @@ def test_torch_compile_trains(prepared, tmp_path):
 
 
 def test_pairs_longer_than_the_model_are_counted_not_dropped_silently(prepared, tmp_path):
-    recipe = load_recipe(Path(prepared.run_dir.parent / "tiny.yaml"),
-                         [f"train.dir={tmp_path / 'run'}", "model.max_positions=20", "train.max_steps=1"])
+    recipe = load_recipe(
+        Path(prepared.run_dir.parent / "tiny.yaml"),
+        [f"train.dir={tmp_path / 'run'}", "model.max_positions=20", "train.max_steps=1"],
+    )
     messages: list[str] = []
     train(recipe, log=messages.append)
     lengths = load_dataset(recipe).train.pair_lengths

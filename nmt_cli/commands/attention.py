@@ -14,8 +14,9 @@ def run(
     sentence: str = typer.Argument(..., help="The source sentence to translate and show."),
     model: Path = typer.Option(..., "--model", "-m", help="Model folder (its model.pt) or any checkpoint file."),
     output: Path = typer.Option(..., "--output", "-o", help="The PNG file to write."),
-    beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size for the translation. [recipe]",
-                             show_default=False),
+    beam: int = typer.Option(
+        None, "--beam", "-b", min=1, help="Beam size for the translation. [recipe]", show_default=False
+    ),
 ) -> None:
     """Draw encoder, decoder and cross-attention heatmaps per layer and head (needs matplotlib)."""
     from ..attention_figure import draw_attention
@@ -34,7 +35,14 @@ def run(
     config = with_overrides(loaded.recipe.decode, beam=beam)
     hypothesis = search(loaded.model, pad_rows([source + [EOS_ID]]), config)[0][0]
     maps = attention_maps(loaded.model, source, hypothesis.tokens)
-    draw_attention(maps, [loaded.src_vocab.IdToPiece(t) for t in source],
-                   [loaded.tgt_vocab.IdToPiece(t) for t in hypothesis.tokens], output)
-    console.print(f"{loaded.tgt_vocab.decode(hypothesis.tokens)}\nattention of {len(maps.encoder)}+{len(maps.decoder)} "
-                  f"layers written to {output}", markup=False)
+    draw_attention(
+        maps,
+        [loaded.src_vocab.IdToPiece(t) for t in source],
+        [loaded.tgt_vocab.IdToPiece(t) for t in hypothesis.tokens],
+        output,
+    )
+    console.print(
+        f"{loaded.tgt_vocab.decode(hypothesis.tokens)}\nattention of {len(maps.encoder)}+{len(maps.decoder)} "
+        f"layers written to {output}",
+        markup=False,
+    )

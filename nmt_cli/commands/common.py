@@ -13,8 +13,8 @@ console = Console(stderr=True, highlight=False)
 
 RecipeArg = typer.Argument(..., help="Recipe YAML file.", show_default=False)
 SetOption = typer.Option(
-    [], "--set", "-s", metavar="KEY=VALUE",
-    help="Override a recipe value, e.g. --set model.layers=3 (repeatable).")
+    [], "--set", "-s", metavar="KEY=VALUE", help="Override a recipe value, e.g. --set model.layers=3 (repeatable)."
+)
 
 
 def recipe_from_cli(path: Path, overrides: list[str]) -> Recipe:

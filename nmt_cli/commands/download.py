@@ -12,13 +12,15 @@ from .common import RecipeArg, SetOption, console, recipe_from_cli
 def run(
     recipe: Path = RecipeArg,
     overrides: list[str] = SetOption,
-    cache: Path = typer.Option(None, "--cache-dir", help="Where archives are kept (default: $NMT_CACHE or "
-                               "~/.cache/nmt).", show_default=False),
+    cache: Path = typer.Option(
+        None, "--cache-dir", help="Where archives are kept (default: $NMT_CACHE or ~/.cache/nmt).", show_default=False
+    ),
 ) -> None:
     """Download the recipe's corpora (resuming partial files, checking SHA-256) into data.root."""
     from ..data.download import download_all
 
     resolved = recipe_from_cli(recipe, overrides)
-    written = download_all(resolved, log=lambda msg: console.print(msg, markup=False),
-                           cache=cache / "downloads" if cache else None)
+    written = download_all(
+        resolved, log=lambda msg: console.print(msg, markup=False), cache=cache / "downloads" if cache else None
+    )
     console.print(f"{len(written)} file(s) ready in {resolved.data.root}; next: nmt prepare {recipe}", markup=False)

@@ -14,8 +14,9 @@ def run(
     model: Path = typer.Argument(..., help="Model folder or checkpoint file."),
     output: Path = typer.Argument(..., help="Folder to create."),
     format: str = typer.Option("ctranslate2", "--format", help="Export format (ctranslate2)."),
-    quantization: str = typer.Option(None, "--quantization", help="CTranslate2 weight type, e.g. int8, float16.",
-                                     show_default=False),
+    quantization: str = typer.Option(
+        None, "--quantization", help="CTranslate2 weight type, e.g. int8, float16.", show_default=False
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
 ) -> None:
     """Export a trained model for another inference engine (CTranslate2: fast CPU int8/fp32 decoding)."""
@@ -25,5 +26,9 @@ def run(
     from ..export.ctranslate2 import export
 
     written = export(load_model(model), output, quantization, force)
-    console.print(f"CTranslate2 model written to {written}; translate with: "
-                  f"nmt translate --engine ctranslate2 -m {written} < input.txt", markup=False, soft_wrap=True)
+    console.print(
+        f"CTranslate2 model written to {written}; translate with: "
+        f"nmt translate --engine ctranslate2 -m {written} < input.txt",
+        markup=False,
+        soft_wrap=True,
+    )

@@ -17,8 +17,8 @@ def run(
     overrides: list[str] = SetOption,
     force: bool = typer.Option(False, "--force", help="Redo every step, even those up to date."),
     encoding_errors: str = typer.Option(
-        None, "--encoding-errors", help="On invalid UTF-8: strict (stop) or replace (go on).",
-        show_default=False),
+        None, "--encoding-errors", help="On invalid UTF-8: strict (stop) or replace (go on).", show_default=False
+    ),
     download: bool = typer.Option(False, "--download", help="First fetch the corpora the recipe names (nmt download)."),
 ) -> None:
     """Clean the corpora, learn a SentencePiece vocabulary, encode every split to binary arrays."""
@@ -37,8 +37,9 @@ def _print_summary(meta: dict[str, Any], out: Path) -> None:
     splits = Table("split", "read", "kept", "dropped", "src tokens", "tgt tokens", title="corpus")
     for name, info in meta["splits"].items():
         dropped = ", ".join(f"{n:,} {why}" for why, n in info["dropped"].items()) or "-"
-        splits.add_row(name, f"{info['read']:,}", f"{info['kept']:,}", dropped,
-                       f"{info['src_tokens']:,}", f"{info['tgt_tokens']:,}")
+        splits.add_row(
+            name, f"{info['read']:,}", f"{info['kept']:,}", dropped, f"{info['src_tokens']:,}", f"{info['tgt_tokens']:,}"
+        )
     buckets = Table("lengths", "pairs", "share", title="training length buckets (subword tokens + EOS)")
     total = sum(row[2] for row in meta["buckets"]["table"]) or 1
     for low, high, count in meta["buckets"]["table"]:
@@ -47,7 +48,9 @@ def _print_summary(meta: dict[str, Any], out: Path) -> None:
     console.print(splits)
     console.print(buckets)
     vocab = meta["vocab"]
-    console.print(f"vocabulary: {vocab['type']} {vocab['src_size']:,}"
-                  + ("" if vocab["joint"] else f" / {vocab['tgt_size']:,}")
-                  + (" joint" if vocab["joint"] else " per side")
-                  + f"; dataset written to [bold]{out}[/]")
+    console.print(
+        f"vocabulary: {vocab['type']} {vocab['src_size']:,}"
+        + ("" if vocab["joint"] else f" / {vocab['tgt_size']:,}")
+        + (" joint" if vocab["joint"] else " per side")
+        + f"; dataset written to [bold]{out}[/]"
+    )

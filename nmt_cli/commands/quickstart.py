@@ -41,10 +41,13 @@ def _summary(result, pair: str) -> None:
     timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result.seconds.items())
     # Plain lines, not a panel: a panel would cut long paths, and these are meant to be copied.
     console.print(f"\n[bold]model folder:[/] {result.run_dir}   ({timing})", soft_wrap=True)
-    console.print(f"[bold]try it:[/] echo \"Cannot open file\" | nmt translate -m {result.run_dir}", soft_wrap=True)
+    console.print(f'[bold]try it:[/] echo "Cannot open file" | nmt translate -m {result.run_dir}', soft_wrap=True)
     console.print("[bold]each step by hand:[/]")
-    for command in (f"nmt prepare {recipe_file}", f"nmt train {recipe_file}",
-                    f"nmt average {result.run_dir} --last 5 -o {result.run_dir}/model.pt",
-                    f"nmt translate -m {result.run_dir} -i {result.test_source} -o {result.hypotheses}",
-                    f"nmt score {result.hypotheses} {result.test_reference} --metrics bleu,chrf"):
+    for command in (
+        f"nmt prepare {recipe_file}",
+        f"nmt train {recipe_file}",
+        f"nmt average {result.run_dir} --last 5 -o {result.run_dir}/model.pt",
+        f"nmt translate -m {result.run_dir} -i {result.test_source} -o {result.hypotheses}",
+        f"nmt score {result.hypotheses} {result.test_reference} --metrics bleu,chrf",
+    ):
         console.print(f"  {command}", markup=False, soft_wrap=True)

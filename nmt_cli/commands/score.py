@@ -11,25 +11,35 @@ from ..errors import NmtError
 
 
 def run(
-    files: list[str] = typer.Argument(..., help="HYP REF [REF...] (HYP may be - for stdin); "
-                                               "with --compare: HYP_A HYP_B REF [REF...]."),
+    files: list[str] = typer.Argument(
+        ..., help="HYP REF [REF...] (HYP may be - for stdin); with --compare: HYP_A HYP_B REF [REF...]."
+    ),
     metrics: str = typer.Option("bleu", "--metrics", "-m", help="Comma-separated: bleu,chrf,ter."),
-    tokenize: str = typer.Option(None, "--tokenize", "-tok", help="sacreBLEU tokenizer for BLEU (default 13a).",
-                                 show_default=False),
+    tokenize: str = typer.Option(
+        None, "--tokenize", "-tok", help="sacreBLEU tokenizer for BLEU (default 13a).", show_default=False
+    ),
     lowercase: bool = typer.Option(False, "--lowercase", "-lc", help="Case-insensitive BLEU and chrF."),
     width: int = typer.Option(1, "--width", "-w", min=0, max=10, help="Decimals printed (as sacrebleu -w)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
     paper_bleu: bool = typer.Option(
-        False, "--paper-bleu",
-        help="Also print the tokenized, compound-split BLEU the paper reported (labelled; never instead of sacreBLEU)."),
+        False,
+        "--paper-bleu",
+        help="Also print the tokenized, compound-split BLEU the paper reported (labelled; never instead of sacreBLEU).",
+    ),
     lang: str = typer.Option("de", "--lang", help="Target language for --paper-bleu's Moses tokenizer."),
     compare: bool = typer.Option(False, "--compare", help="Paired bootstrap resampling: is HYP_B different from HYP_A?"),
     samples: int = typer.Option(1000, "--samples", help="Bootstrap samples for --compare.", min=10),
-    models: list[str] = typer.Option(None, "--model", help="Forced scores instead: `nmt score --model M SRC HYP` "
-                                     "prints each pair's log-probability under model M (for filtering and "
-                                     "reranking); repeat --model for an ensemble.", show_default=False),
-    output_format: str = typer.Option("jsonl", "--format", help="With --model: jsonl or tsv (total, per token, "
-                                      "normalised by the length penalty)."),
+    models: list[str] = typer.Option(
+        None,
+        "--model",
+        help="Forced scores instead: `nmt score --model M SRC HYP` "
+        "prints each pair's log-probability under model M (for filtering and "
+        "reranking); repeat --model for an ensemble.",
+        show_default=False,
+    ),
+    output_format: str = typer.Option(
+        "jsonl", "--format", help="With --model: jsonl or tsv (total, per token, normalised by the length penalty)."
+    ),
     device: str = typer.Option("auto", "--device", help="With --model: cpu, cuda, cuda:N or auto."),
 ) -> None:
     """Score translations with sacreBLEU (same numbers and signatures as the sacrebleu command), or with
@@ -51,7 +61,7 @@ def run(
         raise NmtError(f"give {'HYP_A HYP_B REF' if compare else 'HYP REF'} [REF...]: {len(files)} file(s) given")
     stdin_text = sys.stdin.read() if "-" in files else None
     hyps = [m.read_lines(f, stdin_text) for f in files[: needed - 1]]
-    ref_files = files[needed - 1:]
+    ref_files = files[needed - 1 :]
     refs = [m.read_lines(f) for f in ref_files]
     for hyp, name in zip(hyps, files):
         m.check_aligned(hyp, name, refs, ref_files)
@@ -62,8 +72,16 @@ def run(
     if paper_bleu:
         results.append(m.paper_bleu(hyps[0], refs, lang))
     if as_json:
-        typer.echo(json.dumps([{"name": r.name, "score": round(r.score, 4), "signature": r.signature,
-                                "verbose_score": r.line} for r in results], indent=1, ensure_ascii=False))
+        typer.echo(
+            json.dumps(
+                [
+                    {"name": r.name, "score": round(r.score, 4), "signature": r.signature, "verbose_score": r.line}
+                    for r in results
+                ],
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
     else:
         for result in results:
             typer.echo(result.line)
@@ -75,8 +93,10 @@ def _print_comparison(results: list, files: list[str], as_json: bool) -> None:
         return
     for r in results:
         verdict = "significant" if r.p_value < 0.05 else "not significant"
-        typer.echo(f"{r.metric}: A ({files[0]}) {r.score_a:.2f}  B ({files[1]}) {r.score_b:.2f} "
-                   f"(+/- {r.ci_b:.2f})  p = {r.p_value:.4f}: {verdict} at 0.05  [{r.signature}]")
+        typer.echo(
+            f"{r.metric}: A ({files[0]}) {r.score_a:.2f}  B ({files[1]}) {r.score_b:.2f} "
+            f"(+/- {r.ci_b:.2f})  p = {r.p_value:.4f}: {verdict} at 0.05  [{r.signature}]"
+        )
 
 
 def _forced(models: list[str], files: list[str], output_format: str, device: str) -> None:
@@ -95,15 +115,28 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
     check_aligned(hypotheses, files[1], [sources], [files[0]])
     target = _device(device)
     loaded = load_ensemble(models, target)
-    pairs = list(zip(loaded.src_vocab.encode([s.strip() for s in sources], out_type=int),
-                     loaded.tgt_vocab.encode([h.strip() for h in hypotheses], out_type=int)))
+    pairs = list(
+        zip(
+            loaded.src_vocab.encode([s.strip() for s in sources], out_type=int),
+            loaded.tgt_vocab.encode([h.strip() for h in hypotheses], out_type=int),
+        )
+    )
     for number, result in enumerate(forced_scores(loaded.model, pairs, loaded.recipe.decode, target), 1):
         if output_format == "tsv":
             values = (result.total, result.per_token, result.normalised)
             typer.echo("\t".join("nan" if v is None else f"{v:.4f}" for v in values))
         else:
-            typer.echo(json.dumps({"line": number, "total": _rounded(result.total), "tokens": result.tokens,
-                                   "per_token": _rounded(result.per_token), "normalised": _rounded(result.normalised)}))
+            typer.echo(
+                json.dumps(
+                    {
+                        "line": number,
+                        "total": _rounded(result.total),
+                        "tokens": result.tokens,
+                        "per_token": _rounded(result.per_token),
+                        "normalised": _rounded(result.normalised),
+                    }
+                )
+            )
 
 
 def _rounded(value: float | None) -> float | None:

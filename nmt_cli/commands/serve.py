@@ -11,17 +11,30 @@ from ..errors import NmtError
 
 
 def run(
-    models: list[Path] = typer.Option(..., "--model", "-m", help="Model folder or checkpoint; repeat for more "
-                                      "models (each is chosen by its language pair)."),
+    models: list[Path] = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="Model folder or checkpoint; repeat for more models (each is chosen by its language pair).",
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
     dtype: str = typer.Option("fp32", "--dtype", help="Weights and arithmetic: fp32, bf16 or fp16."),
-    batching: bool = typer.Option(True, "--batching/--no-batching", help="Continuous batching: new requests join "
-                                  "the running batch at the next decoder step. Off: one request at a time."),
-    batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens in the running batch at "
-                                     "most. [recipe's decode.batch_tokens]", show_default=False),
+    batching: bool = typer.Option(
+        True,
+        "--batching/--no-batching",
+        help="Continuous batching: new requests join "
+        "the running batch at the next decoder step. Off: one request at a time.",
+    ),
+    batch_tokens: int = typer.Option(
+        None,
+        "--batch-tokens",
+        min=1,
+        help="Source tokens in the running batch at most. [recipe's decode.batch_tokens]",
+        show_default=False,
+    ),
     max_queue: int = typer.Option(1024, "--max-queue", min=1, help="Sentences waiting at most; more: HTTP 429."),
     max_sentences: int = typer.Option(128, "--max-sentences", min=1, help="Lines per request at most; more: 413."),
     max_body: int = typer.Option(1_000_000, "--max-body-bytes", min=1, help="Request body size at most; more: 413."),
@@ -34,8 +47,7 @@ def run(
         import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as err:
-        raise NmtError(f"nmt serve needs the serve extra ({err.name} is missing): pip install 'nmt-cli[serve]'") \
-            from None
+        raise NmtError(f"nmt serve needs the serve extra ({err.name} is missing): pip install 'nmt-cli[serve]'") from None
     import torch
 
     from ..serve.requests import Limits

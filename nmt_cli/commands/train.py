@@ -15,15 +15,19 @@ def run(
     recipe: Path = RecipeArg,
     overrides: list[str] = SetOption,
     resume: bool = typer.Option(
-        None, "--resume/--no-resume",
+        None,
+        "--resume/--no-resume",
         help="Continue from the newest checkpoint of the run folder (default: when one exists).",
-        show_default=False),
-    nproc: int = typer.Option(0, "--nproc", help="Launch N processes on this machine through torchrun (CPU: gloo).",
-                              min=0),
+        show_default=False,
+    ),
+    nproc: int = typer.Option(0, "--nproc", help="Launch N processes on this machine through torchrun (CPU: gloo).", min=0),
     gpus: int = typer.Option(0, "--gpus", help="Launch one process per GPU through torchrun (NCCL).", min=0),
     start_from: str = typer.Option(
-        None, "--from", help="Resume from this checkpoint instead of the newest: a step number (1200) or a file.",
-        show_default=False),
+        None,
+        "--from",
+        help="Resume from this checkpoint instead of the newest: a step number (1200) or a file.",
+        show_default=False,
+    ),
 ) -> None:
     """Train the model the recipe describes; the run folder holds checkpoints, metrics and model.pt."""
     resolved = recipe_from_cli(recipe, overrides)  # validate before launching anything
@@ -45,8 +49,9 @@ def run(
         raise typer.Exit(launch(processes, args))
     from ..train.loop import train
 
-    run_dir = train(resolved, resume=resume, start_from=start_from,
-                    log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    run_dir = train(
+        resolved, resume=resume, start_from=start_from, log=lambda msg: console.print(msg, markup=False, soft_wrap=True)
+    )
     if int(os.environ.get("RANK", "0")) == 0:
         console.print(f"done: translate with  [bold]nmt translate -m {run_dir}[/] < input.txt", soft_wrap=True)
     sys.stdout.flush()
@@ -59,5 +64,7 @@ def _check_gpus(gpus: int) -> None:
 
     found = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus > found:
-        raise NmtError(f"--gpus {gpus}: this machine has {found} CUDA device(s); "
-                       + ("use --gpus " + str(found) if found else "train on the CPU with --nproc N or no option"))
+        raise NmtError(
+            f"--gpus {gpus}: this machine has {found} CUDA device(s); "
+            + ("use --gpus " + str(found) if found else "train on the CPU with --nproc N or no option")
+        )

@@ -18,61 +18,118 @@ from .common import console
 
 
 def run(
-    models: list[Path] = typer.Option(..., "--model", "-m", help="Model folder (its model.pt) or any checkpoint "
-                                      "file; repeat (-m A -m B) for an ensemble of models sharing one vocabulary."),
+    models: list[Path] = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="Model folder (its model.pt) or any checkpoint "
+        "file; repeat (-m A -m B) for an ensemble of models sharing one vocabulary.",
+    ),
     input: Path = typer.Option(None, "--input", "-i", help="Input text file (default: stdin).", show_default=False),
-    output: Path = typer.Option(None, "--output", "-o", help="Output file (default: stdout); written atomically.",
-                                show_default=False),
+    output: Path = typer.Option(
+        None, "--output", "-o", help="Output file (default: stdout); written atomically.", show_default=False
+    ),
     beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy. [recipe: 4]", show_default=False),
-    alpha: float = typer.Option(None, "--alpha", min=0.0, help="Length penalty exponent; 0 disables. [recipe: 0.6]",
-                                show_default=False),
+    alpha: float = typer.Option(
+        None, "--alpha", min=0.0, help="Length penalty exponent; 0 disables. [recipe: 0.6]", show_default=False
+    ),
     length_penalty: str = typer.Option(
-        None, "--length-penalty",
+        None,
+        "--length-penalty",
         help="gnmt: ((5+|Y|)/6)^alpha, the paper's (Wu et al. 2016); average: |Y|^alpha, as fairseq, Marian "
-             "and CTranslate2 use. [recipe: gnmt]", show_default=False),
+        "and CTranslate2 use. [recipe: gnmt]",
+        show_default=False,
+    ),
     stop: str = typer.Option(
-        None, "--stop", help="When a sentence's beam search ends. beam: once it has BEAM finished hypotheses "
+        None,
+        "--stop",
+        help="When a sentence's beam search ends. beam: once it has BEAM finished hypotheses "
         "(fairseq, CTranslate2); top: as soon as its best candidate ends (OpenNMT-py; fastest); bound: once no "
-        "open hypothesis can still win (slowest). [recipe: beam]", show_default=False),
-    max_len_a: float = typer.Option(None, "--max-len-a", min=0.0, help="Max output length = a * source length + b.",
-                                    show_default=False),
+        "open hypothesis can still win (slowest). [recipe: beam]",
+        show_default=False,
+    ),
+    max_len_a: float = typer.Option(
+        None, "--max-len-a", min=0.0, help="Max output length = a * source length + b.", show_default=False
+    ),
     max_len_b: int = typer.Option(None, "--max-len-b", min=0, help="See --max-len-a. [recipe: 50]", show_default=False),
-    nbest: int = typer.Option(1, "--nbest", "-n", min=1,
-                              help="Print the N best hypotheses as INDEX<tab>SCORE<tab>TEXT lines."),
-    batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch.",
-                                     show_default=False),
-    batch_size: int = typer.Option(None, "--batch-size", min=0, help="Sentences per batch (0: no limit).",
-                                   show_default=False),
+    nbest: int = typer.Option(
+        1, "--nbest", "-n", min=1, help="Print the N best hypotheses as INDEX<tab>SCORE<tab>TEXT lines."
+    ),
+    batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch.", show_default=False),
+    batch_size: int = typer.Option(
+        None, "--batch-size", min=0, help="Sentences per batch (0: no limit).", show_default=False
+    ),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
-    dtype: str = typer.Option(None, "--dtype", help="Weights and arithmetic: fp32 (default), or bf16/fp16 (faster "
-                              "on GPUs and on CPUs with native bf16; outputs can differ slightly from fp32's). With "
-                              "--engine ctranslate2: its compute type float32/bfloat16/float16 (default: the type "
-                              "the model was exported with).", show_default=False),
-    engine: str = typer.Option("nmt", "--engine", help="nmt (PyTorch), or ctranslate2 with -m naming a folder "
-                               "written by `nmt export` (length penalty there is always |Y|^alpha)."),
-    prefix: Path = typer.Option(None, "--prefix", help="Target prefixes, one per input line (empty line: none): "
-                                "each output starts with its prefix and the search continues from there.",
-                                show_default=False),
-    alignments: bool = typer.Option(False, "--alignments", help="Append a tab and Pharaoh word alignments (src-out "
-                                    "word indices, 0-based) from one decoder layer's cross-attention, heads averaged."),
-    alignment_layer: int = typer.Option(None, "--alignment-layer", help="Decoder layer for --alignments (negative: "
-                                        "from the end). [the penultimate]", show_default=False),
-    sampling: bool = typer.Option(False, "--sampling", help="Sample each token instead of beam search (e.g. for "
-                                  "back-translation); with --nbest K, up to K distinct samples per line."),
-    temperature: float = typer.Option(None, "--temperature", help="Sampling: logits / T (below 1 sharper). [1.0]",
-                                      show_default=False),
-    top_k: int = typer.Option(None, "--top-k", min=0, help="Sampling: only the K most probable tokens (0: all).",
-                              show_default=False),
-    top_p: float = typer.Option(None, "--top-p", help="Sampling: the smallest set of tokens with probability >= P "
-                                "(nucleus; 1: all).", show_default=False),
-    seed: int = typer.Option(None, "--seed", min=0, help="Sampling: random seed; the same seed, input and batch "
-                             "settings give the same samples. [0]", show_default=False),
-    cuda_graphs: bool = typer.Option(None, "--cuda-graphs/--no-cuda-graphs",
-                                     help="On a GPU, replay each batch's decoder step as a CUDA graph (several "
-                                     "times faster; outputs as without). [recipe: on]", show_default=False),
-    progress: bool = typer.Option(None, "--progress/--no-progress",
-                                  help="Progress on stderr (default: on when writing to a file).", show_default=False),
+    dtype: str = typer.Option(
+        None,
+        "--dtype",
+        help="Weights and arithmetic: fp32 (default), or bf16/fp16 (faster "
+        "on GPUs and on CPUs with native bf16; outputs can differ slightly from fp32's). With "
+        "--engine ctranslate2: its compute type float32/bfloat16/float16 (default: the type "
+        "the model was exported with).",
+        show_default=False,
+    ),
+    engine: str = typer.Option(
+        "nmt",
+        "--engine",
+        help="nmt (PyTorch), or ctranslate2 with -m naming a folder "
+        "written by `nmt export` (length penalty there is always |Y|^alpha).",
+    ),
+    prefix: Path = typer.Option(
+        None,
+        "--prefix",
+        help="Target prefixes, one per input line (empty line: none): "
+        "each output starts with its prefix and the search continues from there.",
+        show_default=False,
+    ),
+    alignments: bool = typer.Option(
+        False,
+        "--alignments",
+        help="Append a tab and Pharaoh word alignments (src-out "
+        "word indices, 0-based) from one decoder layer's cross-attention, heads averaged.",
+    ),
+    alignment_layer: int = typer.Option(
+        None,
+        "--alignment-layer",
+        help="Decoder layer for --alignments (negative: from the end). [the penultimate]",
+        show_default=False,
+    ),
+    sampling: bool = typer.Option(
+        False,
+        "--sampling",
+        help="Sample each token instead of beam search (e.g. for "
+        "back-translation); with --nbest K, up to K distinct samples per line.",
+    ),
+    temperature: float = typer.Option(
+        None, "--temperature", help="Sampling: logits / T (below 1 sharper). [1.0]", show_default=False
+    ),
+    top_k: int = typer.Option(
+        None, "--top-k", min=0, help="Sampling: only the K most probable tokens (0: all).", show_default=False
+    ),
+    top_p: float = typer.Option(
+        None,
+        "--top-p",
+        help="Sampling: the smallest set of tokens with probability >= P (nucleus; 1: all).",
+        show_default=False,
+    ),
+    seed: int = typer.Option(
+        None,
+        "--seed",
+        min=0,
+        help="Sampling: random seed; the same seed, input and batch settings give the same samples. [0]",
+        show_default=False,
+    ),
+    cuda_graphs: bool = typer.Option(
+        None,
+        "--cuda-graphs/--no-cuda-graphs",
+        help="On a GPU, replay each batch's decoder step as a CUDA graph (several "
+        "times faster; outputs as without). [recipe: on]",
+        show_default=False,
+    ),
+    progress: bool = typer.Option(
+        None, "--progress/--no-progress", help="Progress on stderr (default: on when writing to a file).", show_default=False
+    ),
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
     import torch
@@ -108,20 +165,37 @@ def run(
     if engine == "ctranslate2" and sampling:
         raise NmtError("--sampling runs with --engine nmt only; drop --engine ctranslate2")
     if engine == "ctranslate2" and length_penalty == "gnmt":
-        raise NmtError("--length-penalty gnmt: CTranslate2 normalises scores by |Y|^alpha only; use --length-penalty "
-                       "average or --engine nmt")
+        raise NmtError(
+            "--length-penalty gnmt: CTranslate2 normalises scores by |Y|^alpha only; use --length-penalty "
+            "average or --engine nmt"
+        )
     if engine == "ctranslate2" and stop not in (None, "beam"):
-        raise NmtError(f"--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; "
-                       "use --stop beam or leave --stop out")
+        raise NmtError(
+            f"--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; "
+            "use --stop beam or leave --stop out"
+        )
     if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
     _check_output(output, input, models)
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     target = _device(device)
-    options = dict(beam=beam, alpha=alpha, length_penalty=length_penalty, stop=stop, max_len_a=max_len_a,
-                   max_len_b=max_len_b, batch_tokens=batch_tokens, batch_size=batch_size, cuda_graphs=cuda_graphs,
-                   sampling=sampling or None, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    options = dict(
+        beam=beam,
+        alpha=alpha,
+        length_penalty=length_penalty,
+        stop=stop,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_tokens=batch_tokens,
+        batch_size=batch_size,
+        cuda_graphs=cuda_graphs,
+        sampling=sampling or None,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+    )
     if engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine
 
@@ -130,16 +204,16 @@ def run(
         ct2 = CTranslate2Engine(models[0], device=target.type, threads=threads, compute_type=compute_type)
         config = with_overrides(ct2.decode_config, **options)
         if config.length_penalty == "gnmt" and config.alpha and length_penalty is None:
-            console.print("note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) "
-                          "instead", markup=False)
+            console.print(
+                "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
+            )
         stats, max_positions = TranslationStats(), 0
         results = _ct2_results(ct2, config, nbest, stats)
     else:
         weights = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         loaded = load_ensemble(models, target, weights)
         config = with_overrides(loaded.recipe.decode, **options)
-        translator = Translator(loaded, config, target, nbest=nbest, alignments=alignments,
-                                alignment_layer=alignment_layer)
+        translator = Translator(loaded, config, target, nbest=nbest, alignments=alignments, alignment_layer=alignment_layer)
         stats, max_positions = translator.stats, loaded.recipe.model.max_positions
         results = translator.translate
         if prefix is not None:
@@ -200,7 +274,7 @@ def _checked(handle: IO[bytes], name: str) -> Iterator[str]:
     for number, raw in enumerate(handle, start=1):
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
             console.print(f"{name}: removed the UTF-8 byte-order mark at the start", markup=False)
-            raw = raw[len(codecs.BOM_UTF8):]
+            raw = raw[len(codecs.BOM_UTF8) :]
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -245,10 +319,16 @@ def _progress(items: Iterator, show: bool) -> Iterator:
 
 def _report(stats, seconds: float, show: bool, max_positions: int) -> None:
     if stats.truncated:
-        console.print(f"warning: {stats.truncated} input line(s) longer than the model's {max_positions - 1} "
-                      f"tokens (model.max_positions {max_positions}, EOS included) were truncated",
-                      markup=False, soft_wrap=True)
+        console.print(
+            f"warning: {stats.truncated} input line(s) longer than the model's {max_positions - 1} "
+            f"tokens (model.max_positions {max_positions}, EOS included) were truncated",
+            markup=False,
+            soft_wrap=True,
+        )
     if show:
         rate = stats.sentences / max(seconds, 1e-9)
-        console.print(f"translated {stats.sentences:,} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
-                      f"{stats.output_tokens / max(seconds, 1e-9):.0f} target tokens/s)", markup=False)
+        console.print(
+            f"translated {stats.sentences:,} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
+            f"{stats.output_tokens / max(seconds, 1e-9):.0f} target tokens/s)",
+            markup=False,
+        )

@@ -26,10 +26,11 @@ class ParallelData:
     tgt: TokenArray
 
     @classmethod
-    def load(cls, data_dir: Path, split: str, src_lang: str, tgt_lang: str,
-             dtypes: tuple[str, str]) -> ParallelData:
-        return cls(TokenArray(data_dir / f"{split}.{src_lang}", np.dtype(dtypes[0])),
-                   TokenArray(data_dir / f"{split}.{tgt_lang}", np.dtype(dtypes[1])))
+    def load(cls, data_dir: Path, split: str, src_lang: str, tgt_lang: str, dtypes: tuple[str, str]) -> ParallelData:
+        return cls(
+            TokenArray(data_dir / f"{split}.{src_lang}", np.dtype(dtypes[0])),
+            TokenArray(data_dir / f"{split}.{tgt_lang}", np.dtype(dtypes[1])),
+        )
 
     def __len__(self) -> int:
         return len(self.src)
@@ -61,8 +62,9 @@ class Batch:
         return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.target_tokens, self.source_tokens)
 
 
-def make_batches(pair_lengths: np.ndarray, max_tokens: int, max_positions: int, seed: int | None,
-                 epoch: int = 0) -> list[np.ndarray]:
+def make_batches(
+    pair_lengths: np.ndarray, max_tokens: int, max_positions: int, seed: int | None, epoch: int = 0
+) -> list[np.ndarray]:
     """Group pair indices into batches of at most ``max_tokens`` padded tokens per side.
 
     Pairs longer than ``max_positions`` are left out. Pairs are sorted by length and cut into

@@ -83,8 +83,7 @@ class TokenArray:
         self.offsets = np.fromfile(idx_path, dtype=OFFSET_DTYPE)
         size = bin_path.stat().st_size // dtype.itemsize
         if len(self.offsets) == 0 or self.offsets[-1] != size:
-            raise DataError(f"{bin_path}: does not match {idx_path.name} (truncated?); "
-                            "re-run `nmt prepare --force`")
+            raise DataError(f"{bin_path}: does not match {idx_path.name} (truncated?); re-run `nmt prepare --force`")
         self.tokens = np.memmap(bin_path, dtype=dtype, mode="r") if size else np.zeros(0, dtype)
         self.lengths = np.diff(self.offsets)
 
@@ -92,4 +91,4 @@ class TokenArray:
         return len(self.lengths)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.tokens[self.offsets[i]: self.offsets[i + 1]]
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]

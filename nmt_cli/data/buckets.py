@@ -50,6 +50,6 @@ def bucket_table(histogram: np.ndarray, bounds: list[int]) -> list[tuple[int, in
     """(low, high, pairs) per bucket, for display and metadata."""
     rows, low = [], 1
     for high in bounds:
-        rows.append((low, high, int(histogram[low: high + 1].sum())))
+        rows.append((low, high, int(histogram[low : high + 1].sum())))
         low = high + 1
     return rows

@@ -39,8 +39,9 @@ def _find(base: Path, lang: str) -> Path:
     for candidate in (base.with_name(f"{base.name}.{lang}"), base.with_name(f"{base.name}.{lang}.gz")):
         if candidate.is_file():
             return candidate
-    raise DataError(f"{base}.{lang}: file not found (also tried {base}.{lang}.gz); "
-                    "check data.root and the corpus prefixes in the recipe")
+    raise DataError(
+        f"{base}.{lang}: file not found (also tried {base}.{lang}.gz); check data.root and the corpus prefixes in the recipe"
+    )
 
 
 class HashingReader:
@@ -67,7 +68,7 @@ class HashingReader:
                 self.lines += 1
                 self.sha256.update(raw)
                 if self.lines == 1 and raw.startswith(codecs.BOM_UTF8):
-                    raw = raw[len(codecs.BOM_UTF8):]
+                    raw = raw[len(codecs.BOM_UTF8) :]
                     self.bom_removed = True
                 yield self._clean(self._decode(raw))
 
@@ -83,8 +84,10 @@ class HashingReader:
             return raw.decode("utf-8")
         except UnicodeDecodeError as err:
             if self.errors == "strict":
-                raise DataError(f"{self.path}:{self.lines}: invalid UTF-8 at byte {err.start}; "
-                                "fix the file or pass --encoding-errors replace") from None
+                raise DataError(
+                    f"{self.path}:{self.lines}: invalid UTF-8 at byte {err.start}; "
+                    "fix the file or pass --encoding-errors replace"
+                ) from None
         self.replaced_lines += 1
         return raw.decode("utf-8", errors=self.errors)
 
@@ -94,8 +97,9 @@ class HashingReader:
         if self.bom_removed:
             notes.append(f"{self.path}: removed the UTF-8 byte-order mark at the start")
         if self.lone_cr_lines:
-            notes.append(f"{self.path}: {self.lone_cr_lines:,} line(s) held a lone carriage return (CR), "
-                         "replaced by a space")
+            notes.append(
+                f"{self.path}: {self.lone_cr_lines:,} line(s) held a lone carriage return (CR), replaced by a space"
+            )
         if self.replaced_lines:
             notes.append(f"{self.path}: {self.replaced_lines:,} line(s) had invalid UTF-8, replaced by U+FFFD")
         return notes
@@ -106,10 +110,12 @@ def _guard_gzip(handle: Iterator[bytes], reader: HashingReader) -> Iterator[byte
     try:
         yield from handle
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-        cause = "truncated: the file ends before the compressed data does" if isinstance(err, EOFError) else (
-            f"not valid gzip data ({err})")
-        raise DataError(f"{reader.path}: {cause}, after {reader.lines:,} lines; download or compress it again") \
-            from None
+        cause = (
+            "truncated: the file ends before the compressed data does"
+            if isinstance(err, EOFError)
+            else (f"not valid gzip data ({err})")
+        )
+        raise DataError(f"{reader.path}: {cause}, after {reader.lines:,} lines; download or compress it again") from None
 
 
 class ParallelReader:
@@ -149,13 +155,14 @@ class ParallelReader:
     @property
     def hashes(self) -> dict[str, str]:
         """SHA-256 of both files' bytes; complete once iteration has finished."""
-        return {str(self.pair.src): self._src.sha256.hexdigest(),
-                str(self.pair.tgt): self._tgt.sha256.hexdigest()}
+        return {str(self.pair.src): self._src.sha256.hexdigest(), str(self.pair.tgt): self._tgt.sha256.hexdigest()}
 
 
 def _mismatch(pair: CorpusPair, n_src: int, n_tgt: int) -> None:
-    raise DataError(f"{pair.src} has {n_src} lines but {pair.tgt} has {n_tgt}; "
-                    "the two sides must be line-aligned (one sentence per line)")
+    raise DataError(
+        f"{pair.src} has {n_src} lines but {pair.tgt} has {n_tgt}; "
+        "the two sides must be line-aligned (one sentence per line)"
+    )
 
 
 class PairCleaner:

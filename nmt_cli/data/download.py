@@ -55,8 +55,7 @@ def download_all(recipe: Recipe, log: Log = print, progress: bool = True, cache:
     if len(failures) == 1:
         raise DownloadError(failures[0])
     if failures:
-        raise DownloadError(f"{len(failures)} of {len(recipe.download)} files could not be fetched: "
-                            + " | ".join(failures))
+        raise DownloadError(f"{len(failures)} of {len(recipe.download)} files could not be fetched: " + " | ".join(failures))
     return written
 
 
@@ -75,10 +74,14 @@ def fetch(source: DownloadSource, cache: Path, log: Log = print, progress: bool 
             log(f"[skip] {target.name} is in the cache and verified")
             return target
         os.replace(target, bad)  # kept for the user to inspect, never silently deleted
-        note = (f" (the cached {target} had the wrong checksum: expected sha256 {source.sha256}, found {digest}; "
-                f"moved aside to {bad})")
-        log(f"{target}: checksum mismatch (expected sha256 {source.sha256}, found {digest}); moved aside to {bad}, "
-            "downloading again")
+        note = (
+            f" (the cached {target} had the wrong checksum: expected sha256 {source.sha256}, found {digest}; "
+            f"moved aside to {bad})"
+        )
+        log(
+            f"{target}: checksum mismatch (expected sha256 {source.sha256}, found {digest}); moved aside to {bad}, "
+            "downloading again"
+        )
     partial = target.with_name(target.name + ".part")
     try:
         _transfer(source.url, partial, progress, target)
@@ -87,8 +90,10 @@ def fetch(source: DownloadSource, cache: Path, log: Log = print, progress: bool 
     digest = sha256_file(partial)
     if digest != source.sha256:
         os.replace(partial, bad)
-        raise DownloadError(f"{source.url}: checksum mismatch (expected sha256 {source.sha256}, found {digest}); "
-                            f"the file was moved aside to {bad}: run again, or check the URL and checksum in the recipe")
+        raise DownloadError(
+            f"{source.url}: checksum mismatch (expected sha256 {source.sha256}, found {digest}); "
+            f"the file was moved aside to {bad}: run again, or check the URL and checksum in the recipe"
+        )
     os.replace(partial, target)
     log(f"downloaded and verified {target}")
     return target
@@ -107,26 +112,40 @@ def _transfer(url: str, partial: Path, progress: bool, target: Path) -> None:
         raise DownloadError(f"{url}: HTTP {err.code} {err.reason}; check the URL in the recipe") from None
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
-        raise DownloadError(f"{url}: cannot download ({reason}); without network, fetch it by hand and put it at "
-                            f"{target}") from None
+        raise DownloadError(
+            f"{url}: cannot download ({reason}); without network, fetch it by hand and put it at {target}"
+        ) from None
     with response:
         resumed = getattr(response, "status", 200) == 206  # file:// responses have no status or length
         mode = "ab" if resumed else "wb"
         declared = response.headers.get("Content-Length")
         total = int(declared) + (have if resumed else 0) if declared else None
-        with open(partial, mode) as handle, tqdm(total=total, initial=have if resumed else 0, unit="B",
-                                                 unit_scale=True, desc=partial.name[:-5], leave=False,
-                                                 disable=None if progress else True, file=sys.stderr) as bar:
+        with (
+            open(partial, mode) as handle,
+            tqdm(
+                total=total,
+                initial=have if resumed else 0,
+                unit="B",
+                unit_scale=True,
+                desc=partial.name[:-5],
+                leave=False,
+                disable=None if progress else True,
+                file=sys.stderr,
+            ) as bar,
+        ):
             try:
                 while chunk := response.read(BLOCK):
                     handle.write(chunk)
                     bar.update(len(chunk))
             except (OSError, urllib.error.URLError) as err:
-                raise DownloadError(f"{url}: the transfer was interrupted ({err}); run the same command again "
-                                    "to resume") from None
+                raise DownloadError(
+                    f"{url}: the transfer was interrupted ({err}); run the same command again to resume"
+                ) from None
         if total is not None and partial.stat().st_size < total:
-            raise DownloadError(f"{url}: the transfer was interrupted ({partial.stat().st_size:,} of {total:,} bytes); "
-                                "run the same command again to resume")
+            raise DownloadError(
+                f"{url}: the transfer was interrupted ({partial.stat().st_size:,} of {total:,} bytes); "
+                "run the same command again to resume"
+            )
 
 
 def unpack(source: DownloadSource, archive: Path, root: Path, log: Log = print) -> list[Path]:

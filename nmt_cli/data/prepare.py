@@ -25,11 +25,11 @@ import numpy as np
 import sentencepiece as spm
 from tqdm import tqdm
 
-from ..version import __version__
 from ..config import Recipe, recipe_to_dict, require_data
 from ..errors import DataError
 from ..utils.files import atomic_open, ensure_writable_dir, remove_stale_temps
 from ..utils.process import die_with_parent
+from ..version import __version__
 from .binary import TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
@@ -52,11 +52,9 @@ def prepare(recipe: Recipe, force: bool = False, log: Log = print, progress: boo
     if force:
         meta_path.unlink(missing_ok=True)
     splits = _splits(recipe)
-    cleaned = {name: _clean_split(recipe, name, pairs, out, force, log, progress)
-               for name, pairs in splits.items()}
+    cleaned = {name: _clean_split(recipe, name, pairs, out, force, log, progress) for name, pairs in splits.items()}
     vocab = _learn_vocab_step(recipe, out, cleaned["train"], force, log)
-    encoded = {name: _encode_split(recipe, name, out, cleaned[name], vocab, force, log, progress)
-               for name in splits}
+    encoded = {name: _encode_split(recipe, name, out, cleaned[name], vocab, force, log, progress) for name in splits}
     meta = _metadata(recipe, splits, cleaned, vocab, encoded)
     with atomic_open(meta_path, "w", encoding="utf-8") as handle:
         json.dump(meta, handle, indent=2)
@@ -117,13 +115,18 @@ def text_paths(out: Path, split: str, recipe: Recipe) -> tuple[Path, Path]:
     return out / "text" / f"{split}.{recipe.data.src_lang}", out / "text" / f"{split}.{recipe.data.tgt_lang}"
 
 
-def _clean_split(recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path,
-                 force: bool, log: Log, progress: bool) -> dict[str, Any]:
+def _clean_split(
+    recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path, force: bool, log: Log, progress: bool
+) -> dict[str, Any]:
     src_out, tgt_out = text_paths(out, split, recipe)
     is_train = split == "train"
-    key = _key(_fingerprint([p for pair in pairs for p in (pair.src, pair.tgt)]), recipe.data.encoding_errors,
-               recipe_to_dict(recipe)["data"]["clean"] if is_train else "strip", TEXT_RULES,
-               *([sorted(recipe.data.synthetic)] if is_train and recipe.data.tag_synthetic else []))
+    key = _key(
+        _fingerprint([p for pair in pairs for p in (pair.src, pair.tgt)]),
+        recipe.data.encoding_errors,
+        recipe_to_dict(recipe)["data"]["clean"] if is_train else "strip",
+        TEXT_RULES,
+        *([sorted(recipe.data.synthetic)] if is_train and recipe.data.tag_synthetic else []),
+    )
     cached = _cached(out, f"clean.{split}", key, [src_out, tgt_out], force)
     if cached is not None:
         log(f"[skip] {split}: cleaned text is up to date ({cached['kept']:,} pairs)")
@@ -134,8 +137,14 @@ def _clean_split(recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path,
     with atomic_open(src_out, "w", encoding="utf-8") as fs, atomic_open(tgt_out, "w", encoding="utf-8") as ft:
         for pair in pairs:
             reader = ParallelReader(pair, recipe.data.encoding_errors)
-            stream = tqdm(reader, desc=f"clean {split}", unit=" pairs", disable=None if progress else True,
-                          leave=False, file=sys.stderr)
+            stream = tqdm(
+                reader,
+                desc=f"clean {split}",
+                unit=" pairs",
+                disable=None if progress else True,
+                leave=False,
+                file=sys.stderr,
+            )
             if is_train:
                 kept = cleaner.clean(stream)
             else:
@@ -166,8 +175,11 @@ def _tagged_corpora(recipe: Recipe) -> set[CorpusPair]:
 
 def _refuse_empty(split: str, pairs: list[CorpusPair], read: int, drops: str) -> None:
     names = ", ".join(f"{p.src} / {p.tgt}" for p in pairs)
-    fix = (f"data.clean {drops}; check the files or relax data.clean" if split == "train" and read
-           else f"give data.{split} non-empty files" + ("" if split == "train" else f", or remove data.{split}"))
+    fix = (
+        f"data.clean {drops}; check the files or relax data.clean"
+        if split == "train" and read
+        else f"give data.{split} non-empty files" + ("" if split == "train" else f", or remove data.{split}")
+    )
     raise DataError(f"{names}: the {split} split is empty ({read:,} lines read, 0 kept); {fix}")
 
 
@@ -188,8 +200,13 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
     if v.from_:
         return _reuse_vocab(recipe, out, (src_name, tgt_name), train, force, log)
     symbols = [SYNTHETIC_TAG] if d.tag_synthetic else []
-    key = _key(train["sha256"], train["kept"], recipe_to_dict(recipe)["vocab"], sorted(train["dropped"].items()),
-               *([symbols] if symbols else []))  # unchanged for untagged data: earlier vocabularies stay valid
+    key = _key(
+        train["sha256"],
+        train["kept"],
+        recipe_to_dict(recipe)["vocab"],
+        sorted(train["dropped"].items()),
+        *([symbols] if symbols else []),
+    )  # unchanged for untagged data: earlier vocabularies stay valid
     cached = _cached(out, "vocab", key, outputs, force)
     if cached is not None:
         log(f"[skip] vocabulary is up to date ({src_name})")
@@ -202,22 +219,25 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
             log(f"learning a {v.type} vocabulary of {v.size:,} pieces for {text.name} ...")
             learn_vocab([text], out / name, v, symbols=symbols)
     sizes = [load_vocab(p).GetPieceSize() for p in outputs]
-    return _stamp(out, "vocab", key, {"src_model": src_name, "tgt_model": tgt_name,
-                                      "src_size": sizes[0], "tgt_size": sizes[1]})
+    return _stamp(
+        out, "vocab", key, {"src_model": src_name, "tgt_model": tgt_name, "src_size": sizes[0], "tgt_size": sizes[1]}
+    )
 
 
-def _reuse_vocab(recipe: Recipe, out: Path, names: tuple[str, str], train: dict[str, Any], force: bool,
-                 log: Log) -> dict[str, Any]:
+def _reuse_vocab(
+    recipe: Recipe, out: Path, names: tuple[str, str], train: dict[str, Any], force: bool, log: Log
+) -> dict[str, Any]:
     """``vocab.from``: the parent model's SentencePiece model(s), copied, so token ids mean the same pieces;
     with ``vocab.extend``, new pieces of this data appended after them."""
     parent = Path(recipe.vocab.from_)
     blobs = parent_vocab_blobs(parent)
     if recipe.vocab.joint and blobs[0] != blobs[1]:
-        raise DataError(f"vocab.from: {parent} has separate source and target vocabularies but this recipe asks "
-                        "for a joint one; set vocab.joint: false")
+        raise DataError(
+            f"vocab.from: {parent} has separate source and target vocabularies but this recipe asks "
+            "for a joint one; set vocab.joint: false"
+        )
     extend = recipe.vocab.extend
-    key = _key("reuse", [hashlib.sha256(b).hexdigest() for b in blobs], names, extend,
-               train["sha256"] if extend else None)
+    key = _key("reuse", [hashlib.sha256(b).hexdigest() for b in blobs], names, extend, train["sha256"] if extend else None)
     outputs = [out / name for name in names]
     cached = _cached(out, "vocab", key, outputs, force)
     if cached is not None:
@@ -233,10 +253,16 @@ def _reuse_vocab(recipe: Recipe, out: Path, names: tuple[str, str], train: dict[
         with atomic_open(out / name, "wb") as handle:
             handle.write(blob)
     sizes = [load_vocab(p).GetPieceSize() for p in outputs]
-    log(f"reusing the vocabulary of {parent} ({sizes[0]:,} pieces"
-        + (f", target {sizes[1]:,})" if names[0] != names[1] else ")"))
-    return _stamp(out, "vocab", key, {"src_model": names[0], "tgt_model": names[1],
-                                      "src_size": sizes[0], "tgt_size": sizes[1], "from": str(parent)})
+    log(
+        f"reusing the vocabulary of {parent} ({sizes[0]:,} pieces"
+        + (f", target {sizes[1]:,})" if names[0] != names[1] else ")")
+    )
+    return _stamp(
+        out,
+        "vocab",
+        key,
+        {"src_model": names[0], "tgt_model": names[1], "src_size": sizes[0], "tgt_size": sizes[1], "from": str(parent)},
+    )
 
 
 # --------------------------------------------------------------------------- encoding
@@ -275,15 +301,17 @@ def _read_chunks(src: Path, tgt: Path, size: int) -> Iterator[tuple[list[str], l
             yield src_lines, tgt_lines
 
 
-def _encoded_chunks(chunks: Iterator[tuple[list[str], list[str]]], workers: int,
-                    models: tuple[str, str]) -> Iterator[tuple[np.ndarray, ...]]:
+def _encoded_chunks(
+    chunks: Iterator[tuple[list[str], list[str]]], workers: int, models: tuple[str, str]
+) -> Iterator[tuple[np.ndarray, ...]]:
     """Encode chunks in order; at most one chunk per worker plus one are in flight (bounded memory)."""
     if workers <= 1:
         _init_worker(*models)
         yield from map(_encode_chunk, chunks)
         return
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
-                             initializer=_init_worker, initargs=(*models, os.getpid())) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=(*models, os.getpid())
+    ) as pool:
         pending: deque = deque()
         for chunk in chunks:
             pending.append(pool.submit(_encode_chunk, chunk))
@@ -293,8 +321,16 @@ def _encoded_chunks(chunks: Iterator[tuple[list[str], list[str]]], workers: int,
             yield pending.popleft().result()
 
 
-def _encode_split(recipe: Recipe, split: str, out: Path, cleaned: dict[str, Any], vocab: dict[str, Any],
-                  force: bool, log: Log, progress: bool) -> dict[str, Any]:
+def _encode_split(
+    recipe: Recipe,
+    split: str,
+    out: Path,
+    cleaned: dict[str, Any],
+    vocab: dict[str, Any],
+    force: bool,
+    log: Log,
+    progress: bool,
+) -> dict[str, Any]:
     d = recipe.data
     src_text, tgt_text = text_paths(out, split, recipe)
     prefixes = [out / f"{split}.{d.src_lang}", out / f"{split}.{d.tgt_lang}"]
@@ -310,8 +346,14 @@ def _encode_split(recipe: Recipe, split: str, out: Path, cleaned: dict[str, Any]
     workers = d.workers or os.cpu_count() or 1
     models = (str(out / vocab["src_model"]), str(out / vocab["tgt_model"]))
     try:
-        with tqdm(total=cleaned["kept"], desc=f"encode {split}", unit=" pairs", leave=False,
-                  disable=None if progress else True, file=sys.stderr) as bar:
+        with tqdm(
+            total=cleaned["kept"],
+            desc=f"encode {split}",
+            unit=" pairs",
+            leave=False,
+            disable=None if progress else True,
+            file=sys.stderr,
+        ) as bar:
             chunks = _read_chunks(src_text, tgt_text, d.chunk_lines)
             for src_flat, src_len, tgt_flat, tgt_len in _encoded_chunks(chunks, workers, models):
                 writers[0].append(src_flat, src_len)
@@ -324,19 +366,30 @@ def _encode_split(recipe: Recipe, split: str, out: Path, cleaned: dict[str, Any]
         raise
     for writer in writers:
         writer.commit()
-    result = {"sentences": writers[0].sentences, "src_tokens": writers[0].tokens,
-              "tgt_tokens": writers[1].tokens, "histogram": histogram.counts.tolist(),
-              "dtypes": [dtypes[0].name, dtypes[1].name]}
-    log(f"{split}: encoded {result['sentences']:,} pairs "
-        f"({result['src_tokens']:,} source and {result['tgt_tokens']:,} target tokens)")
+    result = {
+        "sentences": writers[0].sentences,
+        "src_tokens": writers[0].tokens,
+        "tgt_tokens": writers[1].tokens,
+        "histogram": histogram.counts.tolist(),
+        "dtypes": [dtypes[0].name, dtypes[1].name],
+    }
+    log(
+        f"{split}: encoded {result['sentences']:,} pairs "
+        f"({result['src_tokens']:,} source and {result['tgt_tokens']:,} target tokens)"
+    )
     return _stamp(out, f"encode.{split}", key, result)
 
 
 # --------------------------------------------------------------------------- metadata
 
 
-def _metadata(recipe: Recipe, splits: dict[str, list[CorpusPair]], cleaned: dict[str, Any],
-              vocab: dict[str, Any], encoded: dict[str, Any]) -> dict[str, Any]:
+def _metadata(
+    recipe: Recipe,
+    splits: dict[str, list[CorpusPair]],
+    cleaned: dict[str, Any],
+    vocab: dict[str, Any],
+    encoded: dict[str, Any],
+) -> dict[str, Any]:
     histogram = np.asarray(encoded["train"]["histogram"], dtype=np.int64)
     bounds = bucket_boundaries(histogram)
     return {
@@ -357,8 +410,12 @@ def _metadata(recipe: Recipe, splits: dict[str, list[CorpusPair]], cleaned: dict
         },
         "buckets": {"bounds": bounds, "table": bucket_table(histogram, bounds)},
         "inputs_sha256": {path: h for name in splits for path, h in cleaned[name]["sha256"].items()},
-        "versions": {"nmt": __version__, "sentencepiece": spm.__version__, "numpy": np.__version__,
-                     "python": platform.python_version()},
+        "versions": {
+            "nmt": __version__,
+            "sentencepiece": spm.__version__,
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+        },
     }
 
 
@@ -366,8 +423,9 @@ def load_meta(data_dir: Path) -> dict[str, Any]:
     """Read ``meta.json`` of a prepared dataset, or explain how to create it."""
     path = data_dir / "meta.json"
     if not path.is_file():
-        raise DataError(f"{path}: not found; the dataset is not prepared (or preparation did not finish): "
-                        "run `nmt prepare RECIPE`")
+        raise DataError(
+            f"{path}: not found; the dataset is not prepared (or preparation did not finish): run `nmt prepare RECIPE`"
+        )
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

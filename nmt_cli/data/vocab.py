@@ -30,8 +30,9 @@ def vocab_files(src_lang: str, tgt_lang: str, joint: bool) -> tuple[str, str]:
     return f"spm.{src_lang}.model", f"spm.{tgt_lang}.model"
 
 
-def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig, hard_limit: bool = True,
-                symbols: Sequence[str] = ()) -> None:
+def learn_vocab(
+    inputs: Sequence[Path], output: Path, config: VocabConfig, hard_limit: bool = True, symbols: Sequence[str] = ()
+) -> None:
     """Train a SentencePiece model on the text files ``inputs`` and write it to ``output``.
 
     SentencePiece samples at most ``input_sentence_size`` sentences, which bounds memory on
@@ -49,7 +50,10 @@ def learn_vocab(inputs: Sequence[Path], output: Path, config: VocabConfig, hard_
                 input_sentence_size=config.input_sentence_size,
                 shuffle_input_sentence=True,
                 num_threads=config.threads or os.cpu_count() or 1,
-                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
                 normalization_rule_name=config.normalization,
                 byte_fallback=config.byte_fallback,
                 user_defined_symbols=list(symbols),  # pieces never split (the synthetic-data tag)
@@ -67,16 +71,22 @@ def _explain_spm_error(message: str, inputs: Sequence[Path], config: VocabConfig
     names = ", ".join(str(p) for p in inputs)
     too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", message)
     if too_high:
-        return (f"{names}: vocab.size={config.size} is too large for this data; "
-                f"set vocab.size to at most {too_high.group(2)} (e.g. --set vocab.size={too_high.group(2)})")
+        return (
+            f"{names}: vocab.size={config.size} is too large for this data; "
+            f"set vocab.size to at most {too_high.group(2)} (e.g. --set vocab.size={too_high.group(2)})"
+        )
     too_small = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", message)
     if too_small:
-        return (f"{names}: vocab.size={config.size} is too small: the characters of this data (plus byte and "
-                f"special pieces) need {too_small.group(2)}; raise vocab.size to at least {too_small.group(2)} "
-                "or lower vocab.character_coverage")
+        return (
+            f"{names}: vocab.size={config.size} is too small: the characters of this data (plus byte and "
+            f"special pieces) need {too_small.group(2)}; raise vocab.size to at least {too_small.group(2)} "
+            "or lower vocab.character_coverage"
+        )
     if "vocab_size" in message or "Vocabulary size" in message:
-        return (f"{names}: vocab.size={config.size} does not fit this data; choose a smaller vocab.size "
-                f"(SentencePiece said: {message.strip().splitlines()[-1]})")
+        return (
+            f"{names}: vocab.size={config.size} does not fit this data; choose a smaller vocab.size "
+            f"(SentencePiece said: {message.strip().splitlines()[-1]})"
+        )
     return f"{names}: SentencePiece could not learn a vocabulary: {message.strip().splitlines()[-1]}"
 
 
@@ -129,8 +139,10 @@ def parent_vocab_blobs(path: Path) -> tuple[bytes, bytes]:
     elif path.is_file():
         blobs = (path.read_bytes(),) * 2
     else:
-        raise DataError(f"vocab.from: {path} not found; name a run folder, a model .pt file, a prepared data "
-                        "folder or a SentencePiece .model file")
+        raise DataError(
+            f"vocab.from: {path} not found; name a run folder, a model .pt file, a prepared data "
+            "folder or a SentencePiece .model file"
+        )
     for blob in set(blobs):
         load_vocab_bytes(blob, f"vocab.from: {path}")
     return blobs
@@ -146,8 +158,9 @@ def extend_vocab(parent: bytes, inputs: Sequence[Path], count: int, config: Voca
     try:
         from sentencepiece import sentencepiece_model_pb2
     except ImportError:
-        raise DataError("vocab.extend needs protobuf to edit the SentencePiece model: "
-                        "pip install 'nmt-cli[extend]'") from None
+        raise DataError(
+            "vocab.extend needs protobuf to edit the SentencePiece model: pip install 'nmt-cli[extend]'"
+        ) from None
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(parent)
     learned_path = workdir / "extension.model"

@@ -50,9 +50,11 @@ def attention_maps(model: Transformer, source: list[int], output: list[int]) -> 
     finally:
         for hook in hooks:
             hook.remove()
-    return AttentionMaps([recorded[layer.self_attn].float().cpu() for layer in model.encoder],
-                         [recorded[layer.self_attn].float().cpu() for layer in model.decoder],
-                         [recorded[layer.cross_attn].float().cpu() for layer in model.decoder])
+    return AttentionMaps(
+        [recorded[layer.self_attn].float().cpu() for layer in model.encoder],
+        [recorded[layer.self_attn].float().cpu() for layer in model.decoder],
+        [recorded[layer.cross_attn].float().cpu() for layer in model.decoder],
+    )
 
 
 def word_starts(pieces: list[str]) -> list[int]:

@@ -65,8 +65,7 @@ class JoinableSteps:
                 padding = tensor.new_zeros((rows, *tensor.shape[1:]))  # zeros, and False: not visible
                 layer["self"][key] = torch.cat([tensor, padding])
             for key in ("k", "v"):  # (B, H, S, d_k): the source side, padded to the longer source
-                layer["cross"][key] = torch.cat([_pad_dim2(layer["cross"][key], width),
-                                                 _pad_dim2(new["cross"][key], width)])
+                layer["cross"][key] = torch.cat([_pad_dim2(layer["cross"][key], width), _pad_dim2(new["cross"][key], width)])
 
     def __call__(self, tokens: Tensor) -> Tensor:
         assert self.state is not None
@@ -149,13 +148,15 @@ class ContinuousBeamSearch:
         first[:, 0] = 0.0  # one live row: the others would repeat it
         self.scores = torch.cat([self.scores, first])
         self.tokens = torch.cat([self.tokens, torch.full((m * k,), BOS_ID, dtype=torch.long, device=device)])
-        self.history = torch.cat([_pad_cols(self.history, width),
-                                  torch.full((m * k, width), PAD_ID, dtype=torch.long, device=device)])
+        self.history = torch.cat(
+            [_pad_cols(self.history, width), torch.full((m * k, width), PAD_ID, dtype=torch.long, device=device)]
+        )
         self.lengths = torch.cat([self.lengths, torch.zeros(m, dtype=torch.long, device=device)])
         self.max_len = torch.cat([self.max_len, max_len])
         self.fin_scores = torch.cat([self.fin_scores, torch.full((m, k), float("-inf"), device=device)])
-        self.fin_tokens = torch.cat([_pad_cols(self.fin_tokens, width),
-                                     torch.full((m, k, width), PAD_ID, dtype=torch.long, device=device)])
+        self.fin_tokens = torch.cat(
+            [_pad_cols(self.fin_tokens, width), torch.full((m, k, width), PAD_ID, dtype=torch.long, device=device)]
+        )
         self.keys.extend(keys)
 
     @torch.inference_mode()
@@ -179,14 +180,24 @@ class ContinuousBeamSearch:
         eos_ranked = is_eos.clone()
         eos_ranked[:, k:] = False
         if eos_ranked.any():
-            _collect_finished(sent, self.fin_scores, self.fin_tokens, self.history.view(n, k, -1), origin,
-                              top_scores, eos_ranked, self.lengths, self.config)
+            _collect_finished(
+                sent,
+                self.fin_scores,
+                self.fin_tokens,
+                self.history.view(n, k, -1),
+                origin,
+                top_scores,
+                eos_ranked,
+                self.lengths,
+                self.config,
+            )
         open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
         parent = origin.gather(1, pick) + sent[:, None] * k  # row in history
         new_tokens = token.gather(1, pick)  # (n, K)
 
-        done = _sentence_done(self.config, self.fin_scores, open_scores[:, 0], is_eos[:, 0], self.nbest,
-                              self.max_len, self.lengths)
+        done = _sentence_done(
+            self.config, self.fin_scores, open_scores[:, 0], is_eos[:, 0], self.nbest, self.max_len, self.lengths
+        )
         if cancelled:
             done |= torch.tensor([key in cancelled for key in self.keys], device=device)
         finished = self._results(done.nonzero().flatten().tolist(), cancelled or set())

@@ -31,8 +31,10 @@ class Ensemble:
 
     def log_probs(self, tgt_in: Tensor, memories: list[Tensor], src_mask: Tensor) -> Tensor:
         """Teacher-forced log-probabilities (B, T, V) of the ensemble (forced scores)."""
-        each = [model.logits(model.decode(tgt_in, memory, src_mask)).float().log_softmax(dim=-1)
-                for model, memory in zip(self.models, memories)]
+        each = [
+            model.logits(model.decode(tgt_in, memory, src_mask)).float().log_softmax(dim=-1)
+            for model, memory in zip(self.models, memories)
+        ]
         return torch.stack(each).mean(dim=0).log_softmax(dim=-1)
 
     def eval(self) -> Ensemble:

@@ -36,8 +36,9 @@ class PairScore:
 
 
 @torch.inference_mode()
-def forced_scores(model: Transformer | Ensemble, pairs: list[tuple[list[int], list[int]]], config: DecodeConfig,
-                  device: torch.device) -> list[PairScore]:
+def forced_scores(
+    model: Transformer | Ensemble, pairs: list[tuple[list[int], list[int]]], config: DecodeConfig, device: torch.device
+) -> list[PairScore]:
     """Scores of ``pairs`` of (source ids, target ids), both without EOS, in order.
 
     A source longer than the model allows is truncated as translation does; a target that does not
@@ -63,13 +64,15 @@ def forced_scores(model: Transformer | Ensemble, pairs: list[tuple[list[int], li
         chosen = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1).masked_fill(tgt_out == PAD_ID, 0.0)
         for i, total in zip(batch, chosen.sum(dim=1).tolist()):
             tokens = len(pairs[i][1]) + 1
-            results[i] = PairScore(total, tokens, total / float(length_penalty(float(tokens), config))
-                                   if math.isfinite(total) else total)
+            results[i] = PairScore(
+                total, tokens, total / float(length_penalty(float(tokens), config)) if math.isfinite(total) else total
+            )
     return results  # type: ignore[return-value]
 
 
 def _batches(indices: list[int], pairs: list[tuple[list[int], list[int]]], batch_tokens: int) -> Iterator[list[int]]:
     """Length-sorted batches of at most ``batch_tokens`` padded tokens on the longer side."""
+
     def longest(i: int) -> int:
         return max(len(pairs[i][0]), len(pairs[i][1])) + 1
 

@@ -32,14 +32,21 @@ OVERSAMPLE = 2  # rows per requested sample: duplicates are dropped, so draw mor
 
 
 @torch.inference_mode()
-def sample(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1,
-           generator: torch.Generator | None = None, prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+def sample(
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig,
+    nbest: int = 1,
+    generator: torch.Generator | None = None,
+    prefix: Tensor | None = None,
+) -> list[list[Hypothesis]]:
     """Up to ``nbest`` distinct samples per sentence of ``src``, best score first."""
     device = src.device
     rows_per_sentence = nbest * OVERSAMPLE if nbest > 1 else 1
     memory, src_mask = model.encode(src)
-    max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions),
-                            model.config.max_positions)  # (n_sent,)
+    max_len = with_room_for(
+        prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions
+    )  # (n_sent,)
     width = int(max_len.max()) + 1
     steps = decoder_steps(model, memory, src_mask, config, True, rows_per_sentence, width)
     n_sent = src.size(0)
@@ -52,8 +59,9 @@ def sample(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1
     open_sentences = torch.arange(n_sent, device=device)
     tokens = torch.full((rows,), BOS_ID, dtype=torch.long, device=device)
     for t in range(width):
-        alive = (open_sentences[:, None] * rows_per_sentence
-                 + torch.arange(rows_per_sentence, device=device)).flatten()  # original row of each open row
+        alive = (
+            open_sentences[:, None] * rows_per_sentence + torch.arange(rows_per_sentence, device=device)
+        ).flatten()  # original row of each open row
         forced = prefix_tokens(prefix, t, open_sentences, rows_per_sentence)
         log_probs = _mask_specials(steps(tokens).log_softmax(dim=-1), t >= row_limit[alive], forced)  # (n_alive, V)
         drawn = torch.multinomial(_reshaped(log_probs, config).exp(), 1, generator=generator).squeeze(1)
@@ -91,8 +99,9 @@ def _reshaped(log_probs: Tensor, config: DecodeConfig) -> Tensor:
     return logits
 
 
-def _distinct_best(outputs: list[list[int]], lengths: list[int], scores: list[float], per_sentence: int,
-                   nbest: int) -> list[list[Hypothesis]]:
+def _distinct_best(
+    outputs: list[list[int]], lengths: list[int], scores: list[float], per_sentence: int, nbest: int
+) -> list[list[Hypothesis]]:
     results = []
     for start in range(0, len(outputs), per_sentence):
         seen, hyps = set(), []

@@ -73,14 +73,24 @@ class UncachedSteps:
         self.src_mask = self.src_mask.index_select(0, rows)
 
 
-def decoder_steps(model: Transformer | Ensemble, memory: Tensor | list[Tensor], src_mask: Tensor,
-                  config: DecodeConfig, cached: bool, rows_per_sentence: int,
-                  max_steps: int) -> CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps:
+def decoder_steps(
+    model: Transformer | Ensemble,
+    memory: Tensor | list[Tensor],
+    src_mask: Tensor,
+    config: DecodeConfig,
+    cached: bool,
+    rows_per_sentence: int,
+    max_steps: int,
+) -> CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps:
     """The stepper a search runs: on a GPU a recorded CUDA graph (``decode.cuda_graphs``), else cached;
     for an ensemble, one per model."""
     if isinstance(model, Ensemble):
-        return EnsembleSteps([decoder_steps(one, memory_of_one, src_mask, config, cached, rows_per_sentence, max_steps)
-                              for one, memory_of_one in zip(model.models, memory)])
+        return EnsembleSteps(
+            [
+                decoder_steps(one, memory_of_one, src_mask, config, cached, rows_per_sentence, max_steps)
+                for one, memory_of_one in zip(model.models, memory)
+            ]
+        )
     if not cached:
         return UncachedSteps(model, memory, src_mask)
     if config.cuda_graphs and memory.device.type == "cuda" and supports_static_steps(model):
@@ -118,7 +128,7 @@ def length_penalty(length: Tensor | float, config: DecodeConfig) -> Tensor | flo
     """GNMT ((5 + |Y|) / 6) ** alpha (the paper's), or |Y| ** alpha (fairseq's 'average')."""
     if config.length_penalty == "gnmt":
         return ((5.0 + length) / 6.0) ** config.alpha
-    return length ** config.alpha
+    return length**config.alpha
 
 
 def _mask_specials(log_probs: Tensor, at_limit: Tensor, forced: Tensor | None = None) -> Tensor:
@@ -142,8 +152,7 @@ def _mask_specials(log_probs: Tensor, at_limit: Tensor, forced: Tensor | None = 
 ROW_BLOCK = 256  # rows of (rows x vocabulary) scores handled at once, so they stay in the CPU cache
 
 
-def _best_tokens(logits: Tensor, count: int, at_limit: Tensor,
-                 forced: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def _best_tokens(logits: Tensor, count: int, at_limit: Tensor, forced: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Log-probabilities and ids of the ``count`` best allowed tokens of every row: each (N, count).
 
     Normalises, masks and ranks a block of rows at a time: on a CPU, a whole batch of
@@ -155,8 +164,9 @@ def _best_tokens(logits: Tensor, count: int, at_limit: Tensor,
     blocks = []
     for start in range(0, logits.size(0), block):
         rows = slice(start, start + block)
-        log_probs = _mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows],
-                                   None if forced is None else forced[rows])
+        log_probs = _mask_specials(
+            logits[rows].log_softmax(dim=-1), at_limit[rows], None if forced is None else forced[rows]
+        )
         blocks.append(log_probs.topk(count, dim=1))
     if len(blocks) == 1:
         return blocks[0]
@@ -167,16 +177,16 @@ def _best_tokens(logits: Tensor, count: int, at_limit: Tensor,
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached: bool = True,
-                  prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+def greedy_search(
+    model: Transformer, src: Tensor, config: DecodeConfig, cached: bool = True, prefix: Tensor | None = None
+) -> list[list[Hypothesis]]:
     """The most probable token at every step, until EOS or the length limit.
 
     Outputs and scores stay on the device until the end: reading a finished row back at once
     would make the host wait for the GPU at every sentence.
     """
     memory, src_mask = model.encode(src)
-    max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions),
-                            model.config.max_positions)
+    max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions)
     steps = decoder_steps(model, memory, src_mask, config, cached, 1, int(max_len.max()) + 1)
     n = src.size(0)
     device = src.device
@@ -201,16 +211,19 @@ def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached:
         alive, tokens = alive[keep], tokens[keep]
         steps.select(keep, sentences=keep)
     normalised = scores / length_penalty(lengths.double() + 1, config).float()  # |Y| counts the EOS
-    return [[Hypothesis(row[:length], score)]
-            for row, length, score in zip(outputs.tolist(), lengths.tolist(), normalised.tolist())]
+    return [
+        [Hypothesis(row[:length], score)]
+        for row, length, score in zip(outputs.tolist(), lengths.tolist(), normalised.tolist())
+    ]
 
 
 # --------------------------------------------------------------------------- beam
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1,
-                cached: bool = True, prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1, cached: bool = True, prefix: Tensor | None = None
+) -> list[list[Hypothesis]]:
     """Batched beam search; returns the ``nbest`` best finished hypotheses of each sentence.
 
     Every step extends each open hypothesis by one token, keeps the 2K best candidates of
@@ -222,8 +235,9 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
     device = src.device
     n_sent = src.size(0)
     memory, src_mask = model.encode(src)
-    max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions),
-                            model.config.max_positions)  # (n_sent,)
+    max_len = with_room_for(
+        prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions
+    )  # (n_sent,)
     width = int(max_len.max()) + 1  # room for the tokens and the EOS
     steps = decoder_steps(model, memory, src_mask, config, cached, k, width)
 
@@ -254,16 +268,24 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
         eos_ranked = is_eos.clone()
         eos_ranked[:, k:] = False
         if eos_ranked.any():
-            _collect_finished(sent, fin_scores, fin_tokens, history.view(n, rows_per_sent, t), origin,
-                              top_scores, eos_ranked, torch.full((n,), t, device=device), config)
+            _collect_finished(
+                sent,
+                fin_scores,
+                fin_tokens,
+                history.view(n, rows_per_sent, t),
+                origin,
+                top_scores,
+                eos_ranked,
+                torch.full((n,), t, device=device),
+                config,
+            )
 
         # Open: the K best candidates that did not end.
         open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(min(k, top_scores.size(1)), dim=1)
         parent = origin.gather(1, pick) + torch.arange(n, device=device)[:, None] * rows_per_sent  # row in history
         new_tokens = token.gather(1, pick)
 
-        done = _sentence_done(config, fin_scores[sent], open_scores[:, 0], is_eos[:, 0], nbest,
-                              max_len[sent], t)
+        done = _sentence_done(config, fin_scores[sent], open_scores[:, 0], is_eos[:, 0], nbest, max_len[sent], t)
         keep = (~done).nonzero().flatten()
         if len(keep) == 0:
             break
@@ -275,8 +297,9 @@ def beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: in
     return _best(fin_scores, fin_tokens, nbest)
 
 
-def _sentence_done(config: DecodeConfig, finished: Tensor, best_open: Tensor, best_is_eos: Tensor, nbest: int,
-                   max_len: Tensor, t: int) -> Tensor:
+def _sentence_done(
+    config: DecodeConfig, finished: Tensor, best_open: Tensor, best_is_eos: Tensor, nbest: int, max_len: Tensor, t: int
+) -> Tensor:
     """Which sentences stop searching after step ``t`` (see ``DecodeConfig.stop``).
 
     ``finished`` (n, K) holds each sentence's best finished scores, sorted; ``best_open`` (n,) the
@@ -296,8 +319,17 @@ def _sentence_done(config: DecodeConfig, finished: Tensor, best_open: Tensor, be
     return done | (t >= max_len) | (best_open == float("-inf"))
 
 
-def _collect_finished(sent: Tensor, fin_scores: Tensor, fin_tokens: Tensor, history: Tensor, origin: Tensor,
-                      top_scores: Tensor, eos_ranked: Tensor, lengths: Tensor, config: DecodeConfig) -> None:
+def _collect_finished(
+    sent: Tensor,
+    fin_scores: Tensor,
+    fin_tokens: Tensor,
+    history: Tensor,
+    origin: Tensor,
+    top_scores: Tensor,
+    eos_ranked: Tensor,
+    lengths: Tensor,
+    config: DecodeConfig,
+) -> None:
     """Merge this step's EOS candidates into each sentence's K best finished hypotheses.
 
     ``history`` (n, rows, H) holds each row's tokens so far, PAD after them; ``lengths`` (n,) counts each
@@ -310,7 +342,7 @@ def _collect_finished(sent: Tensor, fin_scores: Tensor, fin_tokens: Tensor, hist
     normalised = (top_scores / penalty).masked_fill(~eos_ranked, float("-inf"))
     paths = history.gather(1, origin[:, :, None].expand(n, two_k, history.size(2)))  # (n, 2K, H)
     new_tokens = torch.full((n, two_k, width), PAD_ID, dtype=torch.long, device=origin.device)
-    new_tokens[:, :, :history.size(2)] = paths
+    new_tokens[:, :, : history.size(2)] = paths
     new_tokens.scatter_(2, lengths[:, None, None].expand(n, two_k, 1), EOS_ID)
     all_scores = torch.cat([fin_scores[sent], normalised], dim=1)  # (n, 3K)
     all_tokens = torch.cat([fin_tokens[sent], new_tokens], dim=1)  # (n, 3K, width)
@@ -331,8 +363,9 @@ def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypot
     return results
 
 
-def search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1,
-           prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+def search(
+    model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1, prefix: Tensor | None = None
+) -> list[list[Hypothesis]]:
     """Greedy search when the beam is 1, else beam search; outputs start with ``prefix`` (n, P) if given."""
     if config.beam == 1:
         return greedy_search(model, src, config, prefix=prefix)

@@ -39,8 +39,9 @@ def supports_static_steps(model: Transformer) -> bool:
 class StaticSteps:
     """Decoder steps over ``sentences x rows_per_sentence`` fixed slots (see the module docstring)."""
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, rows_per_sentence: int,
-                 max_steps: int, use_graph: bool) -> None:
+    def __init__(
+        self, model: Transformer, memory: Tensor, src_mask: Tensor, rows_per_sentence: int, max_steps: int, use_graph: bool
+    ) -> None:
         self.model = model
         n_sent, device = memory.size(0), memory.device
         self.per_sentence = rows_per_sentence
@@ -56,8 +57,10 @@ class StaticSteps:
         self.tokens = torch.full((slots,), BOS_ID, dtype=torch.long, device=device)
         self.src_mask = src_mask
         state = model.start_decoding(memory, src_mask)  # cross-attention keys/values, one row per sentence
-        self.caches = [{"self": StaticKeysValues(self.keys[i], self.values[i], self.position, self.visible),
-                        "cross": layer["cross"]} for i, layer in enumerate(state.caches)]
+        self.caches = [
+            {"self": StaticKeysValues(self.keys[i], self.values[i], self.position, self.visible), "cross": layer["cross"]}
+            for i, layer in enumerate(state.caches)
+        ]
         self.sentence_slots = torch.arange(n_sent, device=device)  # slot group of each open sentence
         self.rows = self.sentence_slots * rows_per_sentence  # slot of each open row (first step: one per sentence)
         self.steps_done = 0
@@ -103,8 +106,9 @@ class StaticSteps:
             self.sentence_slots = self.sentence_slots.index_select(0, sentences)
         per_sentence = rows.numel() // self.sentence_slots.numel()  # 1 on the first step of a beam search
         source = self.rows.index_select(0, rows)
-        target = (self.sentence_slots[:, None] * self.per_sentence
-                  + torch.arange(per_sentence, device=rows.device)).flatten()
+        target = (
+            self.sentence_slots[:, None] * self.per_sentence + torch.arange(per_sentence, device=rows.device)
+        ).flatten()
         written = slice(0, self.steps_done)
         self.keys[:, target, :, written] = self.keys[:, source, :, written]
         self.values[:, target, :, written] = self.values[:, source, :, written]

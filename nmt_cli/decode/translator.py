@@ -47,8 +47,9 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     return model_from_payload(payload, Path(path), device, dtype)
 
 
-def load_ensemble(paths: list[str | Path], device: str | torch.device = "cpu",
-                  dtype: torch.dtype = torch.float32) -> LoadedModel:
+def load_ensemble(
+    paths: list[str | Path], device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> LoadedModel:
     """One model, or several sharing one vocabulary decoded as an :class:`.ensemble.Ensemble`."""
     loaded = [load_model(path, device, dtype) for path in paths]
     if len(loaded) == 1:
@@ -57,15 +58,18 @@ def load_ensemble(paths: list[str | Path], device: str | torch.device = "cpu",
     for other in loaded[1:]:
         for side in ("src_vocab", "tgt_vocab"):
             if getattr(other, side).serialized_model_proto() != getattr(first, side).serialized_model_proto():
-                raise NmtError(f"{other.path} and {first.path} have different {side[:3]} vocabularies; an ensemble "
-                               "needs one vocabulary (the models' token ids must mean the same pieces)")
+                raise NmtError(
+                    f"{other.path} and {first.path} have different {side[:3]} vocabularies; an ensemble "
+                    "needs one vocabulary (the models' token ids must mean the same pieces)"
+                )
     ensemble = Ensemble([m.model for m in loaded])
     recipe = replace(first.recipe, model=replace(first.recipe.model, max_positions=ensemble.config.max_positions))
     return LoadedModel(ensemble, recipe, first.src_vocab, first.tgt_vocab, first.path)  # type: ignore[arg-type]
 
 
-def model_from_payload(payload: dict[str, Any], origin: Path, device: str | torch.device = "cpu",
-                       dtype: torch.dtype = torch.float32) -> LoadedModel:
+def model_from_payload(
+    payload: dict[str, Any], origin: Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> LoadedModel:
     """Rebuild the model described by a checkpoint payload."""
     try:
         recipe = recipe_from_dict(payload["recipe"], source=f"{origin} (stored recipe)")
@@ -94,16 +98,19 @@ def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple
         with torch.device("meta"):
             skeleton = build_model(recipe.model, *sizes, PAD_ID)
     except (RuntimeError, ValueError, OverflowError) as err:
-        raise CheckpointError(f"{origin}: its stored model settings describe no buildable model "
-                              f"({str(err).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"{origin}: its stored model settings describe no buildable model ({str(err).splitlines()[0]})"
+        ) from None
     expected = skeleton.state_dict()
     for key in sorted(set(expected) | set(weights)):
         if key not in weights or key not in expected:
             where = "missing from the file" if key not in weights else "not part of the model"
             raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({key} is {where})")
         if tuple(weights[key].shape) != tuple(expected[key].shape):
-            raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({key} has shape "
-                                  f"{tuple(weights[key].shape)}; the recipe's model needs {tuple(expected[key].shape)})")
+            raise CheckpointError(
+                f"{origin}: weights do not fit the stored model settings ({key} has shape "
+                f"{tuple(weights[key].shape)}; the recipe's model needs {tuple(expected[key].shape)})"
+            )
 
 
 @dataclass
@@ -120,9 +127,16 @@ class TranslationStats:
 class Translator:
     """Turns lines of source text into lists of (text, score) hypotheses."""
 
-    def __init__(self, loaded: LoadedModel, config: DecodeConfig, device: str | torch.device = "cpu",
-                 nbest: int = 1, chunk_lines: int = 10000, alignments: bool = False,
-                 alignment_layer: int | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        config: DecodeConfig,
+        device: str | torch.device = "cpu",
+        nbest: int = 1,
+        chunk_lines: int = 10000,
+        alignments: bool = False,
+        alignment_layer: int | None = None,
+    ) -> None:
         if nbest > config.beam and not config.sampling:
             raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
         self.loaded = loaded
@@ -150,8 +164,10 @@ class Translator:
             if starts is not None:
                 chunk_prefixes = [line.rstrip("\r\n").strip() for line in itertools.islice(starts, len(chunk))]
                 if len(chunk_prefixes) < len(chunk):
-                    raise NmtError(f"the target prefixes end at line {self.stats.sentences + len(chunk_prefixes)} "
-                                   "but the input goes on; give one prefix line (empty: none) per input line")
+                    raise NmtError(
+                        f"the target prefixes end at line {self.stats.sentences + len(chunk_prefixes)} "
+                        "but the input goes on; give one prefix line (empty: none) per input line"
+                    )
             yield from self._translate_chunk(chunk, chunk_prefixes)
 
     def _translate_chunk(self, lines: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
@@ -159,8 +175,9 @@ class Translator:
         starts = self.loaded.tgt_vocab.encode(prefixes, out_type=int) if prefixes is not None else None
         return self.translate_encoded(encoded, starts)
 
-    def translate_encoded(self, encoded: list[list[int]],
-                          prefixes: list[list[int]] | None = None) -> list[list[tuple[str, float]]]:
+    def translate_encoded(
+        self, encoded: list[list[int]], prefixes: list[list[int]] | None = None
+    ) -> list[list[tuple[str, float]]]:
         """The n-best lists of sentences already encoded as source ids (no EOS), in order; ``prefixes``
         are target ids each output must start with.
 

@@ -32,8 +32,9 @@ def _require() -> object:
     try:
         import ctranslate2
     except ImportError:
-        raise NmtError("CTranslate2 is not installed; run: pip install 'nmt-cli[ct2]' (or pip install ctranslate2)") \
-            from None
+        raise NmtError(
+            "CTranslate2 is not installed; run: pip install 'nmt-cli[ct2]' (or pip install ctranslate2)"
+        ) from None
     return ctranslate2
 
 
@@ -41,14 +42,20 @@ def check_exportable(loaded: LoadedModel) -> None:
     """Raise a one-line error naming the option when CTranslate2 cannot run this model."""
     m = loaded.recipe.model
     if m.init == "tfixup":
-        raise NmtError(f"{loaded.path}: model.init=tfixup (no LayerNorm) has no CTranslate2 equivalent; "
-                       "export models trained with model.init=xavier")
+        raise NmtError(
+            f"{loaded.path}: model.init=tfixup (no LayerNorm) has no CTranslate2 equivalent; "
+            "export models trained with model.init=xavier"
+        )
     if m.positions == "xl":
-        raise NmtError(f"{loaded.path}: model.positions=xl (Transformer-XL attention) has no CTranslate2 "
-                       "equivalent; export a model trained with positions sinusoidal, learned or relative")
+        raise NmtError(
+            f"{loaded.path}: model.positions=xl (Transformer-XL attention) has no CTranslate2 "
+            "equivalent; export a model trained with positions sinusoidal, learned or relative"
+        )
     if m.norm == "rezero":
-        raise NmtError(f"{loaded.path}: model.norm=rezero has no CTranslate2 equivalent; "
-                       "export models trained with model.norm=post or pre")
+        raise NmtError(
+            f"{loaded.path}: model.norm=rezero has no CTranslate2 equivalent; "
+            "export models trained with model.norm=post or pre"
+        )
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -94,9 +101,13 @@ def build_spec(loaded: LoadedModel):
     model, config = loaded.model, loaded.recipe.model
     pre_norm = config.norm == "pre"
     spec = transformer_spec.TransformerSpec.from_config(
-        (config.layers, config.n_decoder_layers), config.n_heads, with_relative_position=config.positions == "relative",
-        pre_norm=pre_norm, no_final_norm=not pre_norm,
-        activation=common_spec.Activation.GELU if config.activation == "gelu" else common_spec.Activation.RELU)
+        (config.layers, config.n_decoder_layers),
+        config.n_heads,
+        with_relative_position=config.positions == "relative",
+        pre_norm=pre_norm,
+        no_final_norm=not pre_norm,
+        activation=common_spec.Activation.GELU if config.activation == "gelu" else common_spec.Activation.RELU,
+    )
     table = _position_table(model)
     for side, embedding in ((spec.encoder, model.src_embed), (spec.decoder, model.tgt_embed)):
         embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
@@ -125,8 +136,10 @@ def build_spec(loaded: LoadedModel):
     spec.config.add_source_eos = True  # nmt's sources end in EOS
     spec.config.decoder_start_token = "<s>"
     spec.config.layer_norm_epsilon = 1e-5  # torch.nn.LayerNorm's default
-    for vocab, register in ((loaded.src_vocab, spec.register_source_vocabulary),
-                            (loaded.tgt_vocab, spec.register_target_vocabulary)):
+    for vocab, register in (
+        (loaded.src_vocab, spec.register_source_vocabulary),
+        (loaded.tgt_vocab, spec.register_target_vocabulary),
+    ):
         register([vocab.id_to_piece(i) for i in range(vocab.get_piece_size())])
     return spec
 
@@ -177,8 +190,10 @@ def _check_output(model: Path, output: Path, force: bool) -> None:
     # Exports of nmt 0.1 carry no marker, but our recipe file beside model.bin.
     ours = (output / EXPORT_MARKER).is_file() or ((output / "model.bin").is_file() and (output / RECIPE_FILE).is_file())
     if not output.is_dir() or not ours:
-        raise NmtError(f"{output}: not an earlier `nmt export` folder (no {EXPORT_MARKER} marker in it); --force "
-                       "replaces only those. Choose a new folder")
+        raise NmtError(
+            f"{output}: not an earlier `nmt export` folder (no {EXPORT_MARKER} marker in it); --force "
+            "replaces only those. Choose a new folder"
+        )
 
 
 class CTranslate2Engine:
@@ -189,14 +204,18 @@ class CTranslate2Engine:
         import sentencepiece as spm
 
         if not (folder / "model.bin").is_file():
-            raise NmtError(f"{folder}: not a CTranslate2 model folder; create it with "
-                           "nmt export MODEL_DIR OUT --format ctranslate2")
+            raise NmtError(
+                f"{folder}: not a CTranslate2 model folder; create it with nmt export MODEL_DIR OUT --format ctranslate2"
+            )
         try:
-            self.translator = ctranslate2.Translator(str(folder), device=device, intra_threads=threads,
-                                                     compute_type=compute_type)
+            self.translator = ctranslate2.Translator(
+                str(folder), device=device, intra_threads=threads, compute_type=compute_type
+            )
         except (ValueError, RuntimeError) as err:
-            raise NmtError(f"{folder}: CTranslate2 cannot run it with compute type {compute_type} on {device} "
-                           f"({str(err).splitlines()[0]}); use another --dtype, or leave it out") from None
+            raise NmtError(
+                f"{folder}: CTranslate2 cannot run it with compute type {compute_type} on {device} "
+                f"({str(err).splitlines()[0]}); use another --dtype, or leave it out"
+            ) from None
         self.src = spm.SentencePieceProcessor(model_file=str(folder / SPM_SOURCE))
         self.tgt = spm.SentencePieceProcessor(model_file=str(folder / SPM_TARGET))
         self.output_tokens = 0
@@ -212,9 +231,14 @@ class CTranslate2Engine:
             return results
         longest = max(len(pieces[i]) for i in todo)
         outputs = self.translator.translate_batch(
-            [pieces[i] for i in todo], beam_size=config.beam, num_hypotheses=nbest, return_scores=True,
-            length_penalty=config.alpha, max_batch_size=config.batch_size or 0,
-            max_decoding_length=int(config.max_len_a * longest + config.max_len_b) + 1)
+            [pieces[i] for i in todo],
+            beam_size=config.beam,
+            num_hypotheses=nbest,
+            return_scores=True,
+            length_penalty=config.alpha,
+            max_batch_size=config.batch_size or 0,
+            max_decoding_length=int(config.max_len_a * longest + config.max_len_b) + 1,
+        )
         for i, output in zip(todo, outputs):
             self.output_tokens += len(output.hypotheses[0]) + 1
             results[i] = [(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)]

@@ -45,8 +45,14 @@ class RelativeTerms:
     values: Tensor
 
 
-def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, causal: bool = False,
-                      relative: RelativeTerms | None = None, bias: Tensor | None = None) -> Tensor:
+def attention_weights(
+    q: Tensor,
+    k: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    relative: RelativeTerms | None = None,
+    bias: Tensor | None = None,
+) -> Tensor:
     """softmax(q k^T / sqrt(d_k) + rel + bias) in fp32: (B, H, Tq, Tk). The causal mask aligns bottom-right."""
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
@@ -64,9 +70,16 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, causal: 
     return scores.float().softmax(dim=-1)  # softmax in fp32 under autocast
 
 
-def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                        dropout: float = 0.0, causal: bool = False,
-                        relative: RelativeTerms | None = None, bias: Tensor | None = None) -> Tensor:
+def attention_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout: float = 0.0,
+    causal: bool = False,
+    relative: RelativeTerms | None = None,
+    bias: Tensor | None = None,
+) -> Tensor:
     """softmax(q k^T / sqrt(d_k) + rel + bias) v, written out. q (B,H,Tq,d_k), k/v (B,H,Tk,d_k)."""
     weights = F.dropout(attention_weights(q, k, mask, causal, relative, bias), p=dropout).to(v.dtype)
     out = weights @ v  # (B, H, Tq, d_k)
@@ -75,8 +88,16 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
     return out
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout: float = 0.0,
-              causal: bool = False, relative: RelativeTerms | None = None, bias: Tensor | None = None) -> Tensor:
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout: float = 0.0,
+    causal: bool = False,
+    relative: RelativeTerms | None = None,
+    bias: Tensor | None = None,
+) -> Tensor:
     """Fast path through PyTorch's fused kernel; Shaw's relative positions and bf16 on the CPU use the
     reference. ``bias`` (B, H, Tq, Tk) is added to the scaled scores (Transformer-XL's position term)."""
     if relative is not None:
@@ -121,8 +142,9 @@ def relative_shift(by_distance: Tensor, t_k: int) -> Tensor:
     """
     b, h, t_q, length = by_distance.shape
     by_distance = by_distance.contiguous()
-    return by_distance.as_strided((b, h, t_q, t_k), (h * t_q * length, t_q * length, length - 1, 1),
-                                  by_distance.storage_offset() + t_q - 1)
+    return by_distance.as_strided(
+        (b, h, t_q, t_k), (h * t_q * length, t_q * length, length - 1, 1), by_distance.storage_offset() + t_q - 1
+    )
 
 
 class XLPositions(nn.Module):
@@ -213,8 +235,14 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv(memory).chunk(2, dim=-1)
         return self._split(k), self._split(v)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                causal: bool = False, cache: dict[str, Tensor] | StaticKeysValues | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | StaticKeysValues | None = None,
+    ) -> Tensor:
         if self.self_attention:
             q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
             if isinstance(cache, StaticKeysValues):
@@ -254,8 +282,9 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = context.shape
         return self.out(context.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k))  # (B, Tq, D)
 
-    def attention_map(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                      causal: bool = False) -> Tensor:
+    def attention_map(
+        self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, causal: bool = False
+    ) -> Tensor:
         """The attention weights (B, H, Tq, Tk) that :meth:`forward` applies to the same inputs (no cache)."""
         if self.self_attention:
             q, k, _ = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
@@ -274,6 +303,7 @@ class MultiHeadAttention(nn.Module):
 
     def value_and_output_weights(self) -> list[Tensor]:
         """The value and output projection weights (scaled by T-Fixup)."""
-        value = self.qkv.weight[2 * self.out.in_features:] if self.self_attention \
-            else self.kv.weight[self.out.in_features:]
+        value = (
+            self.qkv.weight[2 * self.out.in_features :] if self.self_attention else self.kv.weight[self.out.in_features :]
+        )
         return [value, self.out.weight]

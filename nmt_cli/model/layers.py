@@ -84,8 +84,7 @@ class DecoderLayer(nn.Module):
         self.res_cross = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
-    def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor,
-                cache: dict[str, Any] | None = None) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
         x = self.res_self(x, lambda h: self.self_attn(h, causal=True, cache=self_cache))

@@ -12,8 +12,9 @@ def sinusoids(positions: Tensor, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) for each of
     ``positions`` (any real numbers, negative distances too), computed in float64: (len, D) float32."""
     position = positions.to(torch.float64)[:, None]
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64, device=positions.device)
-                         * (-math.log(10000.0) / d_model))
+    inv_freq = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float64, device=positions.device) * (-math.log(10000.0) / d_model)
+    )
     table = torch.zeros(len(positions), d_model, dtype=torch.float64, device=positions.device)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
@@ -33,7 +34,7 @@ class SinusoidalPositions(nn.Module):
         self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
-        return self.table[offset: offset + length]  # (T, D)
+        return self.table[offset : offset + length]  # (T, D)
 
     def at(self, positions: Tensor) -> Tensor:
         """Rows of the table at ``positions``, a device tensor (no host read: CUDA-graph safe)."""
@@ -46,7 +47,7 @@ class LearnedPositions(nn.Module):
     def __init__(self, max_positions: int, d_model: int) -> None:
         super().__init__()
         self.embedding = nn.Embedding(max_positions, d_model)
-        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         index = torch.arange(offset, offset + length, device=self.embedding.weight.device)

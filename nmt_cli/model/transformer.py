@@ -115,8 +115,9 @@ class Transformer(nn.Module):
         """Unnormalised scores over the target vocabulary: (..., D) -> (..., V)."""
         return self.output(hidden)
 
-    def loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float,
-             target_tokens: int | None = None) -> tuple[Tensor, Tensor, int]:
+    def loss(
+        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float, target_tokens: int | None = None
+    ) -> tuple[Tensor, Tensor, int]:
         """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch.
 
         Only non-padding positions go through the output projection, which is the most
@@ -136,8 +137,9 @@ class Transformer(nn.Module):
         loss, nll = output_loss(hidden, self.output.weight, target, epsilon)
         return loss, nll, target_tokens
 
-    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float,
-                target_tokens: int | None = None) -> tuple[Tensor, Tensor, int]:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float, target_tokens: int | None = None
+    ) -> tuple[Tensor, Tensor, int]:
         """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
         return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens)
 
@@ -167,8 +169,7 @@ class Transformer(nn.Module):
         state.step += 1
         return self._decode_one(x, state.src_mask, state.caches)
 
-    def decode_step_at(self, tokens: Tensor, position: Tensor, src_mask: Tensor,
-                       caches: list[dict[str, Any]]) -> Tensor:
+    def decode_step_at(self, tokens: Tensor, position: Tensor, src_mask: Tensor, caches: list[dict[str, Any]]) -> Tensor:
         """:meth:`decode_step` with fixed shapes and no host reads, so a CUDA graph can record it.
 
         ``position`` is the step as a one-element device tensor; each layer's self-attention
@@ -225,7 +226,7 @@ def _initialise(model: Transformer, config: ModelConfig) -> None:
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
     for embedding in {model.src_embed, model.tgt_embed}:
-        nn.init.normal_(embedding.weight, std=config.d_model ** -0.5)
+        nn.init.normal_(embedding.weight, std=config.d_model**-0.5)
         with torch.no_grad():
             embedding.weight[model.pad_id].zero_()
     if config.init == "fairseq":
@@ -245,7 +246,7 @@ def _tfixup_init(model: Transformer, config: ModelConfig) -> None:
     x 0.67 N_enc^-1/4; both input embeddings, N(0, d^-1/2), x (9 N_dec)^-1/4. Q and K stay Xavier.
     """
     dec_scale = (9 * config.n_decoder_layers) ** -0.25
-    enc_scale = 0.67 * config.layers ** -0.25
+    enc_scale = 0.67 * config.layers**-0.25
     with torch.no_grad():
         for layers, scale in ((model.encoder, enc_scale), (model.decoder, dec_scale)):
             for layer in layers:
@@ -271,7 +272,7 @@ def _fairseq_init(model: Transformer) -> None:
             if attn is not None:
                 for projection in attn.input_projections():
                     projection.reset_parameters()  # default biases
-                    _xavier_per_block(projection.weight, gain=2 ** -0.5)
+                    _xavier_per_block(projection.weight, gain=2**-0.5)
 
 
 def _xavier_per_block(weight: Tensor, gain: float) -> None:

@@ -53,8 +53,14 @@ def make_metric(name: str, tokenize: str | None = None, lowercase: bool = False)
     raise DataError(f"unknown metric '{name}'; choose from {', '.join(METRICS)}")
 
 
-def score(hypotheses: Sequence[str], references: Sequence[Sequence[str]], metrics: Sequence[str] = ("bleu",),
-          tokenize: str | None = None, lowercase: bool = False, width: int = 1) -> list[MetricResult]:
+def score(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    metrics: Sequence[str] = ("bleu",),
+    tokenize: str | None = None,
+    lowercase: bool = False,
+    width: int = 1,
+) -> list[MetricResult]:
     """Score ``hypotheses`` against one or more reference streams with each metric.
 
     ``width`` is the number of decimals in the formatted line (the sacrebleu command's -w, default 1).
@@ -64,8 +70,7 @@ def score(hypotheses: Sequence[str], references: Sequence[Sequence[str]], metric
         metric = make_metric(name, tokenize, lowercase)
         value = metric.corpus_score(list(hypotheses), [list(r) for r in references])
         signature = str(metric.get_signature())
-        results.append(MetricResult(value.name, value.score, signature,
-                                    value.format(width=width, signature=signature)))
+        results.append(MetricResult(value.name, value.score, signature, value.format(width=width, signature=signature)))
     return results
 
 
@@ -97,21 +102,24 @@ class Comparison:
     signature: str
 
 
-def compare(hyp_a: Sequence[str], hyp_b: Sequence[str], references: Sequence[Sequence[str]],
-            metrics: Sequence[str] = ("bleu",), samples: int = 1000) -> list[Comparison]:
+def compare(
+    hyp_a: Sequence[str],
+    hyp_b: Sequence[str],
+    references: Sequence[Sequence[str]],
+    metrics: Sequence[str] = ("bleu",),
+    samples: int = 1000,
+) -> list[Comparison]:
     """sacreBLEU's paired bootstrap test: is B's score different from A's?"""
     from sacrebleu.significance import PairedTest
 
     refs = [list(r) for r in references]
     objects = {name.upper(): _with_references(name, refs) for name in metrics}
-    test = PairedTest([("A", list(hyp_a)), ("B", list(hyp_b))], objects, references=None,
-                      test_type="bs", n_samples=samples)
+    test = PairedTest([("A", list(hyp_a)), ("B", list(hyp_b))], objects, references=None, test_type="bs", n_samples=samples)
     signatures, results = test()
     out = []
     for label in signatures:  # sacreBLEU names them itself (BLEU, chrF2, TER)
         base, other = results[label]
-        out.append(Comparison(label, base.score, other.score, float(other.p_value), float(other.ci),
-                              str(signatures[label])))
+        out.append(Comparison(label, base.score, other.score, float(other.p_value), float(other.ci), str(signatures[label])))
     return out
 
 
@@ -143,14 +151,16 @@ def _gunzip(data: bytes, path: Path) -> bytes:
     try:
         return gzip.decompress(data)
     except EOFError:
-        raise DataError(f"{path}: truncated gzip file (it ends before the compressed data does); "
-                        "download or compress it again") from None
+        raise DataError(
+            f"{path}: truncated gzip file (it ends before the compressed data does); download or compress it again"
+        ) from None
     except (gzip.BadGzipFile, zlib.error) as err:
         raise DataError(f"{path}: not valid gzip data ({err}); decompress it by hand or fix the file") from None
 
 
-def check_aligned(hypotheses: Sequence[str], hyp_name: str, references: Sequence[Sequence[str]],
-                  ref_names: Sequence[str]) -> None:
+def check_aligned(
+    hypotheses: Sequence[str], hyp_name: str, references: Sequence[Sequence[str]], ref_names: Sequence[str]
+) -> None:
     """One-line errors for empty inputs and line-count mismatches."""
     if not hypotheses:
         raise DataError(f"{hyp_name}: empty; it must hold one translation per line")
@@ -158,5 +168,7 @@ def check_aligned(hypotheses: Sequence[str], hyp_name: str, references: Sequence
         if not ref:
             raise DataError(f"{name}: empty; it must hold one reference per line")
         if len(ref) != len(hypotheses):
-            raise DataError(f"{hyp_name} has {len(hypotheses)} lines but {name} has {len(ref)}; "
-                            "hypotheses and references must be line-aligned")
+            raise DataError(
+                f"{hyp_name} has {len(hypotheses)} lines but {name} has {len(ref)}; "
+                "hypotheses and references must be line-aligned"
+            )

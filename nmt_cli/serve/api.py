@@ -58,8 +58,7 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "models": len(models),
-                "queued_sentences": sum(m.loop.queued_sentences for m in models)}
+        return {"status": "ok", "models": len(models), "queued_sentences": sum(m.loop.queued_sentences for m in models)}
 
     @app.get("/models")
     async def list_models() -> list[dict[str, Any]]:
@@ -69,8 +68,7 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
     async def languages() -> list[dict[str, Any]]:
         """LibreTranslate's list: each source language and the targets it can be translated into."""
         sources = sorted({m.source for m in models})
-        return [{"code": s, "name": s, "targets": sorted({m.target for m in models if m.source == s})}
-                for s in sources]
+        return [{"code": s, "name": s, "targets": sorted({m.target for m in models if m.source == s})} for s in sources]
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -125,8 +123,12 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
     if todo:
         running = asyncio.get_running_loop()
         answered: asyncio.Future[Job] = running.create_future()
-        job = Job([ids[:max_src] for ids in encoded], parsed.config, parsed.nbest,
-                  on_done=lambda job: running.call_soon_threadsafe(_resolve, answered, job))
+        job = Job(
+            [ids[:max_src] for ids in encoded],
+            parsed.config,
+            parsed.nbest,
+            on_done=lambda job: running.call_soon_threadsafe(_resolve, answered, job),
+        )
         try:
             parsed.model.loop.submit(job)
         except QueueFull as err:
@@ -160,7 +162,7 @@ async def _disconnected(request: Request) -> None:
 def _regroup(flat: list, lines: list[list[str]]) -> list[list]:
     grouped, start = [], 0
     for text_lines in lines:
-        grouped.append(flat[start:start + len(text_lines)])
+        grouped.append(flat[start : start + len(text_lines)])
         start += len(text_lines)
     return grouped
 
@@ -186,16 +188,35 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
             others = [[a["text"] for a in alternatives[1:]] for alternatives in texts]
             body["alternatives"] = others[0] if parsed.single else others
         return body
-    return {"model": parsed.model.name, "beam": parsed.config.beam, "alpha": parsed.config.alpha,
-            "translations": [{"text": alternatives[0]["text"], "score": alternatives[0]["score"],
-                              "nbest": alternatives, "truncated": any(cut)}
-                             for alternatives, cut in zip(texts, decoded.truncated)],
-            "time_ms": round(seconds * 1000, 2)}
+    return {
+        "model": parsed.model.name,
+        "beam": parsed.config.beam,
+        "alpha": parsed.config.alpha,
+        "translations": [
+            {
+                "text": alternatives[0]["text"],
+                "score": alternatives[0]["score"],
+                "nbest": alternatives,
+                "truncated": any(cut),
+            }
+            for alternatives, cut in zip(texts, decoded.truncated)
+        ],
+        "time_ms": round(seconds * 1000, 2),
+    }
 
 
 def _describe(model: ServedModel) -> dict[str, Any]:
     recipe = model.loaded.recipe
-    return {"name": model.name, "source": model.source, "target": model.target, "recipe": recipe.name,
-            "path": str(model.loaded.path), "parameters": model.parameters, "layers": recipe.model.layers,
-            "d_model": recipe.model.d_model, "beam": recipe.decode.beam, "alpha": recipe.decode.alpha,
-            "max_positions": recipe.model.max_positions}
+    return {
+        "name": model.name,
+        "source": model.source,
+        "target": model.target,
+        "recipe": recipe.name,
+        "path": str(model.loaded.path),
+        "parameters": model.parameters,
+        "layers": recipe.model.layers,
+        "d_model": recipe.model.d_model,
+        "beam": recipe.decode.beam,
+        "alpha": recipe.decode.alpha,
+        "max_positions": recipe.model.max_positions,
+    }

@@ -64,8 +64,15 @@ class DecodingLoop:
     ``batching=False`` decodes one job at a time, the baseline the load test compares with.
     """
 
-    def __init__(self, model: Transformer, name: str, metrics: ServerMetrics, batch_tokens: int = 6000,
-                 max_queue: int = 1024, batching: bool = True) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        name: str,
+        metrics: ServerMetrics,
+        batch_tokens: int = 6000,
+        max_queue: int = 1024,
+        batching: bool = True,
+    ) -> None:
         self.model, self.name, self.metrics = model, name, metrics
         self.batch_tokens, self.max_queue, self.batching = batch_tokens, max_queue, batching
         self._waiting: deque[tuple[Job, int]] = deque()  # (job, sentence index), first come first served
@@ -221,4 +228,3 @@ class DecodingLoop:
             job.on_done(job)
         except Exception:  # a broken callback must not stop the loop
             log.exception("request callback failed")
-

@@ -22,18 +22,19 @@ class ServerMetrics:
         r = self.registry
         self.requests = Counter("nmt_requests", "HTTP translation requests by outcome", ["status"], registry=r)
         self.in_flight = Gauge("nmt_requests_in_flight", "translation requests being answered", registry=r)
-        self.latency = Histogram("nmt_request_latency_seconds", "time from a request's arrival to its answer",
-                                 buckets=LATENCY_BUCKETS, registry=r)
-        self.sentences = Counter("nmt_sentences", "sentences translated, by outcome", ["model", "status"],
-                                 registry=r)
-        self.queue_length = Gauge("nmt_queue_sentences", "sentences waiting to join the batch", ["model"],
-                                  registry=r)
+        self.latency = Histogram(
+            "nmt_request_latency_seconds", "time from a request's arrival to its answer", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.sentences = Counter("nmt_sentences", "sentences translated, by outcome", ["model", "status"], registry=r)
+        self.queue_length = Gauge("nmt_queue_sentences", "sentences waiting to join the batch", ["model"], registry=r)
         self.running = Gauge("nmt_batch_sentences", "sentences in the running batch", ["model"], registry=r)
-        self.occupancy = Gauge("nmt_batch_occupancy", "the running batch's source tokens over the token budget",
-                               ["model"], registry=r)
+        self.occupancy = Gauge(
+            "nmt_batch_occupancy", "the running batch's source tokens over the token budget", ["model"], registry=r
+        )
         self.steps = Counter("nmt_decoder_steps", "decoder steps run", ["model"], registry=r)
-        self.step_sentences = Histogram("nmt_step_batch_sentences", "sentences per decoder step", ["model"],
-                                        buckets=BATCH_BUCKETS, registry=r)
+        self.step_sentences = Histogram(
+            "nmt_step_batch_sentences", "sentences per decoder step", ["model"], buckets=BATCH_BUCKETS, registry=r
+        )
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

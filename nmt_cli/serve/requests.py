@@ -67,18 +67,17 @@ def parse_request(body: bytes, models: list[ServedModel], limits: Limits) -> Tra
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise BadRequest(400, f"the body is not valid JSON ({err})") from None
     if not isinstance(fields, dict):
-        raise BadRequest(400, "the body must be a JSON object, e.g. {\"q\": \"Hello\", \"source\": \"en\", "
-                              "\"target\": \"de\"}")
+        raise BadRequest(400, 'the body must be a JSON object, e.g. {"q": "Hello", "source": "en", "target": "de"}')
     libre = "q" in fields
     if libre == ("text" in fields):
-        raise BadRequest(400, "give the text as \"q\" (LibreTranslate) or \"text\" (nmt), exactly one of them")
+        raise BadRequest(400, 'give the text as "q" (LibreTranslate) or "text" (nmt), exactly one of them')
     texts, single = _texts(fields["q" if libre else "text"], "q" if libre else "text")
     if sum(len(text.split("\n")) for text in texts) > limits.max_sentences:
         raise BadRequest(413, f"more than {limits.max_sentences} lines in one request; split it")
     if not any(text.strip() for text in texts):
         raise BadRequest(400, "the text is empty")
     if fields.get("format", "text") != "text":
-        raise BadRequest(400, f"format \"{fields['format']}\" is not supported; use \"text\"")
+        raise BadRequest(400, f'format "{fields["format"]}" is not supported; use "text"')
     model = _model(fields, models)
     defaults = model.loaded.recipe.decode
     if libre:
@@ -99,7 +98,7 @@ def _texts(value: Any, name: str) -> tuple[list[str], bool]:
         return [value], True
     if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
         return value, False
-    raise BadRequest(400, f"\"{name}\" must be a string or a non-empty list of strings")
+    raise BadRequest(400, f'"{name}" must be a string or a non-empty list of strings')
 
 
 def _model(fields: dict[str, Any], models: list[ServedModel]) -> ServedModel:
@@ -108,7 +107,7 @@ def _model(fields: dict[str, Any], models: list[ServedModel]) -> ServedModel:
         for model in models:
             if model.name == fields["model"]:
                 return model
-        raise BadRequest(400, f"no model \"{fields['model']}\"; GET /models lists them")
+        raise BadRequest(400, f'no model "{fields["model"]}"; GET /models lists them')
     source, target = fields.get("source", "auto"), fields.get("target")
     fits = [m for m in models if source in ("auto", m.source) and target in (None, m.target)]
     if len(fits) == 1:
@@ -122,12 +121,12 @@ def _model(fields: dict[str, Any], models: list[ServedModel]) -> ServedModel:
 def _integer(fields: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
     value = fields.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadRequest(400, f"\"{name}\" must be a whole number from {low} to {high}")
+        raise BadRequest(400, f'"{name}" must be a whole number from {low} to {high}')
     return value
 
 
 def _number(fields: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
     value = fields.get(name, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise BadRequest(400, f"\"{name}\" must be a number from {low:g} to {high:g}")
+        raise BadRequest(400, f'"{name}" must be a number from {low:g} to {high:g}')
     return float(value)

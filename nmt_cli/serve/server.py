@@ -22,8 +22,15 @@ from .metrics import ServerMetrics
 from .requests import Limits, ServedModel
 
 
-def load_served_models(paths: list[Path], device: torch.device, dtype: torch.dtype, metrics: ServerMetrics,
-                       batch_tokens: int | None, max_queue: int, batching: bool) -> list[ServedModel]:
+def load_served_models(
+    paths: list[Path],
+    device: torch.device,
+    dtype: torch.dtype,
+    metrics: ServerMetrics,
+    batch_tokens: int | None,
+    max_queue: int,
+    batching: bool,
+) -> list[ServedModel]:
     """One decoding loop per model, named after its language pair (``en-de``; ``en-de.2`` if repeated)."""
     served: list[ServedModel] = []
     for path in paths:
@@ -33,8 +40,9 @@ def load_served_models(paths: list[Path], device: torch.device, dtype: torch.dty
         taken = sum(1 for m in served if m.source == data.src_lang and m.target == data.tgt_lang)
         if taken:
             name = f"{name}.{taken + 1}"
-        loop = DecodingLoop(loaded.model, name, metrics, batch_tokens or loaded.recipe.decode.batch_tokens,
-                            max_queue, batching)
+        loop = DecodingLoop(
+            loaded.model, name, metrics, batch_tokens or loaded.recipe.decode.batch_tokens, max_queue, batching
+        )
         served.append(ServedModel(name, data.src_lang, data.tgt_lang, loaded, loop, count_parameters(loaded.model)))
     return served
 
@@ -46,20 +54,30 @@ def check_port(host: str, port: int) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
             probe.bind((host, port))
     except OSError as err:
-        raise NmtError(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port or --host") \
-            from None
+        raise NmtError(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port or --host") from None
 
 
-def serve(paths: list[Path], host: str, port: int, device: torch.device, dtype: torch.dtype, limits: Limits,
-          batch_tokens: int | None, max_queue: int, batching: bool, log_level: str) -> None:
+def serve(
+    paths: list[Path],
+    host: str,
+    port: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    limits: Limits,
+    batch_tokens: int | None,
+    max_queue: int,
+    batching: bool,
+    log_level: str,
+) -> None:
     check_port(host, port)
     metrics = ServerMetrics()
     models = load_served_models(paths, device, dtype, metrics, batch_tokens, max_queue, batching)
     app = create_app(models, limits, metrics)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
     for model in models:
-        logging.getLogger("nmt.serve").info("%s: %s (%s parameters) on %s", model.name, model.loaded.path,
-                                            f"{model.parameters:,}", device)
+        logging.getLogger("nmt.serve").info(
+            "%s: %s (%s parameters) on %s", model.name, model.loaded.path, f"{model.parameters:,}", device
+        )
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=None)
     server = uvicorn.Server(config)
     try:

@@ -22,8 +22,20 @@ from ..errors import CheckpointError
 from ..utils.run_folder import BEST_FILE, CHECKPOINT_DIR, MODEL_FILE, RunFolder
 from ..utils.torchfile import load, save
 
-__all__ = ["MODEL_FILE", "BEST_FILE", "CHECKPOINT_DIR", "load", "save", "TrainingCheckpoint", "load_training",
-           "average_checkpoints", "average_state_dicts", "select_checkpoints", "data_identity", "vocab_digest"]
+__all__ = [
+    "MODEL_FILE",
+    "BEST_FILE",
+    "CHECKPOINT_DIR",
+    "load",
+    "save",
+    "TrainingCheckpoint",
+    "load_training",
+    "average_checkpoints",
+    "average_state_dicts",
+    "select_checkpoints",
+    "data_identity",
+    "vocab_digest",
+]
 
 TRAINING_KEYS = ("optimizer", "scheduler", "scaler", "train_state", "rng")
 
@@ -66,12 +78,16 @@ def load_training(path: Path, map_location: str | torch.device = "cpu") -> Train
     """Load a checkpoint to resume from; a weights-only file is refused with a one-line error."""
     payload = load(path, map_location=map_location)
     if payload["kind"] != "training":
-        raise CheckpointError(f"{path}: holds model weights only (as written by `nmt average` or for translation), "
-                              "not a training checkpoint; resume from a checkpoints/step_*.pt file")
+        raise CheckpointError(
+            f"{path}: holds model weights only (as written by `nmt average` or for translation), "
+            "not a training checkpoint; resume from a checkpoints/step_*.pt file"
+        )
     missing = [key for key in TRAINING_KEYS if not isinstance(payload.get(key), dict)]
     if missing:
-        raise CheckpointError(f"{path}: training checkpoint without {', '.join(missing)}; it is damaged or "
-                              "not written by nmt train; resume from another checkpoint")
+        raise CheckpointError(
+            f"{path}: training checkpoint without {', '.join(missing)}; it is damaged or "
+            "not written by nmt train; resume from another checkpoint"
+        )
     return TrainingCheckpoint(Path(path), payload)
 
 
@@ -85,9 +101,12 @@ def data_identity(meta: Mapping[str, Any]) -> dict[str, Any]:
     train = meta["splits"]["train"]
     files = [path for pair in train.get("files", []) for path in pair]
     inputs = {Path(p).name: meta.get("inputs_sha256", {}).get(p, "") for p in files}
-    return {"train_inputs_sha256": hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12],
-            "train_pairs": train.get("sentences"), "train_target_tokens": train.get("tgt_tokens"),
-            "vocab_sizes": [meta["vocab"]["src_size"], meta["vocab"]["tgt_size"]]}
+    return {
+        "train_inputs_sha256": hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12],
+        "train_pairs": train.get("sentences"),
+        "train_target_tokens": train.get("tgt_tokens"),
+        "vocab_sizes": [meta["vocab"]["src_size"], meta["vocab"]["tgt_size"]],
+    }
 
 
 # --------------------------------------------------------------------------- averaging
@@ -101,8 +120,9 @@ def select_checkpoints(inputs: Sequence[Path], last: int = 0) -> list[Path]:
             raise CheckpointError(f"{inputs[0]}: no step checkpoints in {CHECKPOINT_DIR}/ to average")
         n = last or len(found)
         if n > len(found):
-            raise CheckpointError(f"{inputs[0]}: --last {n} asked for, but only {len(found)} "
-                                  "step checkpoints are kept; lower --last")
+            raise CheckpointError(
+                f"{inputs[0]}: --last {n} asked for, but only {len(found)} step checkpoints are kept; lower --last"
+            )
         return found[-n:]
     if last:
         raise CheckpointError("--last goes with a single run folder; name checkpoint files without it")
@@ -125,8 +145,10 @@ class _RunningMean:
         if self.count == 0:
             self.first_name = name
             self.dtypes = {key: tensor.dtype for key, tensor in state.items()}
-            self.sums = {key: tensor.to(torch.float64, copy=True) if tensor.is_floating_point() else tensor.clone()
-                         for key, tensor in state.items()}
+            self.sums = {
+                key: tensor.to(torch.float64, copy=True) if tensor.is_floating_point() else tensor.clone()
+                for key, tensor in state.items()
+            }
         else:
             self._check_same_architecture(state, name)
             for key, tensor in state.items():
@@ -137,18 +159,24 @@ class _RunningMean:
     def _check_same_architecture(self, state: Mapping[str, torch.Tensor], name: str) -> None:
         if state.keys() != self.sums.keys():
             differ = sorted(set(self.sums) ^ set(state))[:3]
-            raise CheckpointError(f"{name}: different architecture from {self.first_name} "
-                                  f"(parameters {', '.join(differ)} differ); average only checkpoints of one run")
+            raise CheckpointError(
+                f"{name}: different architecture from {self.first_name} "
+                f"(parameters {', '.join(differ)} differ); average only checkpoints of one run"
+            )
         for key, tensor in state.items():
             if tensor.shape != self.sums[key].shape:
-                raise CheckpointError(f"{name}: different architecture from {self.first_name} ({key} has shape "
-                                      f"{tuple(tensor.shape)}, not {tuple(self.sums[key].shape)})")
+                raise CheckpointError(
+                    f"{name}: different architecture from {self.first_name} ({key} has shape "
+                    f"{tuple(tensor.shape)}, not {tuple(self.sums[key].shape)})"
+                )
 
     def mean(self) -> dict[str, torch.Tensor]:
         if self.count == 0:
             raise CheckpointError("no checkpoints to average")
-        return {key: (total / self.count).to(self.dtypes[key]) if total.is_floating_point() else total
-                for key, total in self.sums.items()}
+        return {
+            key: (total / self.count).to(self.dtypes[key]) if total.is_floating_point() else total
+            for key, total in self.sums.items()
+        }
 
 
 def average_state_dicts(states: Sequence[Mapping[str, torch.Tensor]], names: Sequence[str] = ()) -> dict[str, torch.Tensor]:
@@ -176,16 +204,22 @@ def average_checkpoints(paths: Sequence[Path], output: Path) -> dict[str, Any]:
         if first is None:
             first = {"recipe": payload["recipe"], "vocab": payload.get("vocab"), "path": path}
         elif payload["recipe"].get("model") != first["recipe"].get("model"):
-            raise CheckpointError(f"{path}: different model settings from {first['path']}; "
-                                  "average only checkpoints of one architecture")
+            raise CheckpointError(
+                f"{path}: different model settings from {first['path']}; average only checkpoints of one architecture"
+            )
         mean.add(payload["model"], str(path))
         steps.append(_step_of(payload))
         del payload  # unmaps the file
     if first is None:
         raise CheckpointError("no checkpoints to average")
     known = [s for s in steps if s is not None]
-    result = {"model": mean.mean(), "recipe": first["recipe"], "vocab": first["vocab"],
-              "averaged_from": [str(p) for p in paths], "step": max(known) if known else None}
+    result = {
+        "model": mean.mean(),
+        "recipe": first["recipe"],
+        "vocab": first["vocab"],
+        "averaged_from": [str(p) for p in paths],
+        "step": max(known) if known else None,
+    }
     save(output, result, kind="weights")
     return result
 

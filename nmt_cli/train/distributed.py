@@ -30,7 +30,6 @@ class DistInfo:
     device: torch.device
     process_group: bool = False  # joined a torch.distributed group (torchrun), even of one process
 
-
     @property
     def is_main(self) -> bool:
         return self.rank == 0
@@ -60,8 +59,7 @@ def init_distributed(config: TrainConfig) -> DistInfo:
     else:
         device = torch.device("cpu")
     if (world > 1 or launched) and not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo",
-                                timeout=timedelta(minutes=config.dist_timeout_minutes))
+        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(minutes=config.dist_timeout_minutes))
     return DistInfo(rank, world, local_rank, local_world, device, dist.is_initialized())
 
 
@@ -102,6 +100,15 @@ def shutdown(info: DistInfo) -> None:
 
 def launch(nproc: int, train_args: list[str]) -> int:
     """Run ``nmt train`` in ``nproc`` local processes through torchrun; return its exit code."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "nmt_cli", "train", *train_args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "nmt_cli",
+        "train",
+        *train_args,
+    ]
     return subprocess.call(command)

@@ -85,11 +85,15 @@ def load_dataset(recipe: Recipe) -> Dataset:
     data_dir = recipe.data_dir
     meta = load_meta(data_dir)
     if meta["src_lang"] != recipe.data.src_lang or meta["tgt_lang"] != recipe.data.tgt_lang:
-        raise NmtError(f"{data_dir}: prepared for {meta['src_lang']}-{meta['tgt_lang']}, but the recipe says "
-                       f"{recipe.data.src_lang}-{recipe.data.tgt_lang}; re-run `nmt prepare`")
+        raise NmtError(
+            f"{data_dir}: prepared for {meta['src_lang']}-{meta['tgt_lang']}, but the recipe says "
+            f"{recipe.data.src_lang}-{recipe.data.tgt_lang}; re-run `nmt prepare`"
+        )
     if recipe.model.share_embeddings and not meta["vocab"]["joint"]:
-        raise NmtError(f"{data_dir}: has one vocabulary per side, but model.share_embeddings needs a joint one; "
-                       "set model.share_embeddings: false or prepare with vocab.joint: true")
+        raise NmtError(
+            f"{data_dir}: has one vocabulary per side, but model.share_embeddings needs a joint one; "
+            "set model.share_embeddings: false or prepare with vocab.joint: true"
+        )
     vocab = meta["vocab"]
     dtypes = tuple(meta["splits"]["train"]["dtypes"])
     train = ParallelData.load(data_dir, "train", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
@@ -189,8 +193,9 @@ class Trainer:
             self._restore(start)
         self.max_tokens = self.state.max_tokens = self._resolve_max_tokens()
         if self.info.distributed:
-            self.network = DistributedDataParallel(self.model, device_ids=[self.info.local_rank]
-                                                   if self.info.device.type == "cuda" else None)
+            self.network = DistributedDataParallel(
+                self.model, device_ids=[self.info.local_rank] if self.info.device.type == "cuda" else None
+            )
         if self.config.compile:
             self.network = torch.compile(self.network)
         return None
@@ -203,8 +208,10 @@ class Trainer:
                 raise NmtError("--from and --no-resume contradict each other; drop one")
             return load_training(self.folder.find_checkpoint(start_from), self.info.device)
         if existing and resume is False:
-            raise NmtError(f"{self.run_dir}: already holds checkpoints; resume (the default), delete the folder, "
-                           "or set train.dir to a new folder")
+            raise NmtError(
+                f"{self.run_dir}: already holds checkpoints; resume (the default), delete the folder, "
+                "or set train.dir to a new folder"
+            )
         if resume and not existing:
             raise NmtError(f"{self.run_dir}: no checkpoint to resume from; run without --resume to start")
         if not existing:
@@ -212,30 +219,35 @@ class Trainer:
         try:
             return load_training(existing[-1], self.info.device)
         except CheckpointError as err:
-            raise CheckpointError(f"{err} — it is the newest checkpoint of {self.run_dir}; "
-                                  + _previous_good(existing[:-1])) from None
+            raise CheckpointError(
+                f"{err} — it is the newest checkpoint of {self.run_dir}; " + _previous_good(existing[:-1])
+            ) from None
 
     def _check_compatible(self, start: TrainingCheckpoint) -> None:
         """Refuse to resume with another model section, vocabulary or prepared data: name what differs."""
         differs = _model_difference(start.model_section, self.recipe)
         if differs:
             key, stored, now = differs
-            raise CheckpointError(f"{start.path}: model.{key} is {stored!r} in the run but {now!r} in the recipe; "
-                                  f"resume with the run's value (--set model.{key}={stored}) or use a new train.dir")
+            raise CheckpointError(
+                f"{start.path}: model.{key} is {stored!r} in the run but {now!r} in the recipe; "
+                f"resume with the run's value (--set model.{key}={stored}) or use a new train.dir"
+            )
         for side in ("src", "tgt"):
             stored, now = start.vocab.get(side, b""), self.data.vocab_blobs[side]
             if stored != now:
                 raise CheckpointError(
                     f"{start.path}: the run was trained with another {side} vocabulary (SentencePiece model sha256 "
                     f"{vocab_digest(stored)}) than {self.recipe.data_dir} holds ({vocab_digest(now)}); its token ids "
-                    "would mean other pieces. Prepare with the run's vocabulary, or use a new train.dir")
+                    "would mean other pieces. Prepare with the run's vocabulary, or use a new train.dir"
+                )
         stored_data = start.data or {}
         for key, now in self.data.identity.items():
             if key in stored_data and stored_data[key] != now:
                 raise CheckpointError(
                     f"{start.path}: the prepared training data changed since this run started ({key}: "
                     f"{stored_data[key]!r} then, {now!r} in {self.recipe.data_dir}); the saved data position would "
-                    "be wrong. Re-prepare the run's data, or use a new train.dir")
+                    "be wrong. Re-prepare the run's data, or use a new train.dir"
+                )
 
     def _load_parent(self, path: Path) -> dict[str, Any]:
         """``train.init_from``: load a trained model's weights into this new run, after checking that the
@@ -253,8 +265,10 @@ class Trainer:
         differs = _model_difference(payload["recipe"].get("model", {}), self.recipe, ignore=FINE_TUNABLE_MODEL_KEYS)
         if differs:
             key, then, now = differs
-            raise CheckpointError(f"train.init_from {source}: model.{key} is {then!r} there but {now!r} in the "
-                                  f"recipe; fine-tuning keeps the architecture (--set model.{key}={then})")
+            raise CheckpointError(
+                f"train.init_from {source}: model.{key} is {then!r} there but {now!r} in the "
+                f"recipe; fine-tuning keeps the architecture (--set model.{key}={then})"
+            )
         extended = False
         for side in ("src", "tgt"):
             theirs, ours = (payload.get("vocab") or {}).get(side), self.data.vocab_blobs[side]
@@ -265,18 +279,23 @@ class Trainer:
                 continue
             raise CheckpointError(
                 f"train.init_from {source}: {self.recipe.data_dir} was prepared with another {side} vocabulary "
-                f"than the model's, so token ids would mean other pieces; prepare it with vocab.from: {path}")
+                f"than the model's, so token ids would mean other pieces; prepare it with vocab.from: {path}"
+            )
         weights = self._grown(payload["model"]) if extended else payload["model"]
         try:
             self.model.load_state_dict(weights)
         except RuntimeError as err:
-            raise CheckpointError(f"train.init_from {source}: weights do not fit the model "
-                                  f"({str(err).strip().splitlines()[0]})") from None
+            raise CheckpointError(
+                f"train.init_from {source}: weights do not fit the model ({str(err).strip().splitlines()[0]})"
+            ) from None
         if self.ema is not None:
             self.ema = WeightAverage(self.model, self.config.ema_decay)  # averages from the parent's weights
         step = (payload.get("train_state") or {}).get("step")
-        self.log(f"fine-tuning from {source}" + (f" (update {step:,} of its run)" if step else "")
-                 + ": its weights, a fresh optimizer and learning-rate schedule")
+        self.log(
+            f"fine-tuning from {source}"
+            + (f" (update {step:,} of its run)" if step else "")
+            + ": its weights, a fresh optimizer and learning-rate schedule"
+        )
         return {"path": str(source.resolve()), "sha256": sha256_file(source), "step": step}
 
     def _grown(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -335,8 +354,10 @@ class Trainer:
         stored = self.state.max_tokens  # what the run used before an interruption (0 for a new run)
         if self.config.max_tokens != "auto":
             if stored and stored != self.config.max_tokens:
-                self.log(f"train.max_tokens changed from {stored:,} to {self.config.max_tokens:,}: batches from here "
-                         "on differ from the interrupted run's")
+                self.log(
+                    f"train.max_tokens changed from {stored:,} to {self.config.max_tokens:,}: batches from here "
+                    "on differ from the interrupted run's"
+                )
             return int(self.config.max_tokens)
         if stored:
             return stored  # auto resolves once: a resumed run keeps its batches
@@ -353,11 +374,15 @@ class Trainer:
         free_cuda_memory(self.info.device)
         torch.cuda.reset_peak_memory_stats(self.info.device)
         if fitted == 0:
-            raise NmtError(f"train.max_tokens auto: not even a batch of {widths[-1]} tokens fits in GPU memory; "
-                           "set train.activation_checkpointing: true, precision bf16, or a smaller model")
+            raise NmtError(
+                f"train.max_tokens auto: not even a batch of {widths[-1]} tokens fits in GPU memory; "
+                "set train.activation_checkpointing: true, precision bf16, or a smaller model"
+            )
         chosen = min(gather_objects(with_headroom(fitted), self.info))  # every process uses the same size
-        self.log(f"train.max_tokens auto: batches of {fitted:,} tokens fit in GPU memory "
-                 f"(sentences of {widths[-1]} and {widths[0]} tokens); training with {chosen:,}")
+        self.log(
+            f"train.max_tokens auto: batches of {fitted:,} tokens fit in GPU memory "
+            f"(sentences of {widths[-1]} and {widths[0]} tokens); training with {chosen:,}"
+        )
         return chosen
 
     def _fits(self, tokens: int, widths: list[int]) -> bool:
@@ -384,14 +409,19 @@ class Trainer:
         """Train until a stop rule fires; write the final checkpoint and the model file."""
         info, config = self.info, self.config
         if info.is_main:
-            self.log(f"model: {count_parameters(self.model):,} parameters; {len(self.data.train):,} training pairs; "
-                     f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}"
-                     + (f" ({torch.distributed.get_backend()})" if info.distributed else "") + "; "
-                     f"precision {self.precision}" + (" (auto)" if config.precision == "auto" else ""))
+            self.log(
+                f"model: {count_parameters(self.model):,} parameters; {len(self.data.train):,} training pairs; "
+                f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}"
+                + (f" ({torch.distributed.get_backend()})" if info.distributed else "")
+                + "; "
+                f"precision {self.precision}" + (" (auto)" if config.precision == "auto" else "")
+            )
             too_long = int((self.data.train.pair_lengths > self.recipe.model.max_positions).sum())
             if too_long:
-                self.log(f"{too_long:,} training pairs longer than model.max_positions "
-                         f"({self.recipe.model.max_positions}) are left out; raise it or lower data.clean.max_tokens")
+                self.log(
+                    f"{too_long:,} training pairs longer than model.max_positions "
+                    f"({self.recipe.model.max_positions}) are left out; raise it or lower data.clean.max_tokens"
+                )
         self.model.train()
         started = time.monotonic() - self.state.elapsed
         window = _Window()
@@ -403,12 +433,14 @@ class Trainer:
                 per_update = info.world_size * config.update_freq
                 n_updates = len(batches) // per_update
                 if n_updates == 0:
-                    raise NmtError(f"{self.recipe.data_dir}: one epoch holds fewer than {per_update} batches; "
-                                   "lower train.max_tokens or train.update_freq")
+                    raise NmtError(
+                        f"{self.recipe.data_dir}: one epoch holds fewer than {per_update} batches; "
+                        "lower train.max_tokens or train.update_freq"
+                    )
                 while reason is None and self.state.epoch_batches_done // per_update < n_updates:
                     first = self.state.epoch_batches_done
                     clock = time.perf_counter()
-                    sums = self._update(batches[first: first + per_update])
+                    sums = self._update(batches[first : first + per_update])
                     window.add({**sums, "updates": 1, "seconds": time.perf_counter() - clock})
                     self.state.epoch_batches_done += per_update
                     self.state.elapsed = time.monotonic() - started
@@ -429,8 +461,13 @@ class Trainer:
         return self.state
 
     def _epoch_batches(self) -> list[np.ndarray]:
-        return make_batches(self.data.train.pair_lengths, self.max_tokens,
-                            self.recipe.model.max_positions, self.config.seed, self.state.epoch)
+        return make_batches(
+            self.data.train.pair_lengths,
+            self.max_tokens,
+            self.recipe.model.max_positions,
+            self.config.seed,
+            self.state.epoch,
+        )
 
     def _update(self, group: list[np.ndarray]) -> dict[str, float]:
         """One optimizer step over ``group``; after a CUDA OOM, again with each batch split finer."""
@@ -445,29 +482,38 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         free_cuda_memory(self.info.device)
         if self.info.distributed or self.split >= MAX_SPLIT:
-            why = ("the other processes are already waiting for this one's gradients" if self.info.distributed
-                   else f"even batches split {self.split} ways do not fit")
-            raise NmtError(f"out of GPU memory at update {self.state.step + 1:,} ({why}); lower train.max_tokens "
-                           f"(now {self.max_tokens:,}) or set train.activation_checkpointing: true")
+            why = (
+                "the other processes are already waiting for this one's gradients"
+                if self.info.distributed
+                else f"even batches split {self.split} ways do not fit"
+            )
+            raise NmtError(
+                f"out of GPU memory at update {self.state.step + 1:,} ({why}); lower train.max_tokens "
+                f"(now {self.max_tokens:,}) or set train.activation_checkpointing: true"
+            )
         self.split *= 2
-        self.log(f"out of GPU memory at update {self.state.step + 1:,}: each batch now runs as {self.split} "
-                 "accumulation steps (same gradients, less memory)")
+        self.log(
+            f"out of GPU memory at update {self.state.step + 1:,}: each batch now runs as {self.split} "
+            "accumulation steps (same gradients, less memory)"
+        )
         self._write_metrics({"step": self.state.step, "oom_split": self.split})
 
     def _try_update(self, group: list[np.ndarray]) -> dict[str, float]:
         """Forward/backward over this process's share of ``group``, then one optimizer step."""
         info = self.info
         total_tokens = sum(target_tokens(self.data.train, b) for b in group)
-        pieces = [indices[part] for indices in group[info.rank:: info.world_size]
-                  for part in split_rows(len(indices), self.split)]
+        pieces = [
+            indices[part] for indices in group[info.rank :: info.world_size] for part in split_rows(len(indices), self.split)
+        ]
         sums: dict[str, Any] = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0, "slots": 0}
         for i, indices in enumerate(pieces):
             batch = collate(self.data.train, indices).to(info.device)
             sync = i == len(pieces) - 1 or not isinstance(self.network, DistributedDataParallel)
-            with (contextlib.nullcontext() if sync else self.network.no_sync()), self._autocast():
+            with contextlib.nullcontext() if sync else self.network.no_sync(), self._autocast():
                 # The token count comes from the host: counting on the device would wait for the GPU.
-                loss, nll, n = self.network(batch.src, batch.tgt_in, batch.tgt_out, self.config.label_smoothing,
-                                            batch.target_tokens)
+                loss, nll, n = self.network(
+                    batch.src, batch.tgt_in, batch.tgt_out, self.config.label_smoothing, batch.target_tokens
+                )
                 # DDP averages gradients over processes; scaling by W makes that a sum.
                 scaled = loss * (info.world_size / total_tokens)
             self.scaler.scale(scaled).backward()
@@ -525,19 +571,30 @@ class Trainer:
 
     def _log_train(self, window: _Window, bar: Any) -> None:
         stats = window.flush(self.info.world_size)
-        record = {"step": self.state.step, "epoch": self.state.epoch, **stats,
-                  "lr": self.last_lr, "elapsed": round(self.state.elapsed, 1)}
+        record = {
+            "step": self.state.step,
+            "epoch": self.state.epoch,
+            **stats,
+            "lr": self.last_lr,
+            "elapsed": round(self.state.elapsed, 1),
+        }
         if self.info.device.type == "cuda":
-            record["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+            record["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
         if self.scaler.is_enabled():
             record["loss_scale"] = self.scaler.get_scale()
             record["skipped_updates"] = self.state.skipped_updates
-        bar.set_postfix(loss=f"{stats['loss']:.3f}", ppl=f"{stats['ppl']:.1f}", lr=f"{record['lr']:.2e}",
-                        tok_s=f"{stats['tgt_tokens_per_s']:.0f}")
+        bar.set_postfix(
+            loss=f"{stats['loss']:.3f}",
+            ppl=f"{stats['ppl']:.1f}",
+            lr=f"{record['lr']:.2e}",
+            tok_s=f"{stats['tgt_tokens_per_s']:.0f}",
+        )
         if bar.disable and self.info.is_main:
-            self.log(f"update {self.state.step:,} | loss {stats['loss']:.3f} | nll {stats['nll']:.3f} | "
-                     f"ppl {stats['ppl']:.2f} | lr {record['lr']:.2e} | gnorm {stats['grad_norm']:.2f} | "
-                     f"{stats['tgt_tokens_per_s']:,.0f} tgt tok/s")
+            self.log(
+                f"update {self.state.step:,} | loss {stats['loss']:.3f} | nll {stats['nll']:.3f} | "
+                f"ppl {stats['ppl']:.2f} | lr {record['lr']:.2e} | gnorm {stats['grad_norm']:.2f} | "
+                f"{stats['tgt_tokens_per_s']:,.0f} tgt tok/s"
+            )
         self._write_metrics(record)
 
     def _validate_and_track(self) -> bool:
@@ -546,15 +603,18 @@ class Trainer:
             return False
         stop = False
         if self.info.is_main:
-            result = validate(self.model, self.data.valid, self.data.valid_refs, self.data.vocabs,
-                              self.recipe, self.info.device)
+            result = validate(
+                self.model, self.data.valid, self.data.valid_refs, self.data.vocabs, self.recipe, self.info.device
+            )
             self._write_metrics({"step": self.state.step, **result.as_dict()})
             self.log(_describe_validation(self.state.step, result))
             if result.truncated and not self._warned_truncation:
                 self._warned_truncation = True
-                self.log(f"warning: {result.truncated:,} validation source(s) are longer than model.max_positions "
-                         f"({self.recipe.model.max_positions}) and were truncated for validation BLEU; raise "
-                         "model.max_positions or shorten those sentences")
+                self.log(
+                    f"warning: {result.truncated:,} validation source(s) are longer than model.max_positions "
+                    f"({self.recipe.model.max_positions}) and were truncated for validation BLEU; raise "
+                    "model.max_positions or shorten those sentences"
+                )
             score = result.bleu if result.bleu is not None else -result.loss
             if self.state.best_score is None or score > self.state.best_score:
                 self.state.best_score, self.state.best_step, self.state.bad_validations = score, self.state.step, 0
@@ -567,19 +627,33 @@ class Trainer:
     # ----------------------------------------------------------------- files
 
     def _model_payload(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "recipe": recipe_to_dict(self.recipe), "parent": self.parent,
-                "vocab": self.data.vocab_blobs, "step": self.state.step}
+        return {
+            "model": self.model.state_dict(),
+            "recipe": recipe_to_dict(self.recipe),
+            "parent": self.parent,
+            "vocab": self.data.vocab_blobs,
+            "step": self.state.step,
+        }
 
     def _save(self) -> None:
         """Write a full training checkpoint (rank 0), keeping the last K."""
-        rng = {"torch": gather_objects(torch.get_rng_state(), self.info),
-               "cuda": gather_objects(torch.cuda.get_rng_state(), self.info) if self.info.device.type == "cuda" else []}
+        rng = {
+            "torch": gather_objects(torch.get_rng_state(), self.info),
+            "cuda": gather_objects(torch.cuda.get_rng_state(), self.info) if self.info.device.type == "cuda" else [],
+        }
         self._last_save_time = time.monotonic()
         if self.info.is_main:
-            payload = {**self._model_payload(), "optimizer": self.optimizer.state_dict(),
-                       "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-                       "train_state": self.state.state_dict(), "rng": rng, "world_size": self.info.world_size,
-                       "data": self.data.identity, **({"ema": self.ema.state_dict()} if self.ema else {})}
+            payload = {
+                **self._model_payload(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "train_state": self.state.state_dict(),
+                "rng": rng,
+                "world_size": self.info.world_size,
+                "data": self.data.identity,
+                **({"ema": self.ema.state_dict()} if self.ema else {}),
+            }
             checkpoint.save(self.folder.step_path(self.state.step), payload, kind="training")
             self.folder.prune(self.config.keep_last)
         barrier(self.info)
@@ -600,8 +674,9 @@ class Trainer:
 
     def _write_model_file(self) -> None:
         if self.ema is not None:
-            checkpoint.save(self.folder.ema_file, {**self._model_payload(), "model": self.ema.model_state_dict()},
-                            kind="weights")
+            checkpoint.save(
+                self.folder.ema_file, {**self._model_payload(), "model": self.ema.model_state_dict()}, kind="weights"
+            )
             self.log(f"moving average of the weights (decay {self.config.ema_decay}) written to {self.folder.ema_file}")
         target = self.folder.model_file
         n = self.config.average_last
@@ -624,8 +699,14 @@ class Trainer:
 
     def _progress(self) -> tqdm:
         total = self.config.max_steps or None
-        return tqdm(total=total, initial=self.state.step, desc="train", unit=" updates", dynamic_ncols=True,
-                    disable=None if self.info.is_main else True)
+        return tqdm(
+            total=total,
+            initial=self.state.step,
+            desc="train",
+            unit=" updates",
+            dynamic_ncols=True,
+            disable=None if self.info.is_main else True,
+        )
 
 
 class _Window:
@@ -646,20 +727,25 @@ class _Window:
         tokens = max(self.sums.get("tokens", 0.0), 1.0)
         nll = self.sums.get("nll", 0.0) / tokens
         real = tokens + self.sums.get("src_tokens", 0.0)
-        stats = {"loss": self.sums.get("loss", 0.0) / tokens, "nll": nll, "ppl": math.exp(min(nll, 50.0)),
-                 "grad_norm": self.sums.get("grad_norm", 0.0) / max(self.sums.get("updates", 0.0), 1.0),
-                 "pad_share": 1.0 - real / max(self.sums.get("slots", 0.0), real, 1.0),
-                 "tgt_tokens": int(self.sums.get("tokens", 0.0)),
-                 # This process's tokens times the world size: ranks get batches of equal size on average.
-                 "tgt_tokens_per_s": world_size * tokens / seconds,
-                 "tgt_tokens_per_s_per_process": tokens / seconds,
-                 "src_tgt_tokens_per_s": world_size * (tokens + self.sums.get("src_tokens", 0.0)) / seconds}
+        stats = {
+            "loss": self.sums.get("loss", 0.0) / tokens,
+            "nll": nll,
+            "ppl": math.exp(min(nll, 50.0)),
+            "grad_norm": self.sums.get("grad_norm", 0.0) / max(self.sums.get("updates", 0.0), 1.0),
+            "pad_share": 1.0 - real / max(self.sums.get("slots", 0.0), real, 1.0),
+            "tgt_tokens": int(self.sums.get("tokens", 0.0)),
+            # This process's tokens times the world size: ranks get batches of equal size on average.
+            "tgt_tokens_per_s": world_size * tokens / seconds,
+            "tgt_tokens_per_s_per_process": tokens / seconds,
+            "src_tgt_tokens_per_s": world_size * (tokens + self.sums.get("src_tokens", 0.0)) / seconds,
+        }
         self.sums = {}
         return stats
 
 
-def _model_difference(stored: dict[str, Any], recipe: Recipe,
-                      ignore: frozenset[str] = frozenset()) -> tuple[str, Any, Any] | None:
+def _model_difference(
+    stored: dict[str, Any], recipe: Recipe, ignore: frozenset[str] = frozenset()
+) -> tuple[str, Any, Any] | None:
     """The first model key (key, stored value, recipe value) whose values differ; keys a stored recipe
     lacks (added to nmt after it was written) count as their defaults."""
     ours = recipe_to_dict(recipe)["model"]
@@ -697,8 +783,14 @@ def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
     cls = torch.optim.AdamW if config.weight_decay else torch.optim.Adam
     # One fused kernel over all parameters instead of several small operations per tensor.
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in model.parameters())
-    return cls(model.parameters(), lr=1.0, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
-               weight_decay=config.weight_decay, fused=fused)
+    return cls(
+        model.parameters(),
+        lr=1.0,
+        betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+        fused=fused,
+    )
 
 
 def _previous_good(older: list[Path]) -> str:
@@ -715,8 +807,9 @@ def _previous_good(older: list[Path]) -> str:
 def _describe_validation(step: int, result: ValidationResult) -> str:
     bleu = f" | BLEU {result.bleu:.2f}" if result.bleu is not None else ""
     heads = f" | heads alike {result.head_similarity:.2f}" if result.head_similarity is not None else ""
-    return (f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}"
-            f"{bleu}{heads}")
+    return (
+        f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}{bleu}{heads}"
+    )
 
 
 def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_from: str | None = None) -> Path:
@@ -733,17 +826,23 @@ def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_fr
             trainer = Trainer(recipe, info, log if info.is_main else (lambda _msg: None))
             finished = trainer.prepare_run_dir(resume, start_from)
             if finished:
-                log(f"{recipe.run_dir}: already finished ({finished}); nothing to do. To train on, raise that "
-                    "limit (e.g. --set train.max_steps=N) or use another train.dir")
+                log(
+                    f"{recipe.run_dir}: already finished ({finished}); nothing to do. To train on, raise that "
+                    "limit (e.g. --set train.max_steps=N) or use another train.dir"
+                )
                 return recipe.run_dir
             trainer.run()
     finally:
         shutdown(info)
     if trainer.stopped_by:
         code = 128 + signal.Signals[trainer.stopped_by].value  # 130 for SIGINT, 143 for SIGTERM
-        raise TrainingStopped(trainer.stopped_by, code, f"{recipe.run_dir}: stopped by {trainer.stopped_by} after "
-                              f"update {trainer.state.step:,} with a checkpoint written; run the same command to "
-                              "resume")
+        raise TrainingStopped(
+            trainer.stopped_by,
+            code,
+            f"{recipe.run_dir}: stopped by {trainer.stopped_by} after "
+            f"update {trainer.state.step:,} with a checkpoint written; run the same command to "
+            "resume",
+        )
     return recipe.run_dir
 
 

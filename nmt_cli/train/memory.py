@@ -23,8 +23,9 @@ HEADROOM = 0.9  # use 90% of the largest batch that fitted: room for fragmentati
 MAX_SPLIT = 64  # a batch split this finely and still out of memory: give up with advice
 
 
-def largest_fitting(fits: Callable[[int], bool], start: int = PROBE_START, limit: int = PROBE_LIMIT,
-                    grain: int = PROBE_GRAIN) -> int:
+def largest_fitting(
+    fits: Callable[[int], bool], start: int = PROBE_START, limit: int = PROBE_LIMIT, grain: int = PROBE_GRAIN
+) -> int:
     """The largest size in [start, limit] (to within ``grain``) for which ``fits(size)`` holds.
 
     Doubles from ``start`` until a size fails, then bisects between the last success and the
@@ -66,5 +67,4 @@ def free_cuda_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-__all__ = ["CPU_MAX_TOKENS", "MAX_SPLIT", "largest_fitting", "with_headroom", "split_rows",
-           "free_cuda_memory"]
+__all__ = ["CPU_MAX_TOKENS", "MAX_SPLIT", "largest_fitting", "with_headroom", "split_rows", "free_cuda_memory"]

@@ -11,15 +11,15 @@ def noam(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
     """The paper's schedule (eq. 3): d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
     step = max(step, 1)
     if warmup == 0:
-        return scale * d_model ** -0.5 * step ** -0.5
-    return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        return scale * d_model**-0.5 * step**-0.5
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def inverse_sqrt(step: int, peak: float, warmup: int) -> float:
     """fairseq's inverse_sqrt: linear warm-up to ``peak``, then peak * sqrt(warmup / step)."""
     step = max(step, 1)
     if warmup == 0:
-        return peak * step ** -0.5
+        return peak * step**-0.5
     if step < warmup:
         return peak * step / warmup
     return peak * (warmup / step) ** 0.5

@@ -39,8 +39,13 @@ class ValidationResult:
     head_similarity: float | None = None  # mean cosine similarity of heads' attention maps (repulsive.py)
 
     def as_dict(self) -> dict[str, float | None]:
-        return {"valid_loss": self.loss, "valid_nll": self.nll, "valid_ppl": self.ppl, "valid_bleu": self.bleu,
-                "valid_head_similarity": self.head_similarity}
+        return {
+            "valid_loss": self.loss,
+            "valid_nll": self.nll,
+            "valid_ppl": self.ppl,
+            "valid_bleu": self.bleu,
+            "valid_head_similarity": self.head_similarity,
+        }
 
 
 @torch.inference_mode()
@@ -55,8 +60,7 @@ def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, devi
         return math.nan, math.nan
     for indices in batches:
         batch = collate(data, indices).to(device)
-        loss, nll, n = model.loss(batch.src, batch.tgt_in, batch.tgt_out, recipe.train.label_smoothing,
-                                  batch.target_tokens)
+        loss, nll, n = model.loss(batch.src, batch.tgt_in, batch.tgt_out, recipe.train.label_smoothing, batch.target_tokens)
         total_loss += float(loss)
         total_nll += float(nll)
         tokens += n
@@ -64,8 +68,9 @@ def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, devi
 
 
 @torch.inference_mode()
-def validation_bleu(model: Transformer, data: ParallelData, references: Path, vocabs: Vocabularies,
-                    recipe: Recipe, device: torch.device) -> tuple[float, int]:
+def validation_bleu(
+    model: Transformer, data: ParallelData, references: Path, vocabs: Vocabularies, recipe: Recipe, device: torch.device
+) -> tuple[float, int]:
     """sacreBLEU of the decoded validation sources against the (cleaned) reference text, and how many
     sources were truncated to ``model.max_positions``; decoding goes through :class:`Translator`, as
     ``nmt translate`` does."""
@@ -76,8 +81,9 @@ def validation_bleu(model: Transformer, data: ParallelData, references: Path, vo
     return corpus_bleu(outputs, [refs]).score, translator.stats.truncated
 
 
-def validate(model: Transformer, data: ParallelData, references: Path, vocabs: Vocabularies,
-             recipe: Recipe, device: torch.device) -> ValidationResult:
+def validate(
+    model: Transformer, data: ParallelData, references: Path, vocabs: Vocabularies, recipe: Recipe, device: torch.device
+) -> ValidationResult:
     """Loss, NLL, perplexity and (if the recipe asks) BLEU on the validation set."""
     was_training = model.training
     model.eval()
@@ -87,8 +93,10 @@ def validate(model: Transformer, data: ParallelData, references: Path, vocabs: V
         if recipe.train.valid_bleu:
             bleu, truncated = validation_bleu(model, data, references, vocabs, recipe, device)
         limit = recipe.model.max_positions - 1
-        sample = [(data.src[i].tolist()[:limit], data.tgt[i].tolist()[:limit])
-                  for i in range(min(HEAD_SIMILARITY_PAIRS, len(data)))]
+        sample = [
+            (data.src[i].tolist()[:limit], data.tgt[i].tolist()[:limit])
+            for i in range(min(HEAD_SIMILARITY_PAIRS, len(data)))
+        ]
         similarity = head_similarity(model, sample)
     finally:
         model.train(was_training)

@@ -68,11 +68,13 @@ def ensure_writable_dir(folder: str | os.PathLike[str]) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise NmtError(f"{folder}: cannot create the output folder ({err.strerror}); "
-                       "choose a folder you can write to") from None
+        raise NmtError(
+            f"{folder}: cannot create the output folder ({err.strerror}); choose a folder you can write to"
+        ) from None
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise NmtError(f"{folder}: the output folder is not writable; "
-                       "choose a folder you can write to or fix its permissions")
+        raise NmtError(
+            f"{folder}: the output folder is not writable; choose a folder you can write to or fix its permissions"
+        )
     return folder
 
 

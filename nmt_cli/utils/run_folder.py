@@ -125,10 +125,11 @@ class RunFolder:
             except FileExistsError:
                 pid, host = _read_lock(self.lock_file)
                 if pid is not None and not _holder_is_dead(pid, host):
-                    raise NmtError(f"{self.path}: in use by another `nmt train` (PID {pid} on {host}); wait for it "
-                                   f"to finish or stop it, or train into another train.dir") from None
-                log(f"{self.lock_file}: taking over the lock of a run that is no longer running "
-                    f"(PID {pid} on {host})")
+                    raise NmtError(
+                        f"{self.path}: in use by another `nmt train` (PID {pid} on {host}); wait for it "
+                        f"to finish or stop it, or train into another train.dir"
+                    ) from None
+                log(f"{self.lock_file}: taking over the lock of a run that is no longer running (PID {pid} on {host})")
                 self.lock_file.unlink(missing_ok=True)
                 continue
             with os.fdopen(fd, "w") as handle:
@@ -150,8 +151,11 @@ class RunFolder:
     @staticmethod
     def looks_like_run(path: Path) -> bool:
         """A folder that ``nmt train`` made (or is making)."""
-        return (path / CHECKPOINT_DIR).is_dir() or (path / LOCK_FILE).exists() or (
-            (path / RECIPE_FILE).is_file() and (path / MODEL_FILE).is_file())
+        return (
+            (path / CHECKPOINT_DIR).is_dir()
+            or (path / LOCK_FILE).exists()
+            or ((path / RECIPE_FILE).is_file() and (path / MODEL_FILE).is_file())
+        )
 
 
 def refuse_output_inside_runs(output: Path, what: str) -> None:
@@ -159,9 +163,11 @@ def refuse_output_inside_runs(output: Path, what: str) -> None:
     resolved = output.resolve()
     for folder in (resolved, *resolved.parents):
         if folder.name == CHECKPOINT_DIR and RunFolder.looks_like_run(folder.parent):
-            raise NmtError(f"{output}: is inside the training checkpoints of {folder.parent}; {what} would be "
-                           "taken for a training checkpoint there. Write it elsewhere (e.g. "
-                           f"{folder.parent / MODEL_FILE})")
+            raise NmtError(
+                f"{output}: is inside the training checkpoints of {folder.parent}; {what} would be "
+                "taken for a training checkpoint there. Write it elsewhere (e.g. "
+                f"{folder.parent / MODEL_FILE})"
+            )
 
 
 def _read_lock(path: Path) -> tuple[int | None, str]:

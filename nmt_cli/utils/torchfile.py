@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from ..version import __version__
 from ..errors import CheckpointError
+from ..version import __version__
 from .files import atomic_path
 from .run_folder import MODEL_FILE
 
@@ -41,20 +41,23 @@ def load(path: Path, map_location: str | torch.device = "cpu", mmap: bool = Fals
     if path.is_dir():
         path = path / MODEL_FILE
     if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found; name a model folder or a .pt file "
-                              "written by `nmt train` or `nmt average`")
+        raise CheckpointError(
+            f"{path}: checkpoint not found; name a model folder or a .pt file written by `nmt train` or `nmt average`"
+        )
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError, ValueError) as err:
-        raise CheckpointError(f"{path}: truncated or corrupt checkpoint ({type(err).__name__}); "
-                              "use another checkpoint or re-create it") from None
+        raise CheckpointError(
+            f"{path}: truncated or corrupt checkpoint ({type(err).__name__}); use another checkpoint or re-create it"
+        ) from None
     if not isinstance(payload, dict) or "model" not in payload or "recipe" not in payload:
         raise CheckpointError(f"{path}: not an nmt checkpoint (no model weights and recipe inside)")
     version = payload.get("format_version", 0)
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(f"{path}: written by a newer nmt (format {version}); upgrade nmt to read it")
     if not isinstance(payload["model"], dict) or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in payload["model"].items()):
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in payload["model"].items()
+    ):
         raise CheckpointError(f"{path}: its model weights are not a mapping of names to tensors; not an nmt checkpoint")
     if not isinstance(payload["recipe"], dict):
         raise CheckpointError(f"{path}: its stored recipe is not a mapping; not an nmt checkpoint")
@@ -63,5 +66,3 @@ def load(path: Path, map_location: str | torch.device = "cpu", mmap: bool = Fals
     if payload["kind"] not in KINDS:
         raise CheckpointError(f"{path}: unknown checkpoint kind {payload['kind']!r}; not an nmt checkpoint")
     return payload
-
-
