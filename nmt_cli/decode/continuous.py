@@ -37,14 +37,16 @@ class JoinableSteps:
     """Cached decoder steps over a batch that new sentences can join between steps.
 
     All rows share one time axis (the cache's columns); a row that joined at column c has its
-    columns before c masked out ("visible" in each self-attention cache) and counts its positions
-    from 0 (``DecoderState.row_steps``). Columns no open row can see are cut off after each step.
+    columns before c hidden by ``visible`` (N, 1, 1, T) and counts its positions from 0
+    (``DecoderState.row_steps``). Columns no open row can see are cut off after each step; while
+    every row sees every column (all joined together), no mask is applied at all.
     """
 
     def __init__(self, model: Transformer, rows_per_sentence: int) -> None:
         self.model = model
         self.per_sentence = rows_per_sentence
         self.state: DecoderState | None = None
+        self.visible = torch.zeros((0, 1, 1, 0), dtype=torch.bool)  # (N, 1, 1, T)
 
     def join(self, memory: Tensor, src_mask: Tensor) -> None:
         """Append the sentences of ``memory`` (B, S, D) with ``rows_per_sentence`` rows each."""
@@ -52,26 +54,28 @@ class JoinableSteps:
         rows = memory.size(0) * self.per_sentence
         fresh.row_steps = torch.zeros(rows, dtype=torch.long, device=memory.device)
         if self.state is None:
-            for layer in fresh.caches:
-                layer["self"]["visible"] = torch.zeros((rows, 1, 1, 0), dtype=torch.bool, device=memory.device)
-            self.state = fresh
+            self.state, self.visible = fresh, torch.zeros((rows, 1, 1, 0), dtype=torch.bool, device=memory.device)
             return
         old = self.state
         width = max(old.src_mask.size(-1), src_mask.size(-1))
         old.src_mask = torch.cat([_pad_last(old.src_mask, width, False), _pad_last(src_mask, width, False)])
         old.row_steps = torch.cat([old.row_steps, fresh.row_steps])
+        self.visible = torch.cat([self.visible, self.visible.new_zeros((rows, *self.visible.shape[1:]))])
         for layer, new in zip(old.caches, fresh.caches):
-            for key, tensor in layer["self"].items():  # k, v (N, H, T, d_k) and visible (N, 1, 1, T)
-                padding = tensor.new_zeros((rows, *tensor.shape[1:]))  # zeros, and False: not visible
-                layer["self"][key] = torch.cat([tensor, padding])
+            for key, tensor in layer["self"].items():  # k, v (N, H, T, d_k): zeros for the new rows
+                layer["self"][key] = torch.cat([tensor, tensor.new_zeros((rows, *tensor.shape[1:]))])
             for key in ("k", "v"):  # (B, H, S, d_k): the source side, padded to the longer source
                 layer["cross"][key] = torch.cat([_pad_dim2(layer["cross"][key], width), _pad_dim2(new["cross"][key], width)])
 
     def __call__(self, tokens: Tensor) -> Tensor:
         assert self.state is not None
-        for layer in self.state.caches:  # this step's column is visible to every row
-            visible = layer["self"]["visible"]
-            layer["self"]["visible"] = F.pad(visible, (0, 1), value=True)
+        self.visible = F.pad(self.visible, (0, 1), value=True)  # this step's column: visible to every row
+        everything_seen = bool(self.visible.all())
+        for layer in self.state.caches:
+            if everything_seen:
+                layer["self"].pop("visible", None)
+            else:
+                layer["self"]["visible"] = self.visible
         return self.model.decode_step(tokens, self.state).float()  # (N, V) logits
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:
@@ -79,13 +83,16 @@ class JoinableSteps:
         if len(rows) == 0:
             self.state = None
             return
+        for layer in self.state.caches:  # the mask is the stepper's; the state moves only keys and values
+            layer["self"].pop("visible", None)
         self.state.select(rows, sentences)
-        seen = self.state.caches[0]["self"]["visible"].size(-1)
-        unseen = seen - int(self.state.row_steps.max())  # leading columns no open row can see
+        self.visible = self.visible.index_select(0, rows)
+        unseen = self.visible.size(-1) - int(self.state.row_steps.max())  # leading columns no open row sees
         if unseen > 0:
+            self.visible = self.visible[..., unseen:]
             for layer in self.state.caches:
                 for key, tensor in layer["self"].items():
-                    layer["self"][key] = tensor[..., unseen:] if key == "visible" else tensor[:, :, unseen:]
+                    layer["self"][key] = tensor[:, :, unseen:]
 
 
 def _pad_last(mask: Tensor, width: int, value: bool) -> Tensor:
