@@ -1,5 +1,9 @@
 """Shared fixtures: real Multi30k slices, a prepared tiny dataset, a tiny trained model.
 
+Tests come in three tiers, one folder each: ``unit`` (seeded random tiny models, no data files),
+``integration`` (real data slices, trained tiny models) and ``cli`` (subprocesses, torchrun,
+signals, servers); ``pytest -m unit`` runs the first alone.
+
 Tests that need ``../shared/data`` skip with a reason when it is missing, and fail loudly
 when the ``CI`` environment variable is set (CI always has the data).
 """
@@ -20,13 +24,19 @@ MULTI30K = DATA / "multi30k"
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+TIERS = ("unit", "integration", "cli")  # the folders under tests/, and the markers they give
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``cuda`` skip cleanly on machines without a GPU (CI)."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    """Each test is marked with its tier (``pytest -m unit``); tests marked ``cuda`` skip cleanly on
+    machines without a GPU (CI)."""
+    tests = Path(__file__).resolve().parent
+    skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if "cuda" in item.keywords:
+        tier = Path(item.path).resolve().relative_to(tests).parts[0]
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
+        if skip is not None and "cuda" in item.keywords:
             item.add_marker(skip)
 
 

@@ -15,7 +15,7 @@ from nmt_cli.decode.search import greedy_search
 from nmt_cli.model.transformer import build_model
 
 pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from hf_peer import hf_loss, to_marian  # noqa: E402
 
 CONFIG = ModelConfig(

@@ -11,7 +11,7 @@ from nmt_cli.config import load_recipe
 from nmt_cli.data.prepare import prepare
 from nmt_cli.train.loop import train
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def test_paper_setups():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nmt_cli
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_imports() -> list[tuple[str, str]]:

@@ -99,10 +99,10 @@ def test_sigterm_writes_a_checkpoint_then_exits(prepared, tmp_path):
     cmd = _train_cmd(recipe_path, run_dir, 10_000)
     cmd[cmd.index("train.save_every=4")] = "train.save_every=100000"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (run_dir / "recipe.yaml").exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    metrics = run_dir / "metrics.jsonl"  # its first line: the loop is running (log_every updates done)
+    while not (metrics.exists() and metrics.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err  # 128 + SIGTERM: `nmt train ... && next-step` stops here

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from nmt_cli import __version__
@@ -13,11 +14,28 @@ from nmt_cli.cli import app
 runner = CliRunner()
 
 
-def test_help_lists_the_commands():
-    result = runner.invoke(app, ["--help"])
-    assert result.exit_code == 0
-    for command in ("prepare", "train", "translate", "score", "average", "config"):
-        assert command in result.stdout
+COMMANDS = (
+    "quickstart",
+    "prepare",
+    "train",
+    "translate",
+    "score",
+    "average",
+    "config",
+    "download",
+    "export",
+    "plot",
+    "attention",
+    "serve",
+)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_command_is_registered_with_its_own_help(command):
+    """`nmt COMMAND --help` shows that command's usage (an unregistered name fails: no such command)."""
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert f"Usage: nmt {command}" in " ".join(result.stdout.split())
 
 
 def test_version():

@@ -112,8 +112,21 @@ def test_overlong_input_is_truncated_and_counted(loaded):
     assert len(out) == 2 and translator.stats.truncated == 1
 
 
-def test_no_grad_state_leaks(loaded):
-    assert not torch.is_grad_enabled() or all(p.grad is None for p in loaded.model.parameters())
+def test_decoding_records_no_autograd_graph(loaded, overfit):
+    """Every decoder layer runs without autograd during translation (no graph kept, no memory held)."""
+    _, src, _ = overfit
+    seen = []
+    hooks = [
+        layer.register_forward_hook(lambda _m, _i, out: seen.append(out.requires_grad or torch.is_grad_enabled()))
+        for layer in [*loaded.model.encoder, *loaded.model.decoder]
+    ]
+    try:
+        assert torch.is_grad_enabled()  # the caller's setting: translation must not depend on it
+        list(Translator(loaded, loaded.recipe.decode).translate(src[:4]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert seen and not any(seen)
 
 
 def reference_beam_search(model, src, config, nbest):

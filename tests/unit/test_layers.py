@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "nmt_cli"
+PACKAGE = Path(__file__).resolve().parents[2] / "nmt_cli"
 LAYER = {
     "__main__": 9,
     "cli": 8,

@@ -9,7 +9,7 @@ import pytest
 from nmt_cli.config import ModelConfig, Recipe, dump_recipe, load_recipe, recipe_from_dict, recipe_to_dict
 from nmt_cli.errors import RecipeError
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
