@@ -4,7 +4,9 @@ Both searches work on whole tensors: every step scores all open hypotheses of al
 sentences at once, and sentences that are done leave the batch. The decoder runs
 incrementally (:class:`CachedSteps`: a key/value cache for self-attention, encoder
 keys/values computed once); :class:`UncachedSteps` recomputes the whole prefix every step
-and exists as the reference the cache is tested against.
+and exists as the reference the cache is tested against; :func:`reference_beam_search`, at the end,
+is the whole search written plainly for one sentence, the reference the batched search is tested
+against (as ``attention_reference`` sits next to ``attention``).
 
 Scores are sums of log-probabilities; finished hypotheses are ranked by
 ``score / length_penalty(|Y|)`` where |Y| counts the EOS.
@@ -370,3 +372,44 @@ def search(
     if config.beam == 1:
         return greedy_search(model, src, config, prefix=prefix)
     return beam_search(model, src, config, nbest=nbest, prefix=prefix)
+
+
+# --------------------------------------------------------------------------- the plain reference
+
+
+@torch.inference_mode()
+def reference_beam_search(model: Transformer, src: Tensor, config: DecodeConfig, nbest: int) -> list[Hypothesis]:
+    """:func:`beam_search` for one sentence (``src`` is (1, S)), written plainly: the full
+    log-softmax over every open prefix, no cache, Python lists. Slow; tests compare the two."""
+    k = config.beam
+    memory, mask = model.encode(src)
+    max_len = int(max_output_lengths(src, config, model.config.max_positions)[0])
+    hyps: list[tuple[list[int], float]] = [([], 0.0)]  # open: (tokens, summed log-probability)
+    finished: list[tuple[float, list[int]]] = []  # (normalised score, tokens), best first
+    for t in range(max_len + 1):
+        prefixes = torch.tensor([[BOS_ID] + tokens for tokens, _ in hyps], device=src.device)
+        hidden = model.decode(prefixes, memory.expand(len(hyps), -1, -1), mask.expand(len(hyps), -1, -1, -1))
+        log_probs = torch.log_softmax(model.logits(hidden[:, -1]).float(), dim=-1)  # (open, V)
+        log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+        if t >= max_len:  # at the limit only EOS may follow
+            log_probs[:, [v for v in range(log_probs.size(1)) if v != EOS_ID]] = float("-inf")
+        total = torch.tensor([score for _, score in hyps], device=src.device)[:, None] + log_probs
+        values, index = total.flatten().topk(2 * k)
+        vocab = log_probs.size(1)
+        top = [(value, i // vocab, i % vocab) for value, i in zip(values.tolist(), index.tolist())]
+        for value, row, token in top[:k]:  # EOS among the K best: finished
+            if token == EOS_ID and value > float("-inf"):
+                finished.append((value / float(length_penalty(float(t + 1), config)), hyps[row][0]))
+        finished = sorted(finished, key=lambda f: -f[0])[:k]
+        hyps = [(hyps[row][0] + [token], value) for value, row, token in top if token != EOS_ID][:k]
+        best_open = hyps[0][1] if hyps else float("-inf")
+        full = len(finished) == k
+        if config.stop == "beam":
+            done = full
+        elif config.stop == "top":
+            done = full or (top[0][2] == EOS_ID and len(finished) >= nbest)
+        else:
+            done = full and finished[-1][0] >= best_open / float(length_penalty(float(max_len + 1), config))
+        if done or t >= max_len or best_open == float("-inf"):
+            break
+    return [Hypothesis(tokens, score) for score, tokens in finished[:nbest]]
