@@ -510,7 +510,7 @@ def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], sou
         raise RecipeError(f"{source}: {key}: expected {expected}, got {_describe(value)}")
 
     origin = typing.get_origin(kind)
-    if dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return _build(kind, value, key + ".", source)
     if origin is Literal:
         choices = typing.get_args(kind)
@@ -602,6 +602,6 @@ def field_help(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str, str
         if dataclasses.is_dataclass(hints[f.name]):
             rows += field_help(hints[f.name], f"{prefix}{_key_of(f)}.")
         else:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
             rows.append((prefix + _key_of(f), repr(default), f.metadata.get("help", "")))
     return rows

@@ -8,6 +8,7 @@ counting batches.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +112,7 @@ def collate(data: ParallelData, indices: np.ndarray) -> Batch:
     return Batch(src, tgt_in, tgt_out, int(sum(len(t) + 1 for t in tgts)), int(sum(len(s) + 1 for s in srcs)))
 
 
-def pad_rows(rows: list[np.ndarray] | list[list[int]]) -> torch.Tensor:
+def pad_rows(rows: Sequence[np.ndarray | list[int]]) -> torch.Tensor:
     """Token id rows as one int64 tensor, right-padded with PAD_ID (training, validation and decoding)."""
     width = max(len(r) for r in rows)
     out = np.full((len(rows), width), PAD_ID, dtype=np.int64)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Literal
 
 import sentencepiece as spm
 
@@ -156,17 +157,18 @@ def extend_vocab(parent: bytes, inputs: Sequence[Path], count: int, config: Voca
     after all of the parent's merges. Editing the model needs protobuf (SentencePiece's own schema).
     """
     try:
-        from sentencepiece import sentencepiece_model_pb2
+        from sentencepiece import sentencepiece_model_pb2 as proto_module
     except ImportError:
         raise DataError(
             "vocab.extend needs protobuf to edit the SentencePiece model: pip install 'nmt-cli[extend]'"
         ) from None
-    model = sentencepiece_model_pb2.ModelProto()
+    proto: Any = proto_module  # generated protobuf code: no type information
+    model = proto.ModelProto()
     model.ParseFromString(parent)
     learned_path = workdir / "extension.model"
     size = len(model.pieces) + count
     learn_vocab(inputs, learned_path, replace(config, size=size, type=_type_name(model)), hard_limit=False)
-    learned = sentencepiece_model_pb2.ModelProto()
+    learned = proto.ModelProto()
     learned.ParseFromString(learned_path.read_bytes())
     learned_path.unlink()
     known = {piece.piece for piece in model.pieces}
@@ -177,8 +179,8 @@ def extend_vocab(parent: bytes, inputs: Sequence[Path], count: int, config: Voca
     return model.SerializeToString()
 
 
-def _type_name(model) -> str:
-    return {1: "unigram", 2: "bpe"}.get(model.trainer_spec.model_type, "bpe")
+def _type_name(model: Any) -> Literal["bpe", "unigram"]:
+    return "unigram" if model.trainer_spec.model_type == 1 else "bpe"
 
 
 def is_extension(parent: bytes, child: bytes) -> bool:

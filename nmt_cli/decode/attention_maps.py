@@ -51,9 +51,9 @@ def attention_maps(model: Transformer, source: list[int], output: list[int]) -> 
         for hook in hooks:
             hook.remove()
     return AttentionMaps(
-        [recorded[layer.self_attn].float().cpu() for layer in model.encoder],
-        [recorded[layer.self_attn].float().cpu() for layer in model.decoder],
-        [recorded[layer.cross_attn].float().cpu() for layer in model.decoder],
+        [recorded[layer.self_attn].float().cpu() for layer in model.encoder_layers],
+        [recorded[layer.self_attn].float().cpu() for layer in model.decoder_layers],
+        [recorded[layer.cross_attn].float().cpu() for layer in model.decoder_layers],
     )
 
 

@@ -19,8 +19,8 @@ ranking, finished lists and stopping rule, shared from that module); what change
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -57,6 +57,7 @@ class JoinableSteps:
             self.state, self.visible = fresh, torch.zeros((rows, 1, 1, 0), dtype=torch.bool, device=memory.device)
             return
         old = self.state
+        assert old.row_steps is not None
         width = max(old.src_mask.size(-1), src_mask.size(-1))
         old.src_mask = torch.cat([_pad_last(old.src_mask, width, False), _pad_last(src_mask, width, False)])
         old.row_steps = torch.cat([old.row_steps, fresh.row_steps])
@@ -87,7 +88,9 @@ class JoinableSteps:
             layer["self"].pop("visible", None)
         self.state.select(rows, sentences)
         self.visible = self.visible.index_select(0, rows)
-        unseen = self.visible.size(-1) - int(self.state.row_steps.max())  # leading columns no open row sees
+        row_steps = self.state.row_steps
+        assert row_steps is not None
+        unseen = self.visible.size(-1) - int(row_steps.max())  # leading columns no open row sees
         if unseen > 0:
             self.visible = self.visible[..., unseen:]
             for layer in self.state.caches:
@@ -108,7 +111,7 @@ def _pad_dim2(tensor: Tensor, width: int) -> Tensor:
 class Finished:
     """A sentence that left the batch: its key (given to :meth:`ContinuousBeamSearch.add`) and n-best."""
 
-    key: Hashable
+    key: Any
     hypotheses: list[Hypothesis]
 
 
@@ -123,7 +126,7 @@ class ContinuousBeamSearch:
         self.k = config.beam
         self.device = next(model.parameters()).device
         self.steps = JoinableSteps(model, self.k)
-        self.keys: list[Hashable] = []  # per open sentence, in batch order
+        self.keys: list[Any] = []  # per open sentence, in batch order
         self._reset()
 
     def _reset(self) -> None:
@@ -141,7 +144,7 @@ class ContinuousBeamSearch:
         return len(self.keys)
 
     @torch.inference_mode()
-    def add(self, sources: list[list[int]], keys: list[Hashable]) -> None:
+    def add(self, sources: list[list[int]], keys: list[Any]) -> None:
         """Encode sentences (source ids, no EOS, within the model's length) and append them."""
         if not sources:
             return
@@ -167,7 +170,7 @@ class ContinuousBeamSearch:
         self.keys.extend(keys)
 
     @torch.inference_mode()
-    def step(self, cancelled: set[Hashable] | None = None) -> list[Finished]:
+    def step(self, cancelled: set[Any] | None = None) -> list[Finished]:
         """One token for every open sentence; returns the sentences that are done (they leave).
 
         Sentences whose key is in ``cancelled`` leave too, without a result.
@@ -221,7 +224,7 @@ class ContinuousBeamSearch:
             self._reset()
         return finished
 
-    def _results(self, done: list[int], cancelled: set[Hashable]) -> list[Finished]:
+    def _results(self, done: list[int], cancelled: set[Any]) -> list[Finished]:
         if not done:
             return []
         picked = torch.tensor(done, device=self.device)

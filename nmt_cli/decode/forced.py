@@ -58,8 +58,10 @@ def forced_scores(
         tgt_out = pad_rows([pairs[i][1] + [EOS_ID] for i in batch]).to(device)
         memory, src_mask = model.encode(src)
         if isinstance(model, Ensemble):
+            assert isinstance(memory, list)
             log_probs = model.log_probs(tgt_in, memory, src_mask)  # (B, T, V)
         else:
+            assert isinstance(memory, torch.Tensor)
             log_probs = model.logits(model.decode(tgt_in, memory, src_mask)).float().log_softmax(dim=-1)
         chosen = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1).masked_fill(tgt_out == PAD_ID, 0.0)
         for i, total in zip(batch, chosen.sum(dim=1).tolist()):

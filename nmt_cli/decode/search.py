@@ -15,6 +15,7 @@ Scores are sums of log-probabilities; finished hypotheses are ranked by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 from torch import Tensor
@@ -93,6 +94,7 @@ def decoder_steps(
                 for one, memory_of_one in zip(model.models, memory)
             ]
         )
+    assert isinstance(memory, Tensor)  # one model: one encoder output
     if not cached:
         return UncachedSteps(model, memory, src_mask)
     if config.cuda_graphs and memory.device.type == "cuda" and supports_static_steps(model):
@@ -126,6 +128,10 @@ def with_room_for(prefix: Tensor | None, max_len: Tensor, max_positions: int) ->
     return torch.maximum(max_len, (prefix != PAD_ID).sum(dim=1)).clamp(max=max_positions - 1)
 
 
+@overload
+def length_penalty(length: Tensor, config: DecodeConfig) -> Tensor: ...
+@overload
+def length_penalty(length: float, config: DecodeConfig) -> float: ...
 def length_penalty(length: Tensor | float, config: DecodeConfig) -> Tensor | float:
     """GNMT ((5 + |Y|) / 6) ** alpha (the paper's), or |Y| ** alpha (fairseq's 'average')."""
     if config.length_penalty == "gnmt":
@@ -300,7 +306,13 @@ def beam_search(
 
 
 def _sentence_done(
-    config: DecodeConfig, finished: Tensor, best_open: Tensor, best_is_eos: Tensor, nbest: int, max_len: Tensor, t: int
+    config: DecodeConfig,
+    finished: Tensor,
+    best_open: Tensor,
+    best_is_eos: Tensor,
+    nbest: int,
+    max_len: Tensor,
+    t: int | Tensor,
 ) -> Tensor:
     """Which sentences stop searching after step ``t`` (see ``DecodeConfig.stop``).
 

@@ -98,6 +98,7 @@ class StaticSteps:
             with _graph_safe_attention():
                 logits = self._step()
         self.steps_done += 1
+        assert logits is not None
         return logits.index_select(0, self.rows)
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:

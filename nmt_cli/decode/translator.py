@@ -226,6 +226,7 @@ class Translator:
         text = self.loaded.tgt_vocab.decode(hyp.tokens)
         if self.align_model is None:
             return text, hyp.score
+        assert self.align_layer is not None
         cross = attention_maps(self.align_model, source, hyp.tokens).cross[self.align_layer]
         source_pieces = [self.loaded.src_vocab.IdToPiece(t) for t in source]
         output_pieces = [self.loaded.tgt_vocab.IdToPiece(t) for t in hyp.tokens]

@@ -259,6 +259,7 @@ class MultiHeadAttention(nn.Module):
         else:
             q = self._split(self.q(x))
             if cache is not None:
+                assert isinstance(cache, dict)
                 k, v = cache["k"], cache["v"]  # computed once by memory_keys_values
             else:
                 assert memory is not None

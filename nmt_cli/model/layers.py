@@ -33,11 +33,14 @@ class Residual(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.arrangement == "pre":
+            assert self.norm is not None
             return x + self.dropout(sublayer(self.norm(x)))
         out = self.dropout(sublayer(x))
         if self.arrangement == "post":
+            assert self.norm is not None
             return self.norm(x + out)
         if self.arrangement == "rezero":
+            assert self.alpha is not None
             return x + self.alpha * out
         return x + out
 

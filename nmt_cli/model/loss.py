@@ -65,7 +65,7 @@ class _FusedOutputLoss(torch.autograd.Function):
             uniform = normaliser - logits.mean(dim=-1)  # (n,) = sum_v(-log p_v) / V
             loss_sum += ((1.0 - epsilon) * nll + epsilon * uniform).sum()
             nll_sum += nll.sum()
-            if not need_grad:
+            if grad_hidden is None or grad_weight is None:  # no backward pass will need them
                 continue
             # d loss / d logits = softmax - (1 - eps) * onehot - eps / V, built in place in ``logits``.
             grad_logits = logits.sub_(normaliser[:, None]).exp_().sub_(epsilon / vocab)  # (n, V)

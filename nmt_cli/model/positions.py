@@ -29,6 +29,8 @@ def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
 class SinusoidalPositions(nn.Module):
     """The paper's fixed table; a buffer, not a parameter (and not saved in checkpoints)."""
 
+    table: Tensor  # (P, D)
+
     def __init__(self, max_positions: int, d_model: int) -> None:
         super().__init__()
         self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)

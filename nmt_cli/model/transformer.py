@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -65,7 +65,7 @@ class Transformer(nn.Module):
         self.src_embed = nn.Embedding(src_vocab, d, padding_idx=pad_id)
         self.tgt_embed = self.src_embed if config.share_embeddings else nn.Embedding(tgt_vocab, d, padding_idx=pad_id)
         self.embed_scale = math.sqrt(d)
-        self.positions = _positions(config)
+        self.positions: SinusoidalPositions | LearnedPositions | None = _positions(config)
         self.embed_dropout = nn.Dropout(config.dropout)
         arrangement = config.arrangement
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
@@ -89,20 +89,29 @@ class Transformer(nn.Module):
             x = x + self.positions(tokens.size(1), offset).to(x.dtype)
         return self.embed_dropout(x)
 
+    @property
+    def encoder_layers(self) -> list[EncoderLayer]:
+        """The encoder's layers, typed (``nn.ModuleList`` items are plain ``Module``s to a type checker)."""
+        return cast("list[EncoderLayer]", list(self.encoder))
+
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        return cast("list[DecoderLayer]", list(self.decoder))
+
     # ----------------------------------------------------------------- encoder / decoder
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Encode ``src`` (B, S) to memory (B, S, D); also return the key mask (B, 1, 1, S)."""
         src_mask = (src != self.pad_id)[:, None, None, :]
         x = self._embed(self.src_embed, src)
-        for layer in self.encoder:
+        for layer in self.encoder_layers:
             x = self._run(layer, x, src_mask)
         return self.encoder_norm(x), src_mask
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """Decoder hidden states (B, T, D) for the whole shifted target (training, scoring)."""
         x = self._embed(self.tgt_embed, tgt_in)
-        for layer in self.decoder:
+        for layer in self.decoder_layers:
             x = self._run(layer, x, memory, src_mask)
         return self.decoder_norm(x)
 
@@ -148,7 +157,7 @@ class Transformer(nn.Module):
     def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
         """State for :meth:`decode_step`: encoder keys/values computed once, one row per sentence."""
         caches = []
-        for layer in self.decoder:
+        for layer in self.decoder_layers:
             k, v = layer.cross_attn.memory_keys_values(memory)
             caches.append({"self": {}, "cross": {"k": k, "v": v}})
         return DecoderState(src_mask, caches)
@@ -188,7 +197,7 @@ class Transformer(nn.Module):
         return x + self.positions.at(positions)[:, None].to(x.dtype)
 
     def _decode_one(self, x: Tensor, src_mask: Tensor, caches: list[dict[str, Any]]) -> Tensor:
-        for layer, cache in zip(self.decoder, caches):
+        for layer, cache in zip(self.decoder_layers, caches):
             x = layer(x, None, src_mask, cache)
         return self.logits(self.decoder_norm(x[:, 0]))  # (N, V)
 
@@ -202,7 +211,7 @@ def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:
                 branch.alpha = branches[0].alpha
 
 
-def _positions(config: ModelConfig) -> nn.Module | None:
+def _positions(config: ModelConfig) -> SinusoidalPositions | LearnedPositions | None:
     if config.positions == "sinusoidal":
         return SinusoidalPositions(config.max_positions, config.d_model)
     if config.positions == "learned":
@@ -248,7 +257,11 @@ def _tfixup_init(model: Transformer, config: ModelConfig) -> None:
     dec_scale = (9 * config.n_decoder_layers) ** -0.25
     enc_scale = 0.67 * config.layers**-0.25
     with torch.no_grad():
-        for layers, scale in ((model.encoder, enc_scale), (model.decoder, dec_scale)):
+        stacks: list[tuple[list[EncoderLayer] | list[DecoderLayer], float]] = [
+            (model.encoder_layers, enc_scale),
+            (model.decoder_layers, dec_scale),
+        ]
+        for layers, scale in stacks:
             for layer in layers:
                 for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):
                     if attn is None:
@@ -265,7 +278,8 @@ def _tfixup_init(model: Transformer, config: ModelConfig) -> None:
 
 def _fairseq_init(model: Transformer) -> None:
     """fairseq's initialisation of the attention input projections and the feed-forward layers."""
-    for layer in [*model.encoder, *model.decoder]:
+    layers: list[EncoderLayer | DecoderLayer] = [*model.encoder_layers, *model.decoder_layers]
+    for layer in layers:
         layer.ffn.w1.reset_parameters()  # PyTorch's default: uniform(+-1/sqrt(fan_in)), biases too
         layer.ffn.w2.reset_parameters()
         for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):

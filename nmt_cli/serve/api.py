@@ -127,7 +127,7 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
             [ids[:max_src] for ids in encoded],
             parsed.config,
             parsed.nbest,
-            on_done=lambda job: running.call_soon_threadsafe(_resolve, answered, job),
+            on_done=lambda job: _resolve_from_thread(running, answered, job),
         )
         try:
             parsed.model.loop.submit(job)
@@ -136,7 +136,8 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
         except ShuttingDown as err:
             raise BadRequest(503, str(err)) from None
         gone = asyncio.ensure_future(_disconnected(request))
-        await asyncio.wait({answered, gone}, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {answered, gone}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if not answered.done():
             parsed.model.loop.cancel(job)
             return None
@@ -146,6 +147,11 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
         for i, hyps in zip(todo, job.results):
             results_flat[i] = hyps
     return Decoded(lines, _regroup(results_flat, lines), _regroup(truncated_flat, lines))
+
+
+def _resolve_from_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future, job: Job) -> None:
+    """Called by the decoding loop's thread: hand the job to the event loop that awaits it."""
+    loop.call_soon_threadsafe(_resolve, future, job)
 
 
 def _resolve(future: asyncio.Future, job: Job) -> None:

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from ..errors import NmtError
 from .process import pid_alive
@@ -43,7 +43,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
     """Delete the temporary files that killed processes left in ``folder`` (their PID is gone)."""
-    removed = []
+    removed: list[Path] = []
     folder = Path(folder)
     if not folder.is_dir():
         return removed
@@ -84,7 +84,7 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
     if not path.is_file():
         raise NmtError(f"{path}: file not found; check the path (and data.root in the recipe)")
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     return open(path, "rb")
 
 
