@@ -487,6 +487,29 @@ def _apply_override(raw: dict[str, Any], item: str) -> None:
     node[parts[-1]] = value
 
 
+def override_section(section: Any, values: typing.Mapping[str, Any], sources: typing.Mapping[str, str]) -> Any:
+    """``section`` (e.g. a recipe's ``DecodeConfig``) with ``values`` by field name (None: keep), each checked
+    as a recipe's value is checked (type, choices, range) and failing with the same message, which names
+    ``sources[name]`` (the command-line flag it came from) where a recipe error names the file."""
+    cls = type(section)
+    prefix = next(_key_of(f) + "." for f in fields(Recipe) if typing.get_type_hints(Recipe)[f.name] is cls)
+    hints = typing.get_type_hints(cls)
+    changed = {}
+    for f in fields(cls):
+        if values.get(f.name) is not None:
+            changed[f.name] = _coerce(hints[f.name], values[f.name], prefix + _key_of(f), f.metadata, sources[f.name])
+    return dataclasses.replace(section, **changed)
+
+
+def option_help(cls: type, name: str) -> str:
+    """A command-line option's help, from the recipe key it overrides: its meaning, choices and default."""
+    f = next(f for f in fields(cls) if f.name == name)
+    hint = typing.get_type_hints(cls)[name]
+    choices = f" ({' | '.join(typing.get_args(hint))})" if typing.get_origin(hint) is Literal else ""
+    prefix = next(_key_of(r) for r in fields(Recipe) if typing.get_type_hints(Recipe)[r.name] is cls)
+    return f"{f.metadata['help']}{choices}. [recipe key {prefix}.{_key_of(f)}; default {f.default}]"
+
+
 def _build(cls: type, data: Any, path: str, source: str) -> Any:
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: {path.rstrip('.') or 'recipe'}: expected a mapping of keys, got {_describe(data)}")

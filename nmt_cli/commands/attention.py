@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import NmtError
-from .common import console
+from .common import console, with_decoding
 
 
 def run(
@@ -24,7 +24,7 @@ def run(
     from ..data.vocab import EOS_ID
     from ..decode.attention_maps import attention_maps
     from ..decode.search import search
-    from ..decode.translator import load_model, with_overrides
+    from ..decode.translator import load_model
 
     if output.suffix.lower() != ".png" or output.is_dir():
         raise NmtError(f"{output}: nmt attention writes a PNG file; name a .png file (not a folder)")
@@ -32,7 +32,7 @@ def run(
     source = loaded.src_vocab.encode(sentence.strip(), out_type=int)[: loaded.recipe.model.max_positions - 1]
     if not source:
         raise NmtError("the sentence is empty; give the text to translate")
-    config = with_overrides(loaded.recipe.decode, beam=beam)
+    config = with_decoding(loaded.recipe.decode, {"beam": beam})
     hypothesis = search(loaded.model, pad_rows([source + [EOS_ID]]), config)[0][0]
     maps = attention_maps(loaded.model, source, hypothesis.tokens)
     draw_attention(

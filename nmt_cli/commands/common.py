@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
-from ..config import Recipe, load_recipe
+from ..config import DecodeConfig, Recipe, load_recipe, option_help, override_section
 
 console = Console(stderr=True, highlight=False)
 
@@ -20,3 +21,16 @@ SetOption = typer.Option(
 def recipe_from_cli(path: Path, overrides: list[str]) -> Recipe:
     """Load the recipe named on the command line with its ``--set`` overrides."""
     return load_recipe(path, overrides)
+
+
+def decode_option(name: str, *flags: str) -> Any:
+    """A command-line option that overrides the model's ``decode.NAME``: its help, choices and default
+    come from the recipe's declaration, and its value is checked as a recipe value (see :func:`with_decoding`)."""
+    return typer.Option(None, *flags, help=option_help(DecodeConfig, name), show_default=False)
+
+
+def with_decoding(config: DecodeConfig, values: dict[str, Any]) -> DecodeConfig:
+    """``config`` with the command line's decoding options (None: keep the recipe's), each checked with the
+    recipe's own rules: a bad ``--beam 0`` fails as ``--set decode.beam=0`` does, naming the flag."""
+    flags = {name: "--" + name.replace("_", "-") for name in values}
+    return override_section(config, values, flags)

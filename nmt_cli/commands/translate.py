@@ -14,7 +14,7 @@ from typing import IO
 import typer
 
 from ..errors import NmtError
-from .common import console
+from .common import console, decode_option, with_decoding
 
 
 def run(
@@ -29,36 +29,17 @@ def run(
     output: Path = typer.Option(
         None, "--output", "-o", help="Output file (default: stdout); written atomically.", show_default=False
     ),
-    beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size; 1 is greedy. [recipe: 4]", show_default=False),
-    alpha: float = typer.Option(
-        None, "--alpha", min=0.0, help="Length penalty exponent; 0 disables. [recipe: 0.6]", show_default=False
-    ),
-    length_penalty: str = typer.Option(
-        None,
-        "--length-penalty",
-        help="gnmt: ((5+|Y|)/6)^alpha, the paper's (Wu et al. 2016); average: |Y|^alpha, as fairseq, Marian "
-        "and CTranslate2 use. [recipe: gnmt]",
-        show_default=False,
-    ),
-    stop: str = typer.Option(
-        None,
-        "--stop",
-        help="When a sentence's beam search ends. beam: once it has BEAM finished hypotheses "
-        "(fairseq, CTranslate2); top: as soon as its best candidate ends (OpenNMT-py; fastest); bound: once no "
-        "open hypothesis can still win (slowest). [recipe: beam]",
-        show_default=False,
-    ),
-    max_len_a: float = typer.Option(
-        None, "--max-len-a", min=0.0, help="Max output length = a * source length + b.", show_default=False
-    ),
-    max_len_b: int = typer.Option(None, "--max-len-b", min=0, help="See --max-len-a. [recipe: 50]", show_default=False),
+    beam: int = decode_option("beam", "--beam", "-b"),
+    alpha: float = decode_option("alpha", "--alpha"),
+    length_penalty: str = decode_option("length_penalty", "--length-penalty"),
+    stop: str = decode_option("stop", "--stop"),
+    max_len_a: float = decode_option("max_len_a", "--max-len-a"),
+    max_len_b: int = decode_option("max_len_b", "--max-len-b"),
     nbest: int = typer.Option(
         1, "--nbest", "-n", min=1, help="Print the N best hypotheses as INDEX<tab>SCORE<tab>TEXT lines."
     ),
-    batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch.", show_default=False),
-    batch_size: int = typer.Option(
-        None, "--batch-size", min=0, help="Sentences per batch (0: no limit).", show_default=False
-    ),
+    batch_tokens: int = decode_option("batch_tokens", "--batch-tokens"),
+    batch_size: int = decode_option("batch_size", "--batch-size"),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
     dtype: str = typer.Option(
@@ -101,32 +82,11 @@ def run(
         help="Sample each token instead of beam search (e.g. for "
         "back-translation); with --nbest K, up to K distinct samples per line.",
     ),
-    temperature: float = typer.Option(
-        None, "--temperature", help="Sampling: logits / T (below 1 sharper). [1.0]", show_default=False
-    ),
-    top_k: int = typer.Option(
-        None, "--top-k", min=0, help="Sampling: only the K most probable tokens (0: all).", show_default=False
-    ),
-    top_p: float = typer.Option(
-        None,
-        "--top-p",
-        help="Sampling: the smallest set of tokens with probability >= P (nucleus; 1: all).",
-        show_default=False,
-    ),
-    seed: int = typer.Option(
-        None,
-        "--seed",
-        min=0,
-        help="Sampling: random seed; the same seed, input and batch settings give the same samples. [0]",
-        show_default=False,
-    ),
-    cuda_graphs: bool = typer.Option(
-        None,
-        "--cuda-graphs/--no-cuda-graphs",
-        help="On a GPU, replay each batch's decoder step as a CUDA graph (several "
-        "times faster; outputs as without). [recipe: on]",
-        show_default=False,
-    ),
+    temperature: float = decode_option("temperature", "--temperature"),
+    top_k: int = decode_option("top_k", "--top-k"),
+    top_p: float = decode_option("top_p", "--top-p"),
+    seed: int = decode_option("seed", "--seed"),
+    cuda_graphs: bool = decode_option("cuda_graphs", "--cuda-graphs/--no-cuda-graphs"),
     progress: bool = typer.Option(
         None, "--progress/--no-progress", help="Progress on stderr (default: on when writing to a file).", show_default=False
     ),
@@ -134,12 +94,26 @@ def run(
     """Translate lines with beam search (or greedy with --beam 1)."""
     import torch
 
-    from ..decode.translator import TranslationStats, Translator, load_ensemble, with_overrides
+    from ..config import DecodeConfig
+    from ..decode.translator import TranslationStats, Translator, load_ensemble
 
-    if length_penalty not in (None, "gnmt", "average"):
-        raise NmtError(f"--length-penalty: '{length_penalty}' is not gnmt or average")
-    if stop not in (None, "beam", "top", "bound"):
-        raise NmtError(f"--stop: '{stop}' is not beam, top or bound")
+    options = dict(
+        beam=beam,
+        alpha=alpha,
+        length_penalty=length_penalty,
+        stop=stop,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_tokens=batch_tokens,
+        batch_size=batch_size,
+        cuda_graphs=cuda_graphs,
+        sampling=sampling or None,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+    )
+    with_decoding(DecodeConfig(), options)  # bad values fail now, before a model is loaded
     if dtype not in (None, "fp32", "bf16", "fp16"):
         raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16 or fp16")
     if engine not in ("nmt", "ctranslate2"):
@@ -148,10 +122,6 @@ def run(
     given = [name for name, value in sampling_options.items() if value is not None]
     if given and not sampling:
         raise NmtError(f"{given[0]} applies to sampling; add --sampling")
-    if temperature is not None and temperature <= 0:
-        raise NmtError(f"--temperature {temperature}: must be above 0")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise NmtError(f"--top-p {top_p}: must be in (0, 1]")
     if prefix is not None and (not prefix.is_file()):
         raise NmtError(f"--prefix {prefix}: file not found")
     if alignment_layer is not None and not alignments:
@@ -180,29 +150,13 @@ def run(
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     target = _device(device)
-    options = dict(
-        beam=beam,
-        alpha=alpha,
-        length_penalty=length_penalty,
-        stop=stop,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        batch_tokens=batch_tokens,
-        batch_size=batch_size,
-        cuda_graphs=cuda_graphs,
-        sampling=sampling or None,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-    )
     if engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine
 
         # The same precision names for both engines; CTranslate2 calls them compute types.
         compute_type = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
         ct2 = CTranslate2Engine(models[0], device=target.type, threads=threads, compute_type=compute_type)
-        config = with_overrides(ct2.decode_config, **options)
+        config = with_decoding(ct2.decode_config, options)
         if config.length_penalty == "gnmt" and config.alpha and length_penalty is None:
             console.print(
                 "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
@@ -212,7 +166,7 @@ def run(
     else:
         weights = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         loaded = load_ensemble(models, target, weights)
-        config = with_overrides(loaded.recipe.decode, **options)
+        config = with_decoding(loaded.recipe.decode, options)
         translator = Translator(loaded, config, target, nbest=nbest, alignments=alignments, alignment_layer=alignment_layer)
         stats, max_positions = translator.stats, loaded.recipe.model.max_positions
         results = translator.translate

@@ -234,8 +234,3 @@ class Translator:
 
     def _nothing(self) -> tuple:
         return ("", float("-inf")) if self.align_model is None else ("", float("-inf"), "")
-
-
-def with_overrides(config: DecodeConfig, **values: Any) -> DecodeConfig:
-    """The recipe's decoding settings with command-line values (None means 'keep')."""
-    return replace(config, **{k: v for k, v in values.items() if v is not None})

@@ -249,19 +249,37 @@ def test_sampling_and_forced_scoring_options_fail_in_one_line(loaded, overfit, t
     run_dir, src, _ = overfit
     (tmp_path / "in.txt").write_text("\n".join(src[:3]) + "\n")
     runner = CliRunner()
-    for args, message in (
-        (["translate", "--top-k", "2"], "--top-k applies to sampling; add --sampling"),
-        (["translate", "--sampling", "--top-p", "1.5"], "--top-p 1.5: must be in (0, 1]"),
-        (["translate", "--sampling", "--temperature", "0"], "--temperature 0.0: must be above 0"),
-        (["score", "--model", str(run_dir), str(tmp_path / "in.txt")], "give SRC HYP"),
+    for args, message, code in (
+        (["translate", "--top-k", "2"], "--top-k applies to sampling; add --sampling", 1),
+        (["translate", "--sampling", "--top-p", "1.5"], "--top-p: decode.top_p: 1.5 is out of range; it must be <= 1", 2),
+        (["translate", "--sampling", "--temperature", "0"], "--temperature: decode.temperature: 0.0 is out of range", 2),
+        (["translate", "--stop", "early"], "--stop: decode.stop: expected one of beam, top, bound, got 'early'", 2),
+        (["score", "--model", str(run_dir), str(tmp_path / "in.txt")], "give SRC HYP", 1),
         (
             ["score", "--model", str(run_dir), str(tmp_path / "in.txt"), str(tmp_path / "in.txt"), "--format", "xml"],
             "--format: 'xml' is not jsonl or tsv",
+            1,
         ),
     ):
         extra = ["-m", str(run_dir), "-i", str(tmp_path / "in.txt")] if args[0] == "translate" else []
         result = runner.invoke(app, args + extra)
-        assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output, result.output
+        assert result.exit_code == code and message in result.output and "Traceback" not in result.output, result.output
+        assert result.output.count("\n") == 1
+
+
+def test_a_decoding_flag_and_the_recipe_key_it_overrides_fail_alike(overfit):
+    """--beam 0 is checked by the recipe's own rule for decode.beam, so both say the same after the source."""
+    from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
+
+    run_dir, _, _ = overfit
+    runner = CliRunner()
+    flag = runner.invoke(app, ["translate", "-m", str(run_dir), "--beam", "0"], input="A dog.\n")
+    recipe = runner.invoke(app, ["config", str(run_dir / "recipe.yaml"), "--set", "decode.beam=0"])
+    assert flag.exit_code == recipe.exit_code == 2
+    assert flag.output.strip().endswith("--beam: decode.beam: 0 is out of range; it must be >= 1")
+    assert recipe.output.strip().endswith("decode.beam: 0 is out of range; it must be >= 1")
 
 
 def test_an_ensemble_of_a_model_with_itself_is_that_model(loaded, overfit, tmp_path):
