@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 from common import ROOT, SHARED, WORK, print_table, record
@@ -85,8 +86,12 @@ class Server:
         self.process.wait(60)
 
 
+SOCKET_TIMEOUT = 120.0  # a request slower than this counts as failed
+
+
 def load(port: int, sentences: list[str], clients: int, timeout: float) -> dict:
-    """``clients`` threads share ``sentences``; per-request latencies and the wall time."""
+    """``clients`` threads share ``sentences`` until they are used up or ``timeout`` seconds have passed
+    (no new request starts after that; those in flight finish); per-request latencies and the wall time."""
     latencies: list[float] = []
     failures = [0]
     next_index = iter(range(len(sentences)))
@@ -94,7 +99,7 @@ def load(port: int, sentences: list[str], clients: int, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
 
     def client() -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=SOCKET_TIMEOUT)
         while time.monotonic() < deadline:
             with lock:
                 index = next(next_index, None)
@@ -109,7 +114,7 @@ def load(port: int, sentences: list[str], clients: int, timeout: float) -> dict:
                 ok = answer.status == 200
             except OSError:
                 ok = False
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=SOCKET_TIMEOUT)
             with lock:
                 if ok:
                     latencies.append(time.perf_counter() - started)
@@ -143,25 +148,32 @@ def load(port: int, sentences: list[str], clients: int, timeout: float) -> dict:
 
 
 def offline_figures(model: str, sentences: list[str], threads: int, repeats: int) -> dict:
-    """Batched throughput of the translator on all sentences, and its latency on one, model loaded first."""
+    """Batched throughput of the translator on all sentences (median of ``repeats``, at its default batches
+    and at 32 sentences per batch, the most a load of 32 one-sentence clients can put in flight), and its
+    median latency on each sentence alone: the same sentences the clients send. Model loaded first."""
     import torch
 
     from nmt_cli.decode.translator import Translator, load_model
 
     torch.set_num_threads(threads)
     loaded = load_model(model)
-    translator = Translator(loaded, loaded.recipe.decode)
-    list(translator.translate(sentences[:32]))  # warm-up
-    batched, single = [], []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        list(translator.translate(sentences))
-        batched.append(len(sentences) / (time.perf_counter() - started))
-        for sentence in sentences[:20]:
+    figures = {}
+    for label, batch_size in (("offline_sent_per_s", 0), ("offline_batch32_sent_per_s", 32)):
+        translator = Translator(loaded, replace(loaded.recipe.decode, batch_size=batch_size))
+        list(translator.translate(sentences[:32]))  # warm-up
+        rates = []
+        for _ in range(repeats):
             started = time.perf_counter()
-            list(translator.translate([sentence]))
-            single.append((time.perf_counter() - started) * 1000)
-    return {"offline_sent_per_s": statistics.median(batched), "offline_one_sentence_ms": statistics.median(single)}
+            list(translator.translate(sentences))
+            rates.append(len(sentences) / (time.perf_counter() - started))
+        figures[label] = statistics.median(rates)
+    single = []
+    for sentence in sentences:
+        started = time.perf_counter()
+        list(translator.translate([sentence]))
+        single.append((time.perf_counter() - started) * 1000)
+    figures["offline_one_sentence_ms"] = statistics.median(single)
+    return figures
 
 
 def main() -> None:
@@ -173,9 +185,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="offline repeats (medians)")
     parser.add_argument("--level-timeout", type=float, default=300)
     parser.add_argument("--soak", type=float, default=0, help="seconds of 32 clients, watching memory")
+    parser.add_argument("--soak-only", action="store_true", help="only the soak (no levels, no offline figures)")
     args = parser.parse_args()
     text = gzip.decompress((SHARED / "multi30k" / "test_2016_flickr.en.gz").read_bytes()).decode()
     sentences = text.splitlines()[: args.sentences]
+    if args.soak_only:
+        server = Server(args.model, args.threads, True)
+        load(server.port, sentences, 32, args.level_timeout)  # warm-up at the soak's load, before the first RSS
+        row = soak(server, sentences, args.soak)
+        server.stop()
+        record("serve_soak", [row], "python benchmarks/bench_serve.py " + " ".join(sys.argv[1:]))
+        return
     levels = [int(c) for c in args.clients.split(",")]
     offline = offline_figures(args.model, sentences, args.threads, args.repeats)
     print(json.dumps(offline), flush=True)
@@ -190,9 +210,11 @@ def main() -> None:
                 "server_rss_mib": rss_mib(server.process.pid),
             }
             row["vs_offline"] = row["req_per_s"] / offline["offline_sent_per_s"]
+            row["vs_offline_batch32"] = row["req_per_s"] / offline["offline_batch32_sent_per_s"]
             print(json.dumps(row), flush=True)
             rows.append(row)
         if batching and args.soak:
+            load(server.port, sentences, 32, args.level_timeout)  # the soak's load before its first RSS reading
             rows.append(soak(server, sentences, args.soak))
         server.stop()
     lone = next(r for r in rows if r.get("batching") and r.get("clients") == 1)
