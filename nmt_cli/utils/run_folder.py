@@ -103,7 +103,7 @@ class RunFolder:
         if choice.isdigit():
             path = self.step_path(int(choice))
             if not path.is_file():
-                kept = ", ".join(m.group(1) for p in self.step_checkpoints() if (m := STEP_PATTERN.match(p.name)))
+                kept = ", ".join(str(int(m.group(1))) for p in self.step_checkpoints() if (m := STEP_PATTERN.match(p.name)))
                 raise NmtError(f"--from {choice}: {path} does not exist; kept steps: {kept or 'none'}")
             return path
         path = Path(choice)
