@@ -30,7 +30,15 @@ from ..config import DecodeConfig
 from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import DecoderState, Transformer
-from .search import Hypothesis, _best, _best_tokens, _collect_finished, _sentence_done, max_output_lengths
+from .search import (
+    Hypothesis,
+    _best,
+    _best_tokens,
+    _collect_finished,
+    _rank_candidates,
+    _sentence_done,
+    max_output_lengths,
+)
 
 
 class JoinableSteps:
@@ -181,11 +189,7 @@ class ContinuousBeamSearch:
         sent = torch.arange(n, device=device)
         at_limit = (self.lengths >= self.max_len).repeat_interleave(k)
         row_log_probs, row_tokens = _best_tokens(self.steps(self.tokens), 2 * k, at_limit)  # (n * K, 2K)
-        per_row = row_tokens.size(1)
-        candidates = (self.scores.view(-1, 1) + row_log_probs).view(n, k * per_row)
-        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (n, 2K), best first
-        origin = top_index // per_row
-        token = row_tokens.view(n, -1).gather(1, top_index)
+        top_scores, origin, token = _rank_candidates(self.scores, row_log_probs, row_tokens, k)  # (n, 2K) each
         is_eos = token == EOS_ID
         eos_ranked = is_eos.clone()
         eos_ranked[:, k:] = False

@@ -265,11 +265,7 @@ def beam_search(
         at_limit = (t >= max_len[sent]).repeat_interleave(rows_per_sent)
         forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
         row_log_probs, row_tokens = _best_tokens(steps(tokens), 2 * k, at_limit, forced)  # (n * rows, 2K)
-        per_row = row_tokens.size(1)
-        candidates = (scores.view(-1, 1) + row_log_probs).view(n, rows_per_sent * per_row)
-        top_scores, top_index = candidates.topk(min(2 * k, candidates.size(1)), dim=1)  # (n, 2K), best first
-        origin = top_index // per_row  # which row of the sentence each candidate extends
-        token = row_tokens.view(n, -1).gather(1, top_index)
+        top_scores, origin, token = _rank_candidates(scores, row_log_probs, row_tokens, k)  # (n, 2K) each
         is_eos = token == EOS_ID
 
         # Finished: EOS among the K best candidates (as in fairseq), ranked by normalised score.
@@ -303,6 +299,17 @@ def beam_search(
         sent, scores, tokens = sent[keep], open_scores[keep], new_tokens[keep].flatten()
 
     return _best(fin_scores, fin_tokens, nbest)
+
+
+def _rank_candidates(scores: Tensor, row_log_probs: Tensor, row_tokens: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's 2K best candidates, best first: their summed scores, the row of the sentence each
+    extends, and its token, each (n, 2K). ``scores`` (n, rows) are the open rows' sums; ``row_log_probs``
+    and ``row_tokens`` (n * rows, 2K) each row's best tokens: a sentence's 2K best candidates are among
+    them, since adding a row's score does not reorder that row."""
+    n, per_row = scores.size(0), row_tokens.size(1)
+    candidates = (scores.view(-1, 1) + row_log_probs).view(n, -1)  # (n, rows * 2K)
+    top_scores, top_index = candidates.topk(min(2 * k, candidates.size(1)), dim=1)
+    return top_scores, top_index // per_row, row_tokens.view(n, -1).gather(1, top_index)
 
 
 def _sentence_done(
