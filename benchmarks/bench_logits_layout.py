@@ -1,53 +1,95 @@
-"""Decode-time layouts of the output projection, end to end at batch 1 (issue 12).
+"""Decode-time layouts of the output projection on the CPU (issue 12).
 
-    python benchmarks/bench_logits_layout.py MODEL [--lines 60] [--rounds 2]
+    python benchmarks/bench_logits_layout.py MODEL --micro [--repeats 30]
+    python benchmarks/bench_logits_layout.py MODEL [--lines 60] [--rounds 2] [--batch-sizes 1,16]
 
-Swaps ``Transformer.logits`` for each variant, alternating variants round by round; prints
-sentences/s (mean of the rounds) and whether the output equals the current code's.
+``--micro`` times the product of a decoder step's hidden rows with MODEL's output weight for 1-512
+rows, for the output weight (V x D) and the decoder's largest input projection (3D x D):
+``F.linear(h, W)`` with W in PyTorch's layout against W stored transposed (as
+``load_model`` keeps it for CPU decoding in fp32); medians of the repeats. Without it,
+``nmt``'s translation is timed end to end with the output weight stored transposed (as shipped) and in
+PyTorch's layout (as before), alternating round by round; it prints sentences/s (median of the
+rounds) and whether the outputs agree.
 """
 
 import argparse
 import gzip
+import statistics
+import sys
 import time
 from dataclasses import replace
 
 import torch
-from common import SHARED
+from common import SHARED, record
 
+import nmt_cli.decode.translator as translator_module
 from nmt_cli.decode.translator import Translator, load_model
 
 parser = argparse.ArgumentParser()
 parser.add_argument("model")
+parser.add_argument("--micro", action="store_true")
+parser.add_argument("--repeats", type=int, default=30)
 parser.add_argument("--lines", type=int, default=60)
 parser.add_argument("--rounds", type=int, default=2)
+parser.add_argument("--batch-sizes", default="1")
+parser.add_argument("--threads", type=int, default=2)
 args = parser.parse_args()
-torch.set_num_threads(2)
+torch.set_num_threads(args.threads)
 loaded = load_model(args.model)
-model = loaded.model
-W = model.output.weight
-Wt = W.detach().t().contiguous()
-variants = {
-    "F.linear (now)": lambda h: torch.nn.functional.linear(h, W),
-    "h @ W.T contiguous": lambda h: (h.reshape(-1, h.shape[-1]) @ Wt).reshape(*h.shape[:-1], -1),
-    "(W @ h.T).T": lambda h: (W @ h.reshape(-1, h.shape[-1]).t()).t().reshape(*h.shape[:-1], -1),
-}
+weight = loaded.model.output.weight.detach()
+command = "python benchmarks/bench_logits_layout.py " + " ".join(sys.argv[1:])
+
+
+def milliseconds(fn, hidden) -> float:
+    for _ in range(3):
+        fn(hidden)
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        fn(hidden)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+if args.micro:
+    qkv = loaded.model.decoder_layers[0].self_attn.qkv.weight.detach()
+    rows_out = []
+    with torch.inference_mode():
+        for name, plain in (("output", weight), ("decoder QKV", qkv)):
+            transposed = plain.t().contiguous().t()  # same values, (in, out) storage
+            for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048):
+                hidden = torch.randn(n, plain.size(1))
+                before = milliseconds(lambda h, w=plain: torch.nn.functional.linear(h, w), hidden)
+                after = milliseconds(lambda h, w=transposed: torch.nn.functional.linear(h, w), hidden)
+                row = {"weight": f"{name} {tuple(plain.shape)}", "rows": n, "PyTorch layout ms": round(before, 3)}
+                row |= {"transposed ms": round(after, 3), "speed-up": round(before / after, 2)}
+                rows_out.append(row)
+                print(row, flush=True)
+    record("logits_layout_micro", rows_out, command)
+    raise SystemExit(0)
+
 raw = gzip.decompress((SHARED / "multi30k" / "test_2016_flickr.en.gz").read_bytes()).decode()
 lines = raw.split("\n")[: args.lines]
-results = {}
+shipped = translator_module.store_output_weight_transposed
+models = {"transposed (shipped)": load_model(args.model)}
+translator_module.store_output_weight_transposed = lambda _model: None  # as before: PyTorch's layout
+models["PyTorch layout (before)"] = load_model(args.model)
+translator_module.store_output_weight_transposed = shipped
+results: dict = {}
 for _ in range(args.rounds):
-    for name, fn in variants.items():
-        model.logits = fn
-        for beam in (4, 1):
-            t = Translator(loaded, replace(loaded.recipe.decode, beam=beam, batch_size=1))
-            start = time.perf_counter()
-            out = [h[0][0] for h in t.translate(lines)]
-            results.setdefault((name, beam), []).append((time.perf_counter() - start, out))
-base = {b: results[("F.linear (now)", b)][0][1] for b in (4, 1)}
-for (name, beam), runs in results.items():
-    secs = sorted(r[0] for r in runs)
-    same = sum(a == b for a, b in zip(runs[0][1], base[beam]))
-    rate = len(lines) / (sum(secs) / len(secs))
-    print(
-        f"{name:22s} beam {beam}: {rate:.2f} sent/s (runs {', '.join(f'{s:.1f}' for s in secs)} s), "
-        f"same output {same}/{len(lines)}"
-    )
+    for name, one in models.items():
+        for batch in (int(b) for b in args.batch_sizes.split(",")):
+            for beam in (4, 1):
+                translator = Translator(one, replace(one.recipe.decode, beam=beam, batch_size=batch))
+                start = time.perf_counter()
+                out = [h[0][0] for h in translator.translate(lines)]
+                results.setdefault((name, batch, beam), []).append((time.perf_counter() - start, out))
+rows_out = []
+for (name, batch, beam), runs in results.items():
+    before = results[("PyTorch layout (before)", batch, beam)][0][1]
+    same = sum(a == b for a, b in zip(runs[0][1], before))
+    rate = len(lines) / statistics.median(r[0] for r in runs)
+    row = {"variant": name, "batch": batch, "beam": beam, "sent/s": round(rate, 2), "same output": f"{same}/{len(lines)}"}
+    rows_out.append(row)
+    print(row)
+record("logits_layout", rows_out, command)

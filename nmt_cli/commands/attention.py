@@ -6,17 +6,16 @@ from pathlib import Path
 
 import typer
 
+from ..config import DecodeConfig
 from ..errors import NmtError
-from .common import console, with_decoding
+from .common import console, decode_option, with_decoding
 
 
 def run(
     sentence: str = typer.Argument(..., help="The source sentence to translate and show."),
     model: Path = typer.Option(..., "--model", "-m", help="Model folder (its model.pt) or any checkpoint file."),
     output: Path = typer.Option(..., "--output", "-o", help="The PNG file to write."),
-    beam: int = typer.Option(
-        None, "--beam", "-b", min=1, help="Beam size for the translation. [recipe]", show_default=False
-    ),
+    beam: int = decode_option("beam", "--beam", "-b"),
 ) -> None:
     """Draw encoder, decoder and cross-attention heatmaps per layer and head (needs matplotlib)."""
     from ..attention_figure import draw_attention
@@ -26,6 +25,7 @@ def run(
     from ..decode.search import search
     from ..decode.translator import load_model
 
+    with_decoding(DecodeConfig(), {"beam": beam})  # a bad --beam fails now, as decode.beam would
     if output.suffix.lower() != ".png" or output.is_dir():
         raise NmtError(f"{output}: nmt attention writes a PNG file; name a .png file (not a folder)")
     loaded = load_model(model)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import typer
 
+from ..config import DecodeConfig
 from ..errors import NmtError
+from .common import decode_option, with_decoding
 
 
 def run(
@@ -28,13 +30,7 @@ def run(
         help="Continuous batching: new requests join "
         "the running batch at the next decoder step. Off: one request at a time.",
     ),
-    batch_tokens: int = typer.Option(
-        None,
-        "--batch-tokens",
-        min=1,
-        help="Source tokens in the running batch at most. [recipe's decode.batch_tokens]",
-        show_default=False,
-    ),
+    batch_tokens: int = decode_option("batch_tokens", "--batch-tokens"),
     max_queue: int = typer.Option(1024, "--max-queue", min=1, help="Sentences waiting at most; more: HTTP 429."),
     max_sentences: int = typer.Option(128, "--max-sentences", min=1, help="Lines per request at most; more: 413."),
     max_body: int = typer.Option(1_000_000, "--max-body-bytes", min=1, help="Request body size at most; more: 413."),
@@ -54,6 +50,7 @@ def run(
     from ..serve.server import serve
     from .translate import _device
 
+    with_decoding(DecodeConfig(), {"batch_tokens": batch_tokens})  # a bad value fails as the recipe key would
     if dtype not in ("fp32", "bf16", "fp16"):
         raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16 or fp16")
     if log_level not in ("critical", "error", "warning", "info", "debug"):

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from ..config import CleanConfig
 from ..errors import DataError
@@ -158,7 +159,7 @@ class ParallelReader:
         return {str(self.pair.src): self._src.sha256.hexdigest(), str(self.pair.tgt): self._tgt.sha256.hexdigest()}
 
 
-def _mismatch(pair: CorpusPair, n_src: int, n_tgt: int) -> None:
+def _mismatch(pair: CorpusPair, n_src: int, n_tgt: int) -> NoReturn:
     raise DataError(
         f"{pair.src} has {n_src} lines but {pair.tgt} has {n_tgt}; "
         "the two sides must be line-aligned (one sentence per line)"

@@ -1,7 +1,7 @@
 """What the attention heads look at: their weights for one translation, and word alignments from them.
 
 The translation (source and output pieces) runs once more through the model with teacher forcing;
-hooks on every attention module record its inputs, from which :meth:`MultiHeadAttention.attention_map`
+hooks on every attention module record its inputs, from which its ``attention_map``
 recomputes the weights the module applied (the fast path never materialises them). Used by
 ``nmt attention`` (the paper's Figures 3-5) and ``nmt translate --alignments`` (cross-attention of one
 layer, heads averaged, turned into Pharaoh ``i-j`` word pairs).
@@ -10,13 +10,14 @@ layer, heads averaged, turned into Pharaoh ``i-j`` word pairs).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..data.vocab import BOS_ID, EOS_ID
 from ..errors import NmtError
-from ..model.attention import MultiHeadAttention
+from ..model.attention import Attention, CrossAttention, SelfAttention
 from ..model.transformer import Transformer
 
 
@@ -35,14 +36,16 @@ def attention_maps(model: Transformer, source: list[int], output: list[int]) -> 
     device = next(model.parameters()).device
     src = torch.tensor([source + [EOS_ID]], device=device)
     tgt_in = torch.tensor([[BOS_ID] + output], device=device)
-    recorded: dict[MultiHeadAttention, Tensor] = {}
+    recorded: dict[Attention, Tensor] = {}
 
-    def record(module: MultiHeadAttention, args: tuple, kwargs: dict, _output: Tensor) -> None:
-        x = args[0]
-        memory = args[1] if len(args) > 1 else kwargs.get("memory")
-        recorded[module] = module.attention_map(x, memory, kwargs.get("mask"), kwargs.get("causal", False))[0]
+    def record(module: Attention, args: tuple[Tensor, ...], kwargs: dict[str, Any], _output: Tensor) -> None:
+        x, mask = args[0], kwargs.get("mask")
+        if isinstance(module, CrossAttention):
+            recorded[module] = module.attention_map(x, args[1], mask)[0]
+        else:
+            recorded[module] = module.attention_map(x, mask, kwargs.get("causal", False))[0]
 
-    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    modules = [m for m in model.modules() if isinstance(m, (SelfAttention, CrossAttention))]
     hooks = [m.register_forward_hook(record, with_kwargs=True) for m in modules]
     try:
         memory, src_mask = model.encode(src)

@@ -29,7 +29,8 @@ from torch.nn import functional as F
 from ..config import DecodeConfig
 from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
-from ..model.transformer import DecoderState, Transformer
+from ..model.cache import DecoderState, GrowingKeysValues
+from ..model.transformer import Transformer
 from .search import (
     Hypothesis,
     _best,
@@ -71,20 +72,20 @@ class JoinableSteps:
         old.row_steps = torch.cat([old.row_steps, fresh.row_steps])
         self.visible = torch.cat([self.visible, self.visible.new_zeros((rows, *self.visible.shape[1:]))])
         for layer, new in zip(old.caches, fresh.caches):
-            for key, tensor in layer["self"].items():  # k, v (N, H, T, d_k): zeros for the new rows
-                layer["self"][key] = torch.cat([tensor, tensor.new_zeros((rows, *tensor.shape[1:]))])
-            for key in ("k", "v"):  # (B, H, S, d_k): the source side, padded to the longer source
-                layer["cross"][key] = torch.cat([_pad_dim2(layer["cross"][key], width), _pad_dim2(new["cross"][key], width)])
+            past = _growing(layer.self_attention)
+            if past.keys is not None and past.values is not None:  # (N, H, T, d_k): zeros for the new rows
+                past.keys = torch.cat([past.keys, past.keys.new_zeros((rows, *past.keys.shape[1:]))])
+                past.values = torch.cat([past.values, past.values.new_zeros((rows, *past.values.shape[1:]))])
+            source, joining = layer.cross_attention, new.cross_attention  # (B, H, S, d_k), padded to the longer source
+            source.keys = torch.cat([_pad_dim2(source.keys, width), _pad_dim2(joining.keys, width)])
+            source.values = torch.cat([_pad_dim2(source.values, width), _pad_dim2(joining.values, width)])
 
     def __call__(self, tokens: Tensor) -> Tensor:
         assert self.state is not None
         self.visible = F.pad(self.visible, (0, 1), value=True)  # this step's column: visible to every row
-        everything_seen = bool(self.visible.all())
+        visible = None if bool(self.visible.all()) else self.visible  # no mask while every row sees every column
         for layer in self.state.caches:
-            if everything_seen:
-                layer["self"].pop("visible", None)
-            else:
-                layer["self"]["visible"] = self.visible
+            _growing(layer.self_attention).visible = visible
         return self.model.decode_step(tokens, self.state).float()  # (N, V) logits
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:
@@ -92,9 +93,7 @@ class JoinableSteps:
         if len(rows) == 0:
             self.state = None
             return
-        for layer in self.state.caches:  # the mask is the stepper's; the state moves only keys and values
-            layer["self"].pop("visible", None)
-        self.state.select(rows, sentences)
+        self.state.select(rows, sentences)  # keys and values; the mask is the stepper's
         self.visible = self.visible.index_select(0, rows)
         row_steps = self.state.row_steps
         assert row_steps is not None
@@ -102,8 +101,14 @@ class JoinableSteps:
         if unseen > 0:
             self.visible = self.visible[..., unseen:]
             for layer in self.state.caches:
-                for key, tensor in layer["self"].items():
-                    layer["self"][key] = tensor[:, :, unseen:]
+                past = _growing(layer.self_attention)
+                if past.keys is not None and past.values is not None:
+                    past.keys, past.values = past.keys[:, :, unseen:], past.values[:, :, unseen:]
+
+
+def _growing(cache: object) -> GrowingKeysValues:
+    assert isinstance(cache, GrowingKeysValues)  # continuous batching never uses static buffers
+    return cache
 
 
 def _pad_last(mask: Tensor, width: int, value: bool) -> Tensor:

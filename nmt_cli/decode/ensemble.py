@@ -10,6 +10,7 @@ that model.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -43,10 +44,19 @@ class Ensemble:
         return self
 
 
+class Steps(Protocol):
+    """What a search asks of a decoder stepper: scores of the next token for every open row, and
+    keeping or reordering rows between steps."""
+
+    def __call__(self, tokens: Tensor) -> Tensor: ...
+
+    def select(self, rows: Tensor, sentences: Tensor | None) -> None: ...
+
+
 class EnsembleSteps:
     """One decoder stepper per model; each step returns the mean of their log-probabilities (N, V)."""
 
-    def __init__(self, steppers: list) -> None:
+    def __init__(self, steppers: list[Steps]) -> None:
         self.steppers = steppers
 
     def __call__(self, tokens: Tensor) -> Tensor:
@@ -57,4 +67,4 @@ class EnsembleSteps:
             step.select(rows, sentences)
 
 
-__all__ = ["Ensemble", "EnsembleSteps"]
+__all__ = ["Ensemble", "EnsembleSteps", "Steps"]

@@ -8,7 +8,7 @@ once, but it replays fixed shapes and fixed memory. So here, unlike :class:`.sea
 - every sentence keeps ``rows_per_sentence`` slots (its beam) for the whole batch, including
   its first step and after it finished: slots are never removed, only ignored;
 - self-attention keys/values are preallocated for the longest output, written at the step's
-  position and hidden beyond it by a mask (:class:`..model.attention.StaticKeysValues`);
+  position and hidden beyond it by a mask (:class:`..model.cache.StaticKeysValues`);
 - the step's position is a device tensor that the recorded step advances itself.
 
 The search keeps its own view (open rows only, as with :class:`.search.CachedSteps`): ``rows``
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ..data.vocab import BOS_ID
-from ..model.attention import StaticKeysValues
+from ..model.cache import LayerCache, StaticKeysValues
 from ..model.transformer import Transformer
 
 WARMUP_STEPS = 2  # eager runs on a side stream before recording (cuBLAS and kernel set-up)
@@ -58,7 +58,7 @@ class StaticSteps:
         self.src_mask = src_mask
         state = model.start_decoding(memory, src_mask)  # cross-attention keys/values, one row per sentence
         self.caches = [
-            {"self": StaticKeysValues(self.keys[i], self.values[i], self.position, self.visible), "cross": layer["cross"]}
+            LayerCache(StaticKeysValues(self.keys[i], self.values[i], self.position, self.visible), layer.cross_attention)
             for i, layer in enumerate(state.caches)
         ]
         self.sentence_slots = torch.arange(n_sent, device=device)  # slot group of each open sentence
@@ -116,7 +116,7 @@ class StaticSteps:
         self.rows = target
 
 
-def _graph_safe_attention() -> contextlib.AbstractContextManager:
+def _graph_safe_attention() -> contextlib.AbstractContextManager[None]:
     """Attention kernels that a CUDA graph records (the cuDNN path is left out)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

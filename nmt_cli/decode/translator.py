@@ -9,7 +9,7 @@ truncated (and counted, so the caller can warn once).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,13 +21,16 @@ from ..config import DecodeConfig, Recipe, recipe_from_dict
 from ..data.batches import pad_rows
 from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
-from ..model.transformer import Transformer, build_model
+from ..model.transformer import Transformer, build_model, store_output_weight_transposed
 from ..utils import torchfile
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import attention_maps, pharaoh, word_alignment
 from .ensemble import Ensemble
 from .sampling import sample
 from .search import Hypothesis, search
+
+# one output line: text and score, and the word alignment with --alignments
+Translated = tuple[str, float] | tuple[str, float, str]
 
 
 @dataclass
@@ -48,7 +51,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
 
 
 def load_ensemble(
-    paths: list[str | Path], device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    paths: Sequence[str | Path], device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> LoadedModel:
     """One model, or several sharing one vocabulary decoded as an :class:`.ensemble.Ensemble`."""
     loaded = [load_model(path, device, dtype) for path in paths]
@@ -89,6 +92,8 @@ def model_from_payload(
         first = str(err).strip().splitlines()[0]
         raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({first})") from None
     model.to(device=device, dtype=dtype).eval()  # the search scores in fp32 whatever the weights' dtype
+    if model.output.weight.device.type == "cpu" and dtype == torch.float32:
+        store_output_weight_transposed(model)  # faster decoder steps on the CPU; a loaded model is for inference
     return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin)
 
 
@@ -152,7 +157,7 @@ class Translator:
         self.align_model = first if alignments else None
         self.align_layer = alignment_layer_of(first, alignment_layer) if alignments else None
 
-    def translate(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[list[tuple[str, float]]]:
+    def translate(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[list[Translated]]:
         """Yield, for every input line in order, its n-best list of (text, score); each output starts with
         the line's target prefix when ``prefixes`` gives one (an empty prefix: none)."""
         source = iter(lines)
@@ -170,21 +175,19 @@ class Translator:
                     )
             yield from self._translate_chunk(chunk, chunk_prefixes)
 
-    def _translate_chunk(self, lines: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
+    def _translate_chunk(self, lines: list[str], prefixes: list[str] | None = None) -> list[list[Translated]]:
         encoded = self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)
         starts = self.loaded.tgt_vocab.encode(prefixes, out_type=int) if prefixes is not None else None
         return self.translate_encoded(encoded, starts)
 
-    def translate_encoded(
-        self, encoded: list[list[int]], prefixes: list[list[int]] | None = None
-    ) -> list[list[tuple[str, float]]]:
+    def translate_encoded(self, encoded: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Translated]]:
         """The n-best lists of sentences already encoded as source ids (no EOS), in order; ``prefixes``
         are target ids each output must start with.
 
         Empty sentences give an empty line; too long ones are truncated and counted.
         """
         encoded = list(encoded)
-        results: list[list[tuple]] = [[("", 0.0) if self.align_model is None else ("", 0.0, "")] for _ in encoded]
+        results: list[list[Translated]] = [[("", 0.0) if self.align_model is None else ("", 0.0, "")] for _ in encoded]
         todo = []
         for i, ids in enumerate(encoded):
             self.stats.sentences += 1
@@ -221,7 +224,7 @@ class Translator:
         if batch:
             yield batch
 
-    def _detokenize(self, hyp: Hypothesis, source: list[int]) -> tuple:
+    def _detokenize(self, hyp: Hypothesis, source: list[int]) -> Translated:
         self.stats.output_tokens += len(hyp.tokens) + 1
         text = self.loaded.tgt_vocab.decode(hyp.tokens)
         if self.align_model is None:
@@ -232,5 +235,5 @@ class Translator:
         output_pieces = [self.loaded.tgt_vocab.IdToPiece(t) for t in hyp.tokens]
         return text, hyp.score, pharaoh(word_alignment(cross, source_pieces, output_pieces))
 
-    def _nothing(self) -> tuple:
+    def _nothing(self) -> Translated:
         return ("", float("-inf")) if self.align_model is None else ("", float("-inf"), "")

@@ -14,6 +14,8 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +23,7 @@ import torch
 from ..config import DecodeConfig, dump_recipe, load_recipe
 from ..decode.translator import LoadedModel
 from ..errors import NmtError
+from ..model.attention import CrossAttention, SelfAttention
 from ..model.positions import SinusoidalPositions
 from ..utils.run_folder import refuse_output_inside_runs
 
@@ -28,7 +31,7 @@ SPM_SOURCE, SPM_TARGET, RECIPE_FILE = "source.spm.model", "target.spm.model", "n
 EXPORT_MARKER = ".nmt-export"  # marks a folder as ours: --force may replace it, and nothing else
 
 
-def _require() -> object:
+def _require() -> ModuleType:
     try:
         import ctranslate2
     except ImportError:
@@ -59,7 +62,8 @@ def check_exportable(loaded: LoadedModel) -> None:
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().float().cpu().numpy()
+    # C order, whatever the storage: decoding may keep the output weight transposed
+    return tensor.detach().float().cpu().contiguous().numpy()
 
 
 def _linear(spec, layer: torch.nn.Linear) -> None:
@@ -68,20 +72,21 @@ def _linear(spec, layer: torch.nn.Linear) -> None:
         spec.bias = _numpy(layer.bias)
 
 
-def _norm(spec, norm: torch.nn.LayerNorm) -> None:
+def _norm(spec, norm: torch.nn.Module | None) -> None:
+    assert isinstance(norm, torch.nn.LayerNorm)  # check_exportable refused the arrangements without one
     spec.gamma, spec.beta = _numpy(norm.weight), _numpy(norm.bias)
 
 
-def _attention(spec, attention, self_attention: bool) -> None:
-    if self_attention:
+def _attention(spec: Any, attention: SelfAttention | CrossAttention) -> None:
+    if isinstance(attention, SelfAttention):
         _linear(spec.linear[0], attention.qkv)  # rows: queries, keys, values (our chunk order)
+        if attention.relative is not None:
+            spec.relative_position_keys = _numpy(attention.relative.keys.weight)
+            spec.relative_position_values = _numpy(attention.relative.values.weight)
     else:
         _linear(spec.linear[0], attention.q)
         _linear(spec.linear[1], attention.kv)  # rows: keys, values
     _linear(spec.linear[-1], attention.out)
-    if attention.relative is not None:
-        spec.relative_position_keys = _numpy(attention.relative.keys.weight)
-        spec.relative_position_values = _numpy(attention.relative.values.weight)
 
 
 def _position_table(model) -> np.ndarray | None:
@@ -118,20 +123,20 @@ def build_spec(loaded: LoadedModel):
     if pre_norm:
         _norm(spec.encoder.layer_norm, model.encoder_norm)
         _norm(spec.decoder.layer_norm, model.decoder_norm)
-    for layer_spec, layer in zip(spec.encoder.layer, model.encoder):
-        _attention(layer_spec.self_attention, layer.self_attn, True)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder_layers):
+        _attention(layer_spec.self_attention, layer.self_attn)
         _norm(layer_spec.self_attention.layer_norm, layer.res_attn.norm)
         _linear(layer_spec.ffn.linear_0, layer.ffn.w1)
         _linear(layer_spec.ffn.linear_1, layer.ffn.w2)
         _norm(layer_spec.ffn.layer_norm, layer.res_ffn.norm)
-    for layer_spec, layer in zip(spec.decoder.layer, model.decoder):
-        _attention(layer_spec.self_attention, layer.self_attn, True)
-        _norm(layer_spec.self_attention.layer_norm, layer.res_self.norm)
-        _attention(layer_spec.attention, layer.cross_attn, False)
-        _norm(layer_spec.attention.layer_norm, layer.res_cross.norm)
-        _linear(layer_spec.ffn.linear_0, layer.ffn.w1)
-        _linear(layer_spec.ffn.linear_1, layer.ffn.w2)
-        _norm(layer_spec.ffn.layer_norm, layer.res_ffn.norm)
+    for layer_spec, block in zip(spec.decoder.layer, model.decoder_layers):
+        _attention(layer_spec.self_attention, block.self_attn)
+        _norm(layer_spec.self_attention.layer_norm, block.res_self.norm)
+        _attention(layer_spec.attention, block.cross_attn)
+        _norm(layer_spec.attention.layer_norm, block.res_cross.norm)
+        _linear(layer_spec.ffn.linear_0, block.ffn.w1)
+        _linear(layer_spec.ffn.linear_1, block.ffn.w2)
+        _norm(layer_spec.ffn.layer_norm, block.res_ffn.norm)
     spec.decoder.projection.weight = _numpy(model.output.weight)
     spec.config.add_source_eos = True  # nmt's sources end in EOS
     spec.config.decoder_start_token = "<s>"

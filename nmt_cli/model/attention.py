@@ -20,21 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from .cache import GrowingKeysValues, MemoryKeysValues, StaticKeysValues
 from .positions import sinusoids
-
-
-@dataclass
-class StaticKeysValues:
-    """Self-attention keys/values preallocated for the longest output: fixed shapes for CUDA graphs.
-
-    The step's keys and values are written at ``position`` (a one-element device tensor) and the
-    query attends to every slot, with ``visible`` hiding the slots not yet written.
-    """
-
-    keys: Tensor  # (N, H, T_max, d_k)
-    values: Tensor  # (N, H, T_max, d_k)
-    position: Tensor  # (1,) int64
-    visible: Tensor  # (1, 1, 1, T_max) bool: slots 0 .. position
 
 
 @dataclass
@@ -200,111 +187,129 @@ class RelativePositions(nn.Module):
         return RelativeTerms(self.keys(index), self.values(index))
 
 
-class MultiHeadAttention(nn.Module):
-    """Projections around :func:`attention`. Self-attention uses one fused QKV projection.
+class _Heads(nn.Module):
+    """What self- and cross-attention share: the split into heads, dropout, the output projection."""
 
-    ``forward`` takes an optional ``cache`` dict for incremental decoding: self-attention
-    appends the new keys/values to ``cache["k"]``/``cache["v"]`` (or writes them into a
-    :class:`StaticKeysValues`); cross-attention reads the encoder keys/values that
-    :meth:`memory_keys_values` computed once per sentence.
-    """
-
-    def __init__(self, config: ModelConfig, self_attention: bool) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        d_model, n_heads = config.d_model, config.n_heads
-        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.n_heads, self.d_k = config.n_heads, config.d_model // config.n_heads
         self.dropout = config.attention_dropout
-        self.self_attention = self_attention
-        if self_attention:
-            self.qkv = nn.Linear(d_model, 3 * d_model)
-        else:
-            self.q = nn.Linear(d_model, d_model)
-            self.kv = nn.Linear(d_model, 2 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-        # relative positions live in self-attention: Shaw et al.'s, or Transformer-XL's
-        shaw = self_attention and config.positions == "relative"
-        self.relative = RelativePositions(self.d_k, config.max_relative_position) if shaw else None
-        self.xl = XLPositions(d_model, n_heads) if self_attention and config.positions == "xl" else None
+        self.out = nn.Linear(config.d_model, config.d_model)
 
     def _split(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, T, d_k)
 
-    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-attention keys and values of the encoder output: each (B, H, S, d_k)."""
-        k, v = self.kv(memory).chunk(2, dim=-1)
-        return self._split(k), self._split(v)
+    def _merge(self, context: Tensor) -> Tensor:
+        """(B, H, T, d_k) -> the output projection of the heads side by side, (B, T, D)."""
+        b, _, t, _ = context.shape
+        return self.out(context.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k))
+
+    def _attention_dropout(self) -> float:
+        return self.dropout if self.training else 0.0
+
+
+class SelfAttention(_Heads):
+    """Self-attention with one fused Q|K|V projection and, by ``config.positions``, relative
+    positions: Shaw et al.'s learned ones or Transformer-XL's.
+
+    With a ``cache`` (incremental decoding) the new keys/values are appended to a
+    :class:`GrowingKeysValues`, or written into a :class:`StaticKeysValues` at its position.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        shaw = config.positions == "relative"
+        self.relative = RelativePositions(self.d_k, config.max_relative_position) if shaw else None
+        self.xl = XLPositions(config.d_model, config.n_heads) if config.positions == "xl" else None
 
     def forward(
         self,
         x: Tensor,
-        memory: Tensor | None = None,
         mask: Tensor | None = None,
         causal: bool = False,
-        cache: dict[str, Tensor] | StaticKeysValues | None = None,
+        cache: GrowingKeysValues | StaticKeysValues | None = None,
     ) -> Tensor:
-        if self.self_attention:
-            q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
-            if isinstance(cache, StaticKeysValues):
-                cache.keys.index_copy_(2, cache.position, k)
-                cache.values.index_copy_(2, cache.position, v)
-                k, v, mask, causal = cache.keys, cache.values, cache.visible, False
-            elif cache is not None:
-                if "k" in cache:
-                    k = torch.cat([cache["k"], k], dim=2)  # (B, H, T_past + T, d_k)
-                    v = torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
-                if "visible" in cache:  # rows that joined a running batch skip the steps before they came
-                    mask, causal = cache["visible"], False  # (N, 1, 1, T_past + 1); one query per row
-        else:
-            q = self._split(self.q(x))
-            if cache is not None:
-                assert isinstance(cache, dict)
-                k, v = cache["k"], cache["v"]  # computed once by memory_keys_values
-            else:
-                assert memory is not None
-                k, v = self.memory_keys_values(memory)
-        n, _, t_q, _ = q.shape
-        group = n // k.size(0)
-        if group > 1:
-            # Beam search: the G hypotheses of a sentence query one copy of its encoder keys,
-            # as G query positions, instead of G repeated copies of the keys.
-            q = q.reshape(k.size(0), group, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, G, d_k)
-        relative = self.relative(q.size(2), k.size(2)) if self.relative is not None else None
-        bias = None
-        if self.xl is not None:
-            bias = self.xl.scores(q, k.size(2))  # (B, H, Tq, Tk)
-            q = q + self.xl.content_bias.to(q.dtype)
-        dropout = self.dropout if self.training else 0.0
-        context = attention(q, k, v, mask, dropout, causal, relative, bias)  # (B, H, Tq or G, d_k)
-        if group > 1:
-            context = context.transpose(1, 2).reshape(n, 1, self.n_heads * self.d_k)  # (B*G, 1, D)
-            return self.out(context)
-        b, _, t, _ = context.shape
-        return self.out(context.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k))  # (B, Tq, D)
+        q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))  # each (B, H, T, d_k)
+        if isinstance(cache, StaticKeysValues):
+            cache.keys.index_copy_(2, cache.position, k)
+            cache.values.index_copy_(2, cache.position, v)
+            k, v, mask, causal = cache.keys, cache.values, cache.visible, False
+        elif cache is not None:
+            k, v = cache.append(k, v)  # (B, H, T_past + T, d_k)
+            if cache.visible is not None:  # rows that joined a running batch skip the steps before they came
+                mask, causal = cache.visible, False  # (N, 1, 1, T_past + 1); one query per row
+        q, relative, bias = self._positions(q, k.size(2))
+        context = attention(q, k, v, mask, self._attention_dropout(), causal, relative, bias)  # (B, H, Tq, d_k)
+        return self._merge(context)  # (B, Tq, D)
 
-    def attention_map(
-        self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        """The attention weights (B, H, Tq, Tk) that :meth:`forward` applies to the same inputs (no cache)."""
-        if self.self_attention:
-            q, k, _ = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
-        else:
-            assert memory is not None
-            q, (k, _) = self._split(self.q(x)), self.memory_keys_values(memory)
-        relative = self.relative(q.size(2), k.size(2)) if self.relative is not None else None
-        bias = self.xl.scores(q, k.size(2)) if self.xl is not None else None
-        if self.xl is not None:
-            q = q + self.xl.content_bias.to(q.dtype)
+    def attention_map(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        """The attention weights (B, H, T, T) that :meth:`forward` applies to the same input (no cache)."""
+        q, k, _ = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
+        q, relative, bias = self._positions(q, k.size(2))
         return attention_weights(q, k, mask, causal, relative, bias)
 
+    def _positions(self, q: Tensor, t_k: int) -> tuple[Tensor, RelativeTerms | None, Tensor | None]:
+        """The queries with XL's content bias u added, Shaw's terms, and XL's position term (B, H, Tq, Tk)."""
+        relative = self.relative(q.size(2), t_k) if self.relative is not None else None
+        if self.xl is None:
+            return q, relative, None
+        bias = self.xl.scores(q, t_k)  # uses q before u is added: (q + v) W_R R
+        return q + self.xl.content_bias.to(q.dtype), relative, bias
+
     def input_projections(self) -> list[nn.Linear]:
-        """The fused projections of the input (QKV), or of the query (Q) and the memory (KV)."""
-        return [self.qkv] if self.self_attention else [self.q, self.kv]
+        """The fused Q|K|V projection of the input."""
+        return [self.qkv]
 
     def value_and_output_weights(self) -> list[Tensor]:
         """The value and output projection weights (scaled by T-Fixup)."""
-        value = (
-            self.qkv.weight[2 * self.out.in_features :] if self.self_attention else self.kv.weight[self.out.in_features :]
-        )
-        return [value, self.out.weight]
+        return [self.qkv.weight[2 * self.out.in_features :], self.out.weight]
+
+
+class CrossAttention(_Heads):
+    """Attention from the decoder over the encoder output: Q of the decoder state, fused K|V of the memory.
+
+    In beam search the G hypotheses of a sentence query one copy of its encoder keys/values
+    (:class:`MemoryKeysValues`, computed once by :meth:`memory_keys_values`), as G query positions,
+    instead of G repeated copies.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        self.q = nn.Linear(config.d_model, config.d_model)
+        self.kv = nn.Linear(config.d_model, 2 * config.d_model)
+
+    def memory_keys_values(self, memory: Tensor) -> MemoryKeysValues:
+        """Keys and values of the encoder output ``memory`` (B, S, D): each (B, H, S, d_k)."""
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return MemoryKeysValues(self._split(k), self._split(v))
+
+    def forward(self, x: Tensor, memory: Tensor | MemoryKeysValues, mask: Tensor | None = None) -> Tensor:
+        """``memory`` is the encoder output (B, S, D), or its keys/values cached for decoding."""
+        q = self._split(self.q(x))  # (N, H, Tq, d_k)
+        cached = memory if isinstance(memory, MemoryKeysValues) else self.memory_keys_values(memory)
+        k, v = cached.keys, cached.values  # (B, H, S, d_k)
+        n, group = q.size(0), q.size(0) // k.size(0)
+        if group == 1:
+            return self._merge(attention(q, k, v, mask, self._attention_dropout()))  # (B, Tq, D)
+        # Beam search, one query per hypothesis: the sentence's G hypotheses become G query positions
+        q = q.reshape(k.size(0), group, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, G, d_k)
+        context = attention(q, k, v, mask, self._attention_dropout())  # (B, H, G, d_k)
+        return self.out(context.transpose(1, 2).reshape(n, 1, self.n_heads * self.d_k))  # (B*G, 1, D)
+
+    def attention_map(self, x: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The attention weights (B, H, Tq, S) that :meth:`forward` applies to the same inputs."""
+        q, k = self._split(self.q(x)), self.memory_keys_values(memory).keys
+        return attention_weights(q, k, mask)
+
+    def input_projections(self) -> list[nn.Linear]:
+        """The query projection and the fused K|V projection of the memory."""
+        return [self.q, self.kv]
+
+    def value_and_output_weights(self) -> list[Tensor]:
+        """The value and output projection weights (scaled by T-Fixup)."""
+        return [self.kv.weight[self.out.in_features :], self.out.weight]
+
+
+Attention = SelfAttention | CrossAttention

@@ -9,14 +9,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import MultiHeadAttention
+from .attention import CrossAttention, SelfAttention
+from .cache import LayerCache
 
 Arrangement = Literal["post", "pre", "rezero", "none"]
 
@@ -65,7 +66,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(config, self_attention=True)
+        self.self_attn = SelfAttention(config)
         self.ffn = FeedForward(config.d_model, config.d_ff, config.activation, config.activation_dropout)
         self.res_attn = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
@@ -80,16 +81,19 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(config, self_attention=True)
-        self.cross_attn = MultiHeadAttention(config, self_attention=False)
+        self.self_attn = SelfAttention(config)
+        self.cross_attn = CrossAttention(config)
         self.ffn = FeedForward(config.d_model, config.d_ff, config.activation, config.activation_dropout)
         self.res_self = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_cross = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
-    def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
-        self_cache = cache["self"] if cache is not None else None
-        cross_cache = cache["cross"] if cache is not None else None
+    def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor, cache: LayerCache | None = None) -> Tensor:
+        """``memory`` (B, S, D) is the encoder output; when decoding step by step it is None and
+        ``cache`` holds its keys/values and the keys/values of the steps so far."""
+        self_cache = cache.self_attention if cache is not None else None
+        encoder_side = cache.cross_attention if cache is not None else memory
+        assert encoder_side is not None
         x = self.res_self(x, lambda h: self.self_attn(h, causal=True, cache=self_cache))
-        x = self.res_cross(x, lambda h: self.cross_attn(h, memory, mask=src_mask, cache=cross_cache))
+        x = self.res_cross(x, lambda h: self.cross_attn(h, encoder_side, mask=src_mask))
         return self.res_ffn(x, self.ffn)

@@ -12,6 +12,8 @@ forward pass, block by block, and the backward pass only scales it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -47,7 +49,7 @@ class _FusedOutputLoss(torch.autograd.Function):
     """``label_smoothed_nll(hidden @ weight.T, target, eps)`` with gradients computed block by block."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
         need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         vocab = weight.size(0)
         dtype = _gradient_product_dtype(hidden.device.type)
@@ -85,7 +87,7 @@ class _FusedOutputLoss(torch.autograd.Function):
         return loss_sum, nll_sum
 
     @staticmethod
-    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
+    def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
         grad_hidden, grad_weight = ctx.saved_tensors
         hidden_dtype, weight_dtype = ctx.input_dtypes
         return ((grad_hidden * grad_loss).to(hidden_dtype), (grad_weight * grad_loss).to(weight_dtype), None, None)
@@ -105,4 +107,5 @@ def output_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float) 
     Equal to ``label_smoothed_nll(hidden @ weight.T, target, epsilon)``, in blocks (see the module docstring).
     The NLL is for reporting only and carries no gradient.
     """
-    return _FusedOutputLoss.apply(hidden, weight, target, epsilon)
+    loss, nll = _FusedOutputLoss.apply(hidden, weight, target, epsilon)  # type: ignore[no-untyped-call]
+    return loss, nll

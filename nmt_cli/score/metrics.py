@@ -14,9 +14,13 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.metrics.base import Metric
+
+if TYPE_CHECKING:
+    from sacrebleu.significance import Result
 
 from ..errors import DataError
 from ..utils.files import split_lines
@@ -45,7 +49,7 @@ BLEU_TOKENIZERS = tuple(BLEU.TOKENIZERS)  # sacreBLEU's names for --tokenize
 def make_metric(name: str, tokenize: str | None = None, lowercase: bool = False) -> Metric:
     """A sacreBLEU metric object configured like the sacrebleu command's options."""
     if name == "bleu":
-        return BLEU(lowercase=lowercase, **({"tokenize": tokenize} if tokenize else {}))
+        return BLEU(lowercase=lowercase, tokenize=tokenize or None)  # None: sacreBLEU's default (13a)
     if name == "chrf":
         return CHRF(lowercase=lowercase)
     if name == "ter":
@@ -118,7 +122,8 @@ def compare(
     signatures, results = test()
     out = []
     for label in signatures:  # sacreBLEU names them itself (BLEU, chrF2, TER)
-        base, other = results[label]
+        base, other = cast("tuple[Result, Result]", results[label])  # the scores, not the signature strings
+        assert other.p_value is not None and other.ci is not None  # set for every system but the baseline
         out.append(Comparison(label, base.score, other.score, float(other.p_value), float(other.ci), str(signatures[label])))
     return out
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -197,7 +197,7 @@ class Trainer:
                 self.model, device_ids=[self.info.local_rank] if self.info.device.type == "cuda" else None
             )
         if self.config.compile:
-            self.network = torch.compile(self.network)
+            self.network = cast(torch.nn.Module, torch.compile(self.network))
         return None
 
     def _start_checkpoint(self, resume: bool | None, start_from: str | None) -> TrainingCheckpoint | None:
@@ -378,7 +378,7 @@ class Trainer:
                 f"train.max_tokens auto: not even a batch of {widths[-1]} tokens fits in GPU memory; "
                 "set train.activation_checkpointing: true, precision bf16, or a smaller model"
             )
-        chosen = min(gather_objects(with_headroom(fitted), self.info))  # every process uses the same size
+        chosen = min(cast(list[int], gather_objects(with_headroom(fitted), self.info)))  # every process uses the same size
         self.log(
             f"train.max_tokens auto: batches of {fitted:,} tokens fit in GPU memory "
             f"(sentences of {widths[-1]} and {widths[0]} tokens); training with {chosen:,}"
@@ -509,7 +509,10 @@ class Trainer:
         for i, indices in enumerate(pieces):
             batch = collate(self.data.train, indices).to(info.device)
             sync = i == len(pieces) - 1 or not isinstance(self.network, DistributedDataParallel)
-            with contextlib.nullcontext() if sync else self.network.no_sync(), self._autocast():
+            with (
+                contextlib.nullcontext() if sync else cast(DistributedDataParallel, self.network).no_sync(),
+                self._autocast(),
+            ):
                 # The token count comes from the host: counting on the device would wait for the GPU.
                 loss, nll, n = self.network(
                     batch.src, batch.tgt_in, batch.tgt_out, self.config.label_smoothing, batch.target_tokens
@@ -599,7 +602,7 @@ class Trainer:
 
     def _validate_and_track(self) -> bool:
         """Validate on rank 0, track the best checkpoint; return True when patience ran out."""
-        if self.data.valid is None:
+        if self.data.valid is None or self.data.valid_refs is None:
             return False
         stop = False
         if self.info.is_main:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ..decode.attention_maps import attention_maps
-from ..model.attention import MultiHeadAttention
+from ..model.attention import CrossAttention, SelfAttention
 from ..model.transformer import Transformer
 
 
@@ -44,7 +44,7 @@ def svgd_direction(particles: Tensor, gradients: Tensor, weight: float) -> Tenso
 @torch.no_grad()
 def repulse_heads(model: Transformer, weight: float) -> None:
     """Replace the gradients of every attention layer's Q, K and V weights by their SVGD update over heads."""
-    for attention in (m for m in model.modules() if isinstance(m, MultiHeadAttention)):
+    for attention in (m for m in model.modules() if isinstance(m, (SelfAttention, CrossAttention))):
         for projection in attention.input_projections():  # fused Q|K|V, or Q and K|V
             if projection.weight.grad is None:
                 continue
@@ -56,10 +56,10 @@ def repulse_heads(model: Transformer, weight: float) -> None:
 
 
 @torch.inference_mode()
-def head_similarity(model: Transformer, pairs: list[tuple[list[int], list[int]]]) -> float:
+def head_similarity(model: Transformer, pairs: list[tuple[list[int], list[int]]]) -> float | None:
     """Mean cosine similarity between the attention maps of two heads of one layer, over all pairs of
     heads, all attention layers (encoder, decoder, cross) and the given (source, target) id pairs.
-    1: every head attends alike (collapse); lower: more diverse heads."""
+    1: every head attends alike (collapse); lower: more diverse heads. None with one head (no pairs)."""
     similarities = []
     for source, target in pairs:
         maps = attention_maps(model, source, target)
@@ -67,4 +67,4 @@ def head_similarity(model: Transformer, pairs: list[tuple[list[int], list[int]]]
             flat = torch.nn.functional.normalize(layer.flatten(1), dim=1)
             for i, j in itertools.combinations(range(flat.size(0)), 2):
                 similarities.append(float(flat[i] @ flat[j]))
-    return sum(similarities) / len(similarities) if similarities else math.nan
+    return sum(similarities) / len(similarities) if similarities else None

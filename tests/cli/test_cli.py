@@ -55,6 +55,20 @@ def test_config_prints_resolved_recipe_and_rejects_typos():
     assert bad.exit_code == 2 and "did you mean 'model.d_model'?" in bad.output
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["serve", "-m", "nowhere", "--batch-tokens", "0"], "--batch-tokens: decode.batch_tokens: 0 is out of range"),
+        (["attention", "-m", "nowhere", "-o", "a.png", "--beam", "0", "A dog."], "--beam: decode.beam: 0 is out of range"),
+    ],
+)
+def test_decoding_flags_of_serve_and_attention_are_checked_as_the_recipe_key_before_loading(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_translate_cli_keeps_lines_and_writes_atomically(overfit, tmp_path):
     run_dir, src, tgt = overfit
     lines = [src[0], "", src[1], ""]

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from nmt_cli.config import ModelConfig, TrainConfig
 from nmt_cli.model.attention import (
-    MultiHeadAttention,
     RelativePositions,
+    SelfAttention,
     attention,
     attention_reference,
     relative_shift,
@@ -213,7 +213,7 @@ def naive_xl_attention(attn, x, mask, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_xl_attention_equals_the_pairwise_formula(causal):
     torch.manual_seed(0)
-    attn = MultiHeadAttention(ModelConfig(d_model=16, n_heads=2, positions="xl"), self_attention=True).eval()
+    attn = SelfAttention(ModelConfig(d_model=16, n_heads=2, positions="xl")).eval()
     x = torch.randn(2, 5, 16)
     mask = None if causal else torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
     got = attn(x, mask=mask, causal=causal)
@@ -280,6 +280,41 @@ def test_incremental_decoding_equals_full_decoding(positions, norm):
         torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
 
 
+def test_beam_rows_reordered_between_steps_decode_as_their_own_prefixes():
+    """DecoderState.select keeps and reorders hypothesis rows (and drops sentences) in every layer's cache."""
+    model = tiny("sinusoidal", "post")
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
+    memory, mask = model.encode(src)
+    prefixes = torch.tensor([[2, 10, 11], [2, 13, 14], [2, 16, 17], [2, 18, 19]])  # 2 rows per sentence
+    state = model.start_decoding(memory, mask)
+    for t in range(2):
+        model.decode_step(prefixes[:, t], state)
+    state.select(torch.tensor([1, 0]), sentences=torch.tensor([0]))  # sentence 0 only, its rows swapped
+    step = model.decode_step(prefixes[[1, 0], 2], state)
+    full = model.logits(model.decode(prefixes[[1, 0]], memory[[0, 0]], mask[[0, 0]]))[:, 2]
+    torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)
+
+
+def test_weights_stored_transposed_give_the_same_model():
+    """store_output_weight_transposed changes the storage of the output weight only: same values, names,
+    state_dict and outputs; the product's right operand becomes contiguous; a second call changes nothing."""
+    from nmt_cli.model.transformer import store_output_weight_transposed
+
+    model = tiny("sinusoidal", "pre")
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    src = torch.tensor([[5, 6, 7, 8, 3]])
+    tgt = torch.tensor([[2, 10, 11, 12]])
+    expected = model.logits(model.decode(tgt, *model.encode(src)))
+    store_output_weight_transposed(model)
+    store_output_weight_transposed(model)
+    after = model.state_dict()
+    assert after.keys() == before.keys()
+    assert all(torch.equal(after[name], before[name]) for name in before)
+    assert model.output.weight.t().is_contiguous() and model.decoder_layers[0].self_attn.qkv.weight.is_contiguous()
+    assert model.output.weight is model.tgt_embed.weight  # tying survives
+    torch.testing.assert_close(model.logits(model.decode(tgt, *model.encode(src))), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_tying_and_rezero_start():
     model = build_model(ModelConfig(layers=1, d_model=16, n_heads=2, d_ff=32, norm="rezero"), 30, 30)
     assert model.output.weight is model.tgt_embed.weight is model.src_embed.weight
@@ -321,7 +356,7 @@ def test_tfixup_scales_each_tensor_as_derived(layers, tied):
     for stack, scale in ((model.encoder, enc), (model.decoder, dec)):
         for layer in stack:
             for attn in [layer.self_attn] + ([layer.cross_attn] if hasattr(layer, "cross_attn") else []):
-                fused = attn.qkv.weight if attn.self_attention else torch.cat([attn.q.weight, attn.kv.weight])
+                fused = attn.qkv.weight if isinstance(attn, SelfAttention) else torch.cat([attn.q.weight, attn.kv.weight])
                 query, key, value = fused.split(d)
                 check(query, square)
                 check(key, square)

@@ -90,3 +90,9 @@ def test_off_by_default_and_plain_gradients_for_identical_heads():
 
 def test_head_similarity_is_one_for_identical_heads():
     assert head_similarity(identical_heads_model(), [([5, 6, 7], [8, 9])]) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_head_similarity_of_a_one_head_model_is_none_not_nan():
+    """One head has no pair to compare: nothing is logged (NaN would not be valid JSON in metrics.jsonl)."""
+    model = build_model(ModelConfig(layers=1, d_model=16, n_heads=1, d_ff=32), 30, 30).eval()
+    assert head_similarity(model, [([5, 6, 7], [8, 9])]) is None

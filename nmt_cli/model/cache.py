@@ -1,0 +1,103 @@
+"""What incremental decoding keeps between steps: one :class:`LayerCache` per decoder layer.
+
+Self-attention keys and values grow by one column per step (:class:`GrowingKeysValues`), or sit
+in buffers preallocated for the longest output (:class:`StaticKeysValues`, for CUDA graphs).
+Cross-attention keys and values of the encoder output are computed once per sentence
+(:class:`MemoryKeysValues`) and shared by the sentence's hypotheses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class GrowingKeysValues:
+    """Self-attention keys/values of the steps so far, one row per hypothesis (N = sentences x beam)."""
+
+    keys: Tensor | None = None  # (N, H, T, d_k); None before the first step
+    values: Tensor | None = None  # (N, H, T, d_k)
+    # (N, 1, 1, T) when rows joined a running batch at different steps (decode/continuous.py): the
+    # columns before a row joined are hidden from it. None: every row sees every column.
+    visible: Tensor | None = None
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Add this step's keys/values (N, H, 1, d_k); returns all of them (N, H, T + 1, d_k)."""
+        if self.keys is not None and self.values is not None:
+            keys = torch.cat([self.keys, keys], dim=2)
+            values = torch.cat([self.values, values], dim=2)
+        self.keys, self.values = keys, values
+        return keys, values
+
+    def select(self, rows: Tensor) -> None:
+        """Keep and reorder hypothesis ``rows``."""
+        if self.keys is not None and self.values is not None:
+            self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
+
+
+@dataclass
+class StaticKeysValues:
+    """Self-attention keys/values preallocated for the longest output: fixed shapes for CUDA graphs.
+
+    The step's keys and values are written at ``position`` (a one-element device tensor) and the
+    query attends to every slot, with ``visible`` hiding the slots not yet written.
+    """
+
+    keys: Tensor  # (N, H, T_max, d_k)
+    values: Tensor  # (N, H, T_max, d_k)
+    position: Tensor  # (1,) int64
+    visible: Tensor  # (1, 1, 1, T_max) bool: slots 0 .. position
+
+
+@dataclass
+class MemoryKeysValues:
+    """Cross-attention keys/values of the encoder output, one row per sentence: each (B, H, S, d_k)."""
+
+    keys: Tensor
+    values: Tensor
+
+    def select(self, sentences: Tensor) -> None:
+        self.keys, self.values = self.keys.index_select(0, sentences), self.values.index_select(0, sentences)
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's cache."""
+
+    self_attention: GrowingKeysValues | StaticKeysValues
+    cross_attention: MemoryKeysValues
+
+
+@dataclass
+class DecoderState:
+    """What incremental decoding keeps between steps.
+
+    Self-attention caches have one row per hypothesis (N = sentences x beam); the encoder-side
+    tensors (cross-attention keys/values, source mask) have one row per sentence and are shared
+    by that sentence's hypotheses.
+    """
+
+    src_mask: Tensor  # (B, 1, 1, S), True where the source token is real
+    caches: list[LayerCache] = field(default_factory=list)
+    step: int = 0
+    # (N,) each row's own step, when rows joined the batch at different steps (decode/continuous.py);
+    # their self-attention caches then carry a ``visible`` mask as well
+    row_steps: Tensor | None = None
+
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep and reorder hypothesis ``rows``; if sentences left the batch, keep ``sentences``."""
+        if self.row_steps is not None:
+            self.row_steps = self.row_steps.index_select(0, rows)
+        for layer in self.caches:
+            assert isinstance(layer.self_attention, GrowingKeysValues)
+            layer.self_attention.select(rows)
+            if sentences is not None:
+                layer.cross_attention.select(sentences)
+        if sentences is not None:
+            self.src_mask = self.src_mask.index_select(0, sentences)
+
+
+__all__ = ["GrowingKeysValues", "StaticKeysValues", "MemoryKeysValues", "LayerCache", "DecoderState"]
