@@ -190,11 +190,12 @@ class RelativePositions(nn.Module):
 class _Heads(nn.Module):
     """What self- and cross-attention share: the split into heads, dropout, the output projection."""
 
+    out: nn.Linear  # the output projection, made by each subclass after its input projections
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.n_heads, self.d_k = config.n_heads, config.d_model // config.n_heads
         self.dropout = config.attention_dropout
-        self.out = nn.Linear(config.d_model, config.d_model)
 
     def _split(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
@@ -219,7 +220,9 @@ class SelfAttention(_Heads):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
+        # created in this order (qkv, out, positions): the order draws the initial weights from the seed
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.out = nn.Linear(config.d_model, config.d_model)
         shaw = config.positions == "relative"
         self.relative = RelativePositions(self.d_k, config.max_relative_position) if shaw else None
         self.xl = XLPositions(config.d_model, config.n_heads) if config.positions == "xl" else None
@@ -279,6 +282,7 @@ class CrossAttention(_Heads):
         super().__init__(config)
         self.q = nn.Linear(config.d_model, config.d_model)
         self.kv = nn.Linear(config.d_model, 2 * config.d_model)
+        self.out = nn.Linear(config.d_model, config.d_model)
 
     def memory_keys_values(self, memory: Tensor) -> MemoryKeysValues:
         """Keys and values of the encoder output ``memory`` (B, S, D): each (B, H, S, d_k)."""
