@@ -26,6 +26,7 @@ VARIANTS = {
     "base": [],
     "prenorm": ["model.norm=pre"],
     "rezero": ["model.norm=rezero"],
+    "rezero_nowarmup": ["model.norm=rezero", "train.lr_schedule=inverse_sqrt_nowarmup"],  # its paper trains without
     "tfixup_nowarmup": ["model.init=tfixup", "train.lr_schedule=inverse_sqrt_nowarmup"],
     "learned_positions": ["model.positions=learned"],  # Table 3 (E)
     "shaw_relative": ["model.positions=relative"],
