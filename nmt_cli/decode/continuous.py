@@ -72,10 +72,7 @@ class JoinableSteps:
         old.row_steps = torch.cat([old.row_steps, fresh.row_steps])
         self.visible = torch.cat([self.visible, self.visible.new_zeros((rows, *self.visible.shape[1:]))])
         for layer, new in zip(old.caches, fresh.caches):
-            past = _growing(layer.self_attention)
-            if past.keys is not None and past.values is not None:  # (N, H, T, d_k): zeros for the new rows
-                past.keys = torch.cat([past.keys, past.keys.new_zeros((rows, *past.keys.shape[1:]))])
-                past.values = torch.cat([past.values, past.values.new_zeros((rows, *past.values.shape[1:]))])
+            _growing(layer.self_attention).add_rows(rows)
             source, joining = layer.cross_attention, new.cross_attention  # (B, H, S, d_k), padded to the longer source
             source.keys = torch.cat([_pad_dim2(source.keys, width), _pad_dim2(joining.keys, width)])
             source.values = torch.cat([_pad_dim2(source.values, width), _pad_dim2(joining.values, width)])
@@ -101,9 +98,7 @@ class JoinableSteps:
         if unseen > 0:
             self.visible = self.visible[..., unseen:]
             for layer in self.state.caches:
-                past = _growing(layer.self_attention)
-                if past.keys is not None and past.values is not None:
-                    past.keys, past.values = past.keys[:, :, unseen:], past.values[:, :, unseen:]
+                _growing(layer.self_attention).drop_columns(unseen)
 
 
 def _growing(cache: object) -> GrowingKeysValues:

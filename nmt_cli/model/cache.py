@@ -37,6 +37,17 @@ class GrowingKeysValues:
         if self.keys is not None and self.values is not None:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
 
+    def add_rows(self, count: int) -> None:
+        """Append ``count`` rows of zeros (rows joining a running batch; their past columns stay hidden)."""
+        if self.keys is not None and self.values is not None:
+            self.keys = torch.cat([self.keys, self.keys.new_zeros((count, *self.keys.shape[1:]))])
+            self.values = torch.cat([self.values, self.values.new_zeros((count, *self.values.shape[1:]))])
+
+    def drop_columns(self, count: int) -> None:
+        """Forget the ``count`` oldest steps (columns no open row can see)."""
+        if self.keys is not None and self.values is not None:
+            self.keys, self.values = self.keys[:, :, count:], self.values[:, :, count:]
+
 
 @dataclass
 class StaticKeysValues:
