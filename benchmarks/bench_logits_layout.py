@@ -6,7 +6,8 @@
 ``--micro`` times the product of a decoder step's hidden rows with MODEL's output weight for 1-512
 rows, for the output weight (V x D) and the decoder's largest input projection (3D x D):
 ``F.linear(h, W)`` with W in PyTorch's layout against W stored transposed (as
-``load_model`` keeps it for CPU decoding in fp32); medians of the repeats. Without it,
+``load_model`` keeps it for CPU decoding in fp32 where it does not use oneDNN, ``NMT_CPU_LINEAR=blas``;
+see ``bench_cpu_linear.py``); medians of the repeats. Without it,
 ``nmt``'s translation is timed end to end with the output weight stored transposed (as shipped) and in
 PyTorch's layout (as before), alternating round by round; it prints sentences/s (median of the
 rounds) and whether the outputs agree.
@@ -14,6 +15,7 @@ rounds) and whether the outputs agree.
 
 import argparse
 import gzip
+import os
 import statistics
 import sys
 import time
@@ -70,11 +72,12 @@ if args.micro:
 
 raw = gzip.decompress((SHARED / "multi30k" / "test_2016_flickr.en.gz").read_bytes()).decode()
 lines = raw.split("\n")[: args.lines]
-shipped = translator_module.store_output_weight_transposed
+os.environ["NMT_CPU_LINEAR"] = "blas"  # the layouts of the BLAS path (oneDNN: bench_cpu_linear.py)
+shipped = translator_module.prepare_for_cpu_inference
 models = {"transposed (shipped)": load_model(args.model)}
-translator_module.store_output_weight_transposed = lambda _model: None  # as before: PyTorch's layout
+translator_module.prepare_for_cpu_inference = lambda _model, _output: None  # as before: PyTorch's layout
 models["PyTorch layout (before)"] = load_model(args.model)
-translator_module.store_output_weight_transposed = shipped
+translator_module.prepare_for_cpu_inference = shipped
 results: dict = {}
 for _ in range(args.rounds):
     for name, one in models.items():

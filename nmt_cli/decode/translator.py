@@ -21,7 +21,8 @@ from ..config import DecodeConfig, Recipe, recipe_from_dict
 from ..data.batches import pad_rows
 from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
-from ..model.transformer import Transformer, build_model, store_output_weight_transposed
+from ..model.cpu_inference import prepare_for_cpu_inference
+from ..model.transformer import Transformer, build_model
 from ..utils import torchfile
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import attention_maps, pharaoh, word_alignment
@@ -93,7 +94,7 @@ def model_from_payload(
         raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({first})") from None
     model.to(device=device, dtype=dtype).eval()  # the search scores in fp32 whatever the weights' dtype
     if model.output.weight.device.type == "cpu" and dtype == torch.float32:
-        store_output_weight_transposed(model)  # faster decoder steps on the CPU; a loaded model is for inference
+        prepare_for_cpu_inference(model, model.output)  # faster decoder steps; a loaded model is for inference
     return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin)
 
 

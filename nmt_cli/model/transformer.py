@@ -266,22 +266,6 @@ def _xavier_per_block(weight: Tensor, gain: float) -> None:
             nn.init.xavier_uniform_(block, gain=gain)
 
 
-def store_output_weight_transposed(model: Transformer) -> None:
-    """Keep the output projection's weight (V, D) as the transpose of a contiguous (D, V) matrix, for
-    decoding on the CPU. Values, shape, name, tying and ``state_dict`` do not change.
-
-    ``F.linear(h, W)`` multiplies ``h`` by ``W.T``; stored this way ``W.T`` is a plain contiguous matrix,
-    which the CPU's BLAS multiplies faster when ``h`` has few rows, as in a search's decoder steps:
-    1.1-2.6x for 1-64 rows against a 32,000 x 512 weight, level from 128 rows on; no consistent
-    difference for the layers' own (small) weights (``benchmarks/bench_logits_layout.py --micro``,
-    ``docs/benchmarks.md``). Only for inference. Calling it again changes nothing.
-    """
-    weight = model.output.weight
-    if weight.is_contiguous():
-        with torch.no_grad():
-            weight.data = weight.data.t().contiguous().t()
-
-
 def build_model(config: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Transformer:
     """Construct a freshly initialised Transformer."""
     return Transformer(config, src_vocab, tgt_vocab, pad_id)

@@ -295,24 +295,101 @@ def test_beam_rows_reordered_between_steps_decode_as_their_own_prefixes():
     torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)
 
 
-def test_weights_stored_transposed_give_the_same_model():
-    """store_output_weight_transposed changes the storage of the output weight only: same values, names,
-    state_dict and outputs; the product's right operand becomes contiguous; a second call changes nothing."""
-    from nmt_cli.model.transformer import store_output_weight_transposed
-
-    model = tiny("sinusoidal", "pre")
+def _same_model_after(prepare) -> None:
+    """``prepare(model)`` keeps names, values, tying and outputs of a model (within fp32 rounding)."""
+    model = tiny("sinusoidal", "pre").eval()
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     src = torch.tensor([[5, 6, 7, 8, 3]])
     tgt = torch.tensor([[2, 10, 11, 12]])
-    expected = model.logits(model.decode(tgt, *model.encode(src)))
-    store_output_weight_transposed(model)
-    store_output_weight_transposed(model)
+    with torch.inference_mode():
+        expected = model.logits(model.decode(tgt, *model.encode(src)))
+    prepare(model)
+    prepare(model)  # a second call changes nothing
     after = model.state_dict()
     assert after.keys() == before.keys()
     assert all(torch.equal(after[name], before[name]) for name in before)
-    assert model.output.weight.t().is_contiguous() and model.decoder_layers[0].self_attn.qkv.weight.is_contiguous()
     assert model.output.weight is model.tgt_embed.weight  # tying survives
-    torch.testing.assert_close(model.logits(model.decode(tgt, *model.encode(src))), expected, atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():
+        torch.testing.assert_close(model.logits(model.decode(tgt, *model.encode(src))), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_weights_stored_transposed_give_the_same_model():
+    """The fallback where oneDNN is not usable: only the output weight's storage changes, its
+    product's right operand becomes contiguous."""
+    from nmt_cli.model.cpu_inference import store_weight_transposed
+
+    _same_model_after(lambda model: store_weight_transposed(model.output))
+    model = tiny("sinusoidal", "pre")
+    store_weight_transposed(model.output)
+    assert model.output.weight.t().is_contiguous() and model.decoder_layers[0].self_attn.qkv.weight.is_contiguous()
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
+def test_onednn_linears_give_the_same_model(monkeypatch):
+    """With every linear layer within the limits, all run through oneDNN: same names, values, tying
+    and outputs; with gradients on, they fall back to F.linear (oneDNN's operator has none)."""
+    from nmt_cli.model import cpu_inference
+
+    assert cpu_inference.onednn_usable()  # PyTorch's private operator still means what we think
+    monkeypatch.setenv("NMT_CPU_LINEAR", "onednn")  # on any processor
+    monkeypatch.setattr(cpu_inference, "ONEDNN_FROM_ROWS", {0: 1})
+    prepare = lambda model: cpu_inference.prepare_for_cpu_inference(model, model.output)  # noqa: E731
+    _same_model_after(prepare)
+    model = tiny("sinusoidal", "pre")
+    prepare(model)
+    layer = model.decoder_layers[0]
+    assert isinstance(layer.self_attn.qkv, cpu_inference.OneDnnLinear)
+    assert isinstance(model.output, cpu_inference.OneDnnLinear)
+    assert model.output.weight.is_contiguous()  # not transposed: oneDNN takes PyTorch's layout
+    loss, _, _ = model.loss(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7, 8]]), torch.tensor([[7, 8, 3]]), 0.1)
+    loss.backward()
+    assert layer.ffn.w1.weight.grad is not None and layer.ffn.w1.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
+def test_which_linears_go_through_onednn(monkeypatch):
+    """By weight size: a small model's layers stay with F.linear, a large output projection goes to
+    oneDNN from one row, a mid-size weight only from four rows (oneDNN's fixed cost per call)."""
+    from nmt_cli.model import cpu_inference
+
+    monkeypatch.setenv("NMT_CPU_LINEAR", "onednn")
+    small = build_model(ModelConfig(layers=1, d_model=32, n_heads=4, d_ff=64), 2000, 2000)
+    large_vocab = build_model(ModelConfig(layers=1, d_model=32, n_heads=4, d_ff=64), 20000, 20000)
+    for model in (small, large_vocab):
+        cpu_inference.prepare_for_cpu_inference(model, model.output)
+    assert not any(isinstance(m, cpu_inference.OneDnnLinear) for m in small.modules())
+    assert small.output.weight.is_contiguous()  # nor stored transposed: that is the fallback without oneDNN
+    fast = {name: m for name, m in large_vocab.named_modules() if isinstance(m, cpu_inference.OneDnnLinear)}
+    assert list(fast) == ["output"] and fast["output"].from_rows == 1
+    assert cpu_inference.onednn_from_rows(300_000) == 4 and cpu_inference.onednn_from_rows(100_000) is None
+
+    calls = []
+    monkeypatch.setattr(cpu_inference, "onednn_linear", lambda x, w, b: calls.append(x.shape) or F.linear(x, w, b))
+    mid = cpu_inference.OneDnnLinear.sharing(torch.nn.Linear(8, 4), from_rows=4)
+    with torch.inference_mode():
+        mid(torch.randn(1, 1, 8)), mid(torch.randn(3, 1, 8)), mid(torch.randn(4, 1, 8)), mid(torch.randn(2, 5, 8))
+    assert calls == [(4, 1, 8), (2, 5, 8)]
+
+
+def test_cpu_linear_choice_from_the_environment(monkeypatch):
+    """NMT_CPU_LINEAR=blas keeps every layer with the BLAS (output weight stored transposed instead);
+    a wrong value is a one-line error naming the variable; auto takes oneDNN only off Intel with MKL."""
+    from nmt_cli.errors import NmtError
+    from nmt_cli.model import cpu_inference
+
+    monkeypatch.setenv("NMT_CPU_LINEAR", "blas")
+    model = build_model(ModelConfig(layers=1, d_model=32, n_heads=4, d_ff=64), 20000, 20000)
+    cpu_inference.prepare_for_cpu_inference(model, model.output)
+    assert not any(isinstance(m, cpu_inference.OneDnnLinear) for m in model.modules())
+    assert model.output.weight.t().is_contiguous()
+    monkeypatch.setenv("NMT_CPU_LINEAR", "fast")
+    with pytest.raises(NmtError, match="NMT_CPU_LINEAR='fast' is not one of auto, onednn, blas"):
+        cpu_inference.use_onednn()
+    monkeypatch.setenv("NMT_CPU_LINEAR", "auto")
+    for vendor, expected in (("GenuineIntel", False), ("AuthenticAMD", True), ("", False)):
+        monkeypatch.setattr(cpu_inference, "cpu_vendor", lambda v=vendor: v)
+        usable = cpu_inference.onednn_usable() and torch.backends.mkl.is_available()
+        assert cpu_inference.use_onednn() is (expected and usable)
 
 
 def test_tying_and_rezero_start():
