@@ -1,18 +1,22 @@
 """Which kernel should run a linear layer at inference on the CPU, in fp32 (issue 12).
 
-    python benchmarks/bench_cpu_linear.py [--rows 1,4,16,64,256] [--repeats 7] [--threads 2]
-    python benchmarks/bench_cpu_linear.py --model MODEL [--lines 60] [--rounds 3] [--batch-sizes 1,16]
+    python benchmarks/bench_cpu_linear.py MODEL --micro [--rows 1,2,4,8,16,32,64,128] [--repeats 3]
+    python benchmarks/bench_cpu_linear.py MODEL [--lines 60] [--rounds 3] [--batch-sizes 1,16]
 
 PyTorch runs ``F.linear`` in fp32 through its BLAS (MKL in the official x86 wheels). On processors
 that MKL does not tune for (AMD here), products with few rows, as in a decoder step, run far below
-what the processor can do; CTranslate2 on the same processor uses oneDNN for the same products
-(``CT2_VERBOSE=1``: "SGEMM backend: DNNL"). PyTorch reaches oneDNN's inner product through
-``torch.ops.mkldnn._linear_pointwise``. This times, for the weight shapes of a Transformer small
-(d_model 256, 8k vocabulary) and base (512, 32k): ``F.linear`` (the weight in PyTorch's layout),
-``F.linear`` with the weight stored transposed, and oneDNN; each cell is the median over
-``--repeats`` rounds of the mean of a batch of calls, the three kernels alternating within a round.
+what the processor can do; CTranslate2 on the same processor uses oneDNN for them
+(``CT2_VERBOSE=1``: "SGEMM backend: DNNL").
 
-With ``--model``, ``nmt``'s translation of the first ``--lines`` of Multi30k test 2016 is timed end
+``--micro`` times the products of one decoder step of MODEL: every decoder weight and the output
+projection, one after another as a step runs them (so each weight is read from the shared cache,
+not from the core's own, as in a step), for 1-128 input rows. Kernels: ``F.linear`` (PyTorch's
+layout), ``F.linear`` with only the output weight stored transposed (``NMT_CPU_LINEAR=blas``),
+oneDNN's inner product, the product with swapped operands (W x^T through the BLAS), and what
+``load_model`` ships (``InferenceLinear``: chosen by rows). Each cell is the median over
+``--repeats`` rounds of the mean over about 0.3 s of steps, the kernels alternating within a round.
+
+Without ``--micro``, ``nmt``'s translation of the first ``--lines`` of Multi30k test 2016 is timed end
 to end, beam 4 and greedy, with the kernels as shipped (``NMT_CPU_LINEAR=auto``) and with the BLAS
 only (``blas``: the output weight stored transposed, as before), alternating round by round; it
 prints sentences/s (median of the rounds) and whether the outputs agree.
@@ -31,19 +35,67 @@ import torch.nn.functional as F
 from common import SHARED, record
 
 from nmt_cli.decode.translator import Translator, load_model
-from nmt_cli.model.cpu_inference import onednn_linear
+from nmt_cli.model.cpu_inference import InferenceLinear, onednn_linear, swapped_operands_linear
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--rows", default="1,4,16,64,256")
-parser.add_argument("--repeats", type=int, default=7)
-parser.add_argument("--threads", type=int, default=2)
-parser.add_argument("--model")
+parser.add_argument("model")
+parser.add_argument("--micro", action="store_true")
+parser.add_argument("--rows", default="1,2,4,8,16,32,64,128")
+parser.add_argument("--repeats", type=int, default=3)
 parser.add_argument("--lines", type=int, default=60)
 parser.add_argument("--rounds", type=int, default=3)
 parser.add_argument("--batch-sizes", default="1,16")
+parser.add_argument("--threads", type=int, default=2)
 args = parser.parse_args()
 torch.set_num_threads(args.threads)
 command = "python benchmarks/bench_cpu_linear.py " + " ".join(sys.argv[1:])
+
+
+def step_microseconds(products, inputs: dict, budget_s: float = 0.3) -> float:
+    """Mean time of one decoder step's products, over as many steps as fit in about ``budget_s``."""
+    for _ in range(3):
+        products(inputs)
+    start, steps = time.perf_counter(), 0
+    while time.perf_counter() - start < budget_s:
+        products(inputs)
+        steps += 1
+    return 1e6 * (time.perf_counter() - start) / steps
+
+
+def micro() -> None:
+    os.environ["NMT_CPU_LINEAR"] = "blas"  # plain layers, to take their weights
+    model = load_model(args.model).model
+    linears = [m for m in model.decoder.modules() if isinstance(m, torch.nn.Linear)] + [model.output]
+    weights = [(m.weight.detach().contiguous(), None if m.bias is None else m.bias.detach()) for m in linears]
+    transposed_output = weights[:-1] + [(weights[-1][0].t().contiguous().t(), None)]
+    shipped = [InferenceLinear.sharing(torch.nn.Linear(w.size(1), w.size(0), bias=b is not None)) for w, b in weights]
+    with torch.no_grad():
+        for layer, (w, b) in zip(shipped, weights):
+            layer.weight.copy_(w)
+            if b is not None:
+                layer.bias.copy_(b)
+    kernels = {
+        "F.linear": lambda x: [F.linear(x[w.size(1)], w, b) for w, b in weights],
+        "F.linear, output transposed (blas)": lambda x: [F.linear(x[w.size(1)], w, b) for w, b in transposed_output],
+        "oneDNN": lambda x: [onednn_linear(x[w.size(1)], w, b) for w, b in weights],
+        "swapped operands": lambda x: [swapped_operands_linear(x[w.size(1)], w, b) for w, b in weights],
+        "shipped (by rows)": lambda x: [layer(x[layer.in_features]) for layer in shipped],
+    }
+    rows_out = []
+    with torch.inference_mode():
+        for n in [int(r) for r in args.rows.split(",")]:
+            inputs = {w.size(1): torch.randn(n, 1, w.size(1)) for w, _ in weights}
+            times: dict[str, list[float]] = {name: [] for name in kernels}
+            for _ in range(args.repeats):
+                for name, products in kernels.items():
+                    times[name].append(step_microseconds(products, inputs))
+            row = {"model": args.model, "rows": n}
+            row |= {f"{name} us": round(statistics.median(t)) for name, t in times.items()}
+            blas, ours = row["F.linear, output transposed (blas) us"], row["shipped (by rows) us"]
+            row["shipped speed-up over blas"] = round(blas / ours, 2)
+            rows_out.append(row)
+            print(row, flush=True)
+    record("cpu_linear_step_products", rows_out, command)
 
 
 def end_to_end() -> None:
@@ -74,48 +126,7 @@ def end_to_end() -> None:
     record("cpu_linear_end_to_end", rows_out, command)
 
 
-if args.model:
+if args.micro:
+    micro()
+else:
     end_to_end()
-    raise SystemExit(0)
-
-SHAPES = {  # (out, in): what each is in a decoder layer
-    "small": [(768, 256), (256, 256), (512, 256), (1024, 256), (256, 1024), (8000, 256)],
-    "base": [(1536, 512), (512, 512), (1024, 512), (2048, 512), (512, 2048), (32000, 512)],
-}
-
-
-def microseconds(fn, x: torch.Tensor, budget_s: float = 0.02) -> float:
-    """Mean time of one call, over as many calls as fit in about ``budget_s``."""
-    start, calls = time.perf_counter(), 0
-    while time.perf_counter() - start < budget_s or calls < 3:
-        fn(x)
-        calls += 1
-    return 1e6 * (time.perf_counter() - start) / calls
-
-
-rows_out = []
-with torch.inference_mode():
-    for model, shapes in SHAPES.items():
-        for out_features, in_features in shapes:
-            weight, bias = torch.randn(out_features, in_features), torch.randn(out_features)
-            transposed = weight.t().contiguous().t()
-            kernels = {
-                "F.linear": lambda x, w=weight, b=bias: F.linear(x, w, b),
-                "F.linear, weight transposed": lambda x, w=transposed, b=bias: F.linear(x, w, b),
-                "oneDNN": lambda x, w=weight, b=bias: onednn_linear(x, w, b),
-            }
-            for n in [int(r) for r in args.rows.split(",")]:
-                x = torch.randn(n, 1, in_features)
-                for fn in kernels.values():  # warm-up (oneDNN builds its primitive on the first call)
-                    for _ in range(3):
-                        fn(x)
-                times: dict[str, list[float]] = {name: [] for name in kernels}
-                for _ in range(args.repeats):
-                    for name, fn in kernels.items():
-                        times[name].append(microseconds(fn, x))
-                row = {"model": model, "weight": f"{out_features}x{in_features}", "rows": n}
-                row |= {f"{name} us": round(statistics.median(t), 1) for name, t in times.items()}
-                row["oneDNN speed-up"] = round(row["F.linear us"] / row["oneDNN us"], 2)
-                rows_out.append(row)
-                print(row, flush=True)
-record("cpu_linear_kernels", rows_out, command)

@@ -1,18 +1,20 @@
 """Faster matrix products for a model loaded for inference on the CPU in fp32.
 
-PyTorch multiplies fp32 matrices on the CPU through its BLAS (MKL in the official x86 wheels).
-A decoder step multiplies a few rows (beam x batch) by every weight, and there MKL is slow on
-processors other than Intel's: on an AMD EPYC, 4 rows against a 32,000 x 512 output weight took
-11.8 ms through MKL and 5.5 ms through oneDNN, which PyTorch also ships. CTranslate2 makes the same
-choice for the same reason (MKL on Intel processors, oneDNN on others: ``CT2_VERBOSE=1``). oneDNN has
-a fixed cost per call (about 15 us), so small weights, which stay in the core's cache, go through it
-only from a few rows on, and the smallest never (:data:`ONEDNN_FROM_ROWS`;
-``benchmarks/bench_cpu_linear.py`` and ``docs/benchmarks.md`` hold the measurements).
+PyTorch multiplies fp32 matrices on the CPU through its BLAS (MKL in the official x86 wheels), as
+``F.linear(x, W)`` = x W^T. A decoder step multiplies a few rows (beam x batch) by every weight, and
+there MKL is slow on processors other than Intel's: on an AMD EPYC, the products of one decoder step
+of a base-size model (all weights, one after another, 4 rows) took 23 ms through ``F.linear``, 12.6 ms
+through oneDNN's inner product, which PyTorch also ships, and 8.5 ms as (W x^T)^T through MKL, whose
+kernels for a narrow right operand are fast where those for a short left one are not. CTranslate2
+makes the same vendor choice (MKL on Intel processors, oneDNN on others: ``CT2_VERBOSE=1``). So, by the
+number of input rows: 2-7 rows, W x^T through the BLAS; otherwise oneDNN (``benchmarks/bench_cpu_linear.py``
+and ``docs/benchmarks.md`` hold the measurements).
 
-``NMT_CPU_LINEAR`` overrides the choice: ``onednn`` (on any processor), ``blas`` (never oneDNN),
-``auto`` (the default). Without oneDNN, the output weight is instead stored transposed, BLAS's faster
-layout for few rows. Neither changes a weight's values, name or tying, and neither is used in
-training: oneDNN's operator has no gradient.
+``NMT_CPU_LINEAR`` overrides the choice: ``onednn`` (these kernels on any processor), ``blas`` (always
+``F.linear``), ``auto`` (the default: these kernels where the BLAS is MKL and the processor is not
+Intel's). Without them, the output weight is instead stored transposed, the BLAS's faster layout for
+few rows. Neither changes a weight's values, name or tying, and neither is used in training:
+oneDNN's operator has no gradient.
 """
 
 from __future__ import annotations
@@ -27,12 +29,10 @@ from torch import Tensor, nn
 
 from ..errors import NmtError
 
-# Weight size (elements) -> fewest rows for which oneDNN beat MKL at every measured row count
-# (1, 4, 16, 64, 256; AMD EPYC, AVX-512, 2 threads). Smaller weights stay with the BLAS.
-ONEDNN_FROM_ROWS = {
-    512 * 1024: 1,  # 1024x512 .. 32000x512: 1.1-2.3x from one row on
-    256 * 1024: 4,  # 512x512, 1024x256, 256x1024: 0.7-0.9x at one row, 1.03-1.24x from four
-}
+# Input rows for which a product runs as W @ x^T through the BLAS; others go through oneDNN. Measured
+# over a decoder step's weights in sequence (AMD EPYC, AVX-512, 2 threads), small and base models:
+# 2-4 rows 1.4-1.6x faster than oneDNN and 2.4-4x faster than F.linear; level with oneDNN at 8.
+SWAPPED_OPERANDS_ROWS = range(2, 8)
 CHOICES = ("auto", "onednn", "blas")
 
 
@@ -86,46 +86,45 @@ def use_onednn() -> bool:
     return choice == "onednn" or (torch.backends.mkl.is_available() and vendor not in ("", "GenuineIntel"))
 
 
-class OneDnnLinear(nn.Linear):
-    """An ``nn.Linear`` whose forward pass runs through oneDNN from ``from_rows`` input rows on;
+class InferenceLinear(nn.Linear):
+    """An ``nn.Linear`` whose product is chosen by the number of input rows (see the module's text);
     same parameters, same state-dict names."""
 
-    from_rows = 1
-
     @classmethod
-    def sharing(cls, linear: nn.Linear, from_rows: int) -> OneDnnLinear:
-        """A OneDnnLinear holding ``linear``'s own parameter objects (so tied weights stay tied)."""
+    def sharing(cls, linear: nn.Linear) -> InferenceLinear:
+        """An InferenceLinear holding ``linear``'s own parameter objects (so tied weights stay tied)."""
         fast = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         fast.weight = linear.weight
         fast.bias = linear.bias
-        fast.from_rows = from_rows
         return fast
 
     def forward(self, x: Tensor) -> Tensor:
-        few_rows = x.numel() < self.from_rows * self.in_features
-        if few_rows or (torch.is_grad_enabled() and self.weight.requires_grad):  # oneDNN's has no gradient
+        if torch.is_grad_enabled() and self.weight.requires_grad:  # oneDNN's operator has no gradient
             return F.linear(x, self.weight, self.bias)
+        rows = x.numel() // self.in_features
+        if rows in SWAPPED_OPERANDS_ROWS:
+            return swapped_operands_linear(x, self.weight, self.bias)
         return onednn_linear(x, self.weight, self.bias)
 
 
+def swapped_operands_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)`` computed as (W x^T)^T: the BLAS sees a narrow right operand."""
+    columns = x.reshape(-1, x.size(-1)).t()  # (in, rows)
+    product = torch.mm(weight, columns) if bias is None else torch.addmm(bias[:, None], weight, columns)
+    return product.t().contiguous().view(*x.shape[:-1], weight.size(0))
+
+
 def prepare_for_cpu_inference(model: nn.Module, output: nn.Linear) -> None:
-    """Route ``model``'s larger linear layers through oneDNN where :func:`use_onednn`, else store the
-    ``output`` projection's weight transposed. For a model on the CPU in fp32 that only runs inference."""
+    """Give ``model``'s linear layers the products chosen by the number of rows where
+    :func:`use_onednn`, else store the ``output`` projection's weight transposed. For a model on the
+    CPU in fp32 that only runs inference."""
     if not use_onednn():
         store_weight_transposed(output)
         return
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and (from_rows := onednn_from_rows(child.weight.numel())) is not None:
-                setattr(parent, name, OneDnnLinear.sharing(child, from_rows))
-
-
-def onednn_from_rows(weight_elements: int) -> int | None:
-    """Fewest input rows for which a weight of this size goes through oneDNN; None: never."""
-    for size, rows in sorted(ONEDNN_FROM_ROWS.items(), reverse=True):
-        if weight_elements >= size:
-            return rows
-    return None
+            if type(child) is nn.Linear:
+                setattr(parent, name, InferenceLinear.sharing(child))
 
 
 def store_weight_transposed(linear: nn.Linear) -> None:

@@ -325,21 +325,20 @@ def test_weights_stored_transposed_give_the_same_model():
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
-def test_onednn_linears_give_the_same_model(monkeypatch):
-    """With every linear layer within the limits, all run through oneDNN: same names, values, tying
-    and outputs; with gradients on, they fall back to F.linear (oneDNN's operator has none)."""
+def test_inference_linears_give_the_same_model(monkeypatch):
+    """With the kernels chosen by rows, every linear layer is an InferenceLinear: same names, values,
+    tying and outputs; with gradients on, they fall back to F.linear (oneDNN's operator has none)."""
     from nmt_cli.model import cpu_inference
 
     assert cpu_inference.onednn_usable()  # PyTorch's private operator still means what we think
     monkeypatch.setenv("NMT_CPU_LINEAR", "onednn")  # on any processor
-    monkeypatch.setattr(cpu_inference, "ONEDNN_FROM_ROWS", {0: 1})
     prepare = lambda model: cpu_inference.prepare_for_cpu_inference(model, model.output)  # noqa: E731
     _same_model_after(prepare)
     model = tiny("sinusoidal", "pre")
     prepare(model)
     layer = model.decoder_layers[0]
-    assert isinstance(layer.self_attn.qkv, cpu_inference.OneDnnLinear)
-    assert isinstance(model.output, cpu_inference.OneDnnLinear)
+    assert isinstance(layer.self_attn.qkv, cpu_inference.InferenceLinear)
+    assert isinstance(model.output, cpu_inference.InferenceLinear)
     assert model.output.weight.is_contiguous()  # not transposed: oneDNN takes PyTorch's layout
     loss, _, _ = model.loss(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7, 8]]), torch.tensor([[7, 8, 3]]), 0.1)
     loss.backward()
@@ -347,28 +346,27 @@ def test_onednn_linears_give_the_same_model(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
-def test_which_linears_go_through_onednn(monkeypatch):
-    """By weight size: a small model's layers stay with F.linear, a large output projection goes to
-    oneDNN from one row, a mid-size weight only from four rows (oneDNN's fixed cost per call)."""
+def test_inference_linear_kernel_by_rows(monkeypatch):
+    """2-7 input rows: W x^T through the BLAS; 1 row or 8 and more: oneDNN; each equal to F.linear,
+    with and without bias, for 2-D and 3-D inputs."""
     from nmt_cli.model import cpu_inference
 
-    monkeypatch.setenv("NMT_CPU_LINEAR", "onednn")
-    small = build_model(ModelConfig(layers=1, d_model=32, n_heads=4, d_ff=64), 2000, 2000)
-    large_vocab = build_model(ModelConfig(layers=1, d_model=32, n_heads=4, d_ff=64), 20000, 20000)
-    for model in (small, large_vocab):
-        cpu_inference.prepare_for_cpu_inference(model, model.output)
-    assert not any(isinstance(m, cpu_inference.OneDnnLinear) for m in small.modules())
-    assert small.output.weight.is_contiguous()  # nor stored transposed: that is the fallback without oneDNN
-    fast = {name: m for name, m in large_vocab.named_modules() if isinstance(m, cpu_inference.OneDnnLinear)}
-    assert list(fast) == ["output"] and fast["output"].from_rows == 1
-    assert cpu_inference.onednn_from_rows(300_000) == 4 and cpu_inference.onednn_from_rows(100_000) is None
-
-    calls = []
-    monkeypatch.setattr(cpu_inference, "onednn_linear", lambda x, w, b: calls.append(x.shape) or F.linear(x, w, b))
-    mid = cpu_inference.OneDnnLinear.sharing(torch.nn.Linear(8, 4), from_rows=4)
-    with torch.inference_mode():
-        mid(torch.randn(1, 1, 8)), mid(torch.randn(3, 1, 8)), mid(torch.randn(4, 1, 8)), mid(torch.randn(2, 5, 8))
-    assert calls == [(4, 1, 8), (2, 5, 8)]
+    calls: list[tuple[str, int]] = []
+    for name in ("onednn_linear", "swapped_operands_linear"):
+        kernel = getattr(cpu_inference, name)
+        monkeypatch.setattr(
+            cpu_inference, name, lambda x, w, b, k=kernel, n=name: calls.append((n, x.numel() // w.size(1))) or k(x, w, b)
+        )
+    for bias in (True, False):
+        plain = torch.nn.Linear(8, 6, bias=bias)
+        fast = cpu_inference.InferenceLinear.sharing(plain)
+        for shape in ((1, 1, 8), (3, 1, 8), (2, 3, 8), (7, 8), (8, 1, 8), (4, 5, 8)):
+            x = torch.randn(shape)
+            with torch.inference_mode():
+                torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+    swapped = {rows for name, rows in calls if name == "swapped_operands_linear"}
+    onednn = {rows for name, rows in calls if name == "onednn_linear"}
+    assert swapped == {3, 6, 7} and onednn == {1, 8, 20}
 
 
 def test_cpu_linear_choice_from_the_environment(monkeypatch):
@@ -380,7 +378,7 @@ def test_cpu_linear_choice_from_the_environment(monkeypatch):
     monkeypatch.setenv("NMT_CPU_LINEAR", "blas")
     model = build_model(ModelConfig(layers=1, d_model=32, n_heads=4, d_ff=64), 20000, 20000)
     cpu_inference.prepare_for_cpu_inference(model, model.output)
-    assert not any(isinstance(m, cpu_inference.OneDnnLinear) for m in model.modules())
+    assert not any(isinstance(m, cpu_inference.InferenceLinear) for m in model.modules())
     assert model.output.weight.t().is_contiguous()
     monkeypatch.setenv("NMT_CPU_LINEAR", "fast")
     with pytest.raises(NmtError, match="NMT_CPU_LINEAR='fast' is not one of auto, onednn, blas"):
