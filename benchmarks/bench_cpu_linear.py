@@ -28,13 +28,12 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
-from common import SHARED, record
+from common import SHARED, alternate_translations, record
 
-from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.decode.translator import load_model
 from nmt_cli.model.cpu_inference import InferenceLinear, onednn_linear, swapped_operands_linear
 
 parser = argparse.ArgumentParser()
@@ -105,24 +104,7 @@ def end_to_end() -> None:
     for choice in ("auto", "blas"):  # the choice is made when a model is loaded
         os.environ["NMT_CPU_LINEAR"] = choice
         models[choice] = load_model(args.model)
-    results: dict = {}
-    for _ in range(args.rounds):
-        for choice, loaded in models.items():
-            for batch in (int(b) for b in args.batch_sizes.split(",")):
-                for beam in (4, 1):
-                    translator = Translator(loaded, replace(loaded.recipe.decode, beam=beam, batch_size=batch))
-                    start = time.perf_counter()
-                    out = [h[0][0] for h in translator.translate(lines)]
-                    results.setdefault((choice, batch, beam), []).append((time.perf_counter() - start, out))
-    rows_out = []
-    for (choice, batch, beam), runs in results.items():
-        blas = results[("blas", batch, beam)][0][1]
-        same = sum(a == b for a, b in zip(runs[0][1], blas))
-        rate = len(lines) / statistics.median(r[0] for r in runs)
-        row = {"NMT_CPU_LINEAR": choice, "batch": batch, "beam": beam, "sent/s": round(rate, 2)}
-        row["same output as blas"] = f"{same}/{len(lines)}"
-        rows_out.append(row)
-        print(row, flush=True)
+    rows_out = alternate_translations(models, lines, args.batch_sizes, args.rounds, reference="blas")
     record("cpu_linear_end_to_end", rows_out, command)
 
 

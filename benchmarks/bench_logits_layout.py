@@ -19,13 +19,12 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import replace
 
 import torch
-from common import SHARED, record
+from common import SHARED, alternate_translations, record
 
 import nmt_cli.decode.translator as translator_module
-from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.decode.translator import load_model
 
 parser = argparse.ArgumentParser()
 parser.add_argument("model")
@@ -78,21 +77,5 @@ models = {"transposed (shipped)": load_model(args.model)}
 translator_module.prepare_for_cpu_inference = lambda _model, _output: None  # as before: PyTorch's layout
 models["PyTorch layout (before)"] = load_model(args.model)
 translator_module.prepare_for_cpu_inference = shipped
-results: dict = {}
-for _ in range(args.rounds):
-    for name, one in models.items():
-        for batch in (int(b) for b in args.batch_sizes.split(",")):
-            for beam in (4, 1):
-                translator = Translator(one, replace(one.recipe.decode, beam=beam, batch_size=batch))
-                start = time.perf_counter()
-                out = [h[0][0] for h in translator.translate(lines)]
-                results.setdefault((name, batch, beam), []).append((time.perf_counter() - start, out))
-rows_out = []
-for (name, batch, beam), runs in results.items():
-    before = results[("PyTorch layout (before)", batch, beam)][0][1]
-    same = sum(a == b for a, b in zip(runs[0][1], before))
-    rate = len(lines) / statistics.median(r[0] for r in runs)
-    row = {"variant": name, "batch": batch, "beam": beam, "sent/s": round(rate, 2), "same output": f"{same}/{len(lines)}"}
-    rows_out.append(row)
-    print(row)
+rows_out = alternate_translations(models, lines, args.batch_sizes, args.rounds, reference="PyTorch layout (before)")
 record("logits_layout", rows_out, command)

@@ -79,3 +79,31 @@ def print_table(title: str, rows: list[dict]) -> None:
     for row in rows:
         table.add_row(*(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row.values()))
     Console().print(table)
+
+
+def alternate_translations(models: dict, lines: list[str], batch_sizes: str, rounds: int, reference: str) -> list[dict]:
+    """Translate ``lines`` with each loaded model (name -> ``LoadedModel``), beam 4 and greedy, at each
+    of ``batch_sizes`` ("1,16"), the models alternating round by round; one row per (model, batch,
+    beam) with sentences/s (median of the rounds) and how many outputs equal ``reference``'s."""
+    from dataclasses import replace
+
+    from nmt_cli.decode.translator import Translator
+
+    results: dict = {}
+    for _ in range(rounds):
+        for name, loaded in models.items():
+            for batch in (int(b) for b in batch_sizes.split(",")):
+                for beam in (4, 1):
+                    translator = Translator(loaded, replace(loaded.recipe.decode, beam=beam, batch_size=batch))
+                    start = time.perf_counter()
+                    out = [h[0][0] for h in translator.translate(lines)]
+                    results.setdefault((name, batch, beam), []).append((time.perf_counter() - start, out))
+    rows = []
+    for (name, batch, beam), runs in results.items():
+        expected = results[(reference, batch, beam)][0][1]
+        same = sum(a == b for a, b in zip(runs[0][1], expected))
+        rate = len(lines) / statistics.median(r[0] for r in runs)
+        row = {"variant": name, "batch": batch, "beam": beam, "sent/s": round(rate, 2)}
+        rows.append(row | {"same output": f"{same}/{len(lines)}"})
+        print(rows[-1], flush=True)
+    return rows
