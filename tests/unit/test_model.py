@@ -347,8 +347,8 @@ def test_inference_linears_give_the_same_model(monkeypatch):
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
 def test_inference_linear_kernel_by_rows(monkeypatch):
-    """2-7 input rows: W x^T through the BLAS; 1 row or 8 and more: oneDNN; each equal to F.linear,
-    with and without bias, for 2-D and 3-D inputs."""
+    """2-7 input rows: W x^T through the BLAS; 0-1 rows or 8 and more: oneDNN; each equal to F.linear,
+    with and without bias, for 2-D, 3-D, empty and non-contiguous inputs."""
     from nmt_cli.model import cpu_inference
 
     calls: list[tuple[str, int]] = []
@@ -360,13 +360,14 @@ def test_inference_linear_kernel_by_rows(monkeypatch):
     for bias in (True, False):
         plain = torch.nn.Linear(8, 6, bias=bias)
         fast = cpu_inference.InferenceLinear.sharing(plain)
-        for shape in ((1, 1, 8), (3, 1, 8), (2, 3, 8), (7, 8), (8, 1, 8), (4, 5, 8)):
-            x = torch.randn(shape)
+        shapes = ((1, 1, 8), (3, 1, 8), (2, 3, 8), (7, 8), (8, 1, 8), (4, 5, 8), (0, 1, 8))
+        not_contiguous = torch.randn(5, 3, 8).transpose(0, 1)  # 15 rows
+        for x in [torch.randn(shape) for shape in shapes] + [not_contiguous]:
             with torch.inference_mode():
                 torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
     swapped = {rows for name, rows in calls if name == "swapped_operands_linear"}
     onednn = {rows for name, rows in calls if name == "onednn_linear"}
-    assert swapped == {3, 6, 7} and onednn == {1, 8, 20}
+    assert swapped == {3, 6, 7} and onednn == {0, 1, 8, 15, 20}
 
 
 def test_cpu_linear_choice_from_the_environment(monkeypatch):
