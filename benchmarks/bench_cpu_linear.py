@@ -11,15 +11,16 @@ what the processor can do; CTranslate2 on the same processor uses oneDNN for the
 ``--micro`` times the products of one decoder step of MODEL: every decoder weight and the output
 projection, one after another as a step runs them (so each weight is read from the shared cache,
 not from the core's own, as in a step), for 1-128 input rows. Kernels: ``F.linear`` (PyTorch's
-layout), ``F.linear`` with only the output weight stored transposed (``NMT_CPU_LINEAR=blas``),
-oneDNN's inner product, the product with swapped operands (W x^T through the BLAS), and what
-``load_model`` ships (``InferenceLinear``: chosen by rows). Each cell is the median over
+layout), ``F.linear`` with only the output weight stored transposed (``NMT_CPU_LINEAR=blas``), with every
+weight stored transposed, oneDNN's inner product, the product with swapped operands (W x^T through
+the BLAS), and ``InferenceLinear`` (chosen by rows; what ``load_model`` ships where ``NMT_CPU_LINEAR``
+resolves to oneDNN). Each cell is the median over
 ``--repeats`` rounds of the mean over about 0.3 s of steps, the kernels alternating within a round.
 
 Without ``--micro``, ``nmt``'s translation of the first ``--lines`` of Multi30k test 2016 is timed end
-to end, beam 4 and greedy, with the kernels as shipped (``NMT_CPU_LINEAR=auto``) and with the BLAS
-only (``blas``: the output weight stored transposed, as before), alternating round by round; it
-prints sentences/s (median of the rounds) and whether the outputs agree.
+to end, beam 4 and greedy, for each ``NMT_CPU_LINEAR`` value of ``--choices`` (default: ``auto``, the
+kernels as shipped, and ``blas``, the BLAS only with the output weight stored transposed), alternating
+round by round; it prints sentences/s (median of the rounds) and whether the outputs agree.
 """
 
 import argparse
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from common import SHARED, alternate_translations, record
 
 from nmt_cli.decode.translator import load_model
-from nmt_cli.model.cpu_inference import InferenceLinear, onednn_linear, swapped_operands_linear
+from nmt_cli.model.cpu_inference import InferenceLinear, cpu_vendor, onednn_linear, swapped_operands_linear
 
 parser = argparse.ArgumentParser()
 parser.add_argument("model")
@@ -44,6 +45,9 @@ parser.add_argument("--repeats", type=int, default=3)
 parser.add_argument("--lines", type=int, default=60)
 parser.add_argument("--rounds", type=int, default=3)
 parser.add_argument("--batch-sizes", default="1,16")
+parser.add_argument(
+    "--choices", default="auto,blas", help="NMT_CPU_LINEAR values to compare end to end (the last is the reference)"
+)
 parser.add_argument("--threads", type=int, default=2)
 args = parser.parse_args()
 torch.set_num_threads(args.threads)
@@ -67,6 +71,7 @@ def micro() -> None:
     linears = [m for m in model.decoder.modules() if isinstance(m, torch.nn.Linear)] + [model.output]
     weights = [(m.weight.detach().contiguous(), None if m.bias is None else m.bias.detach()) for m in linears]
     transposed_output = weights[:-1] + [(weights[-1][0].t().contiguous().t(), None)]
+    transposed_all = [(w.t().contiguous().t(), b) for w, b in weights]
     shipped = [InferenceLinear.sharing(torch.nn.Linear(w.size(1), w.size(0), bias=b is not None)) for w, b in weights]
     with torch.no_grad():
         for layer, (w, b) in zip(shipped, weights):
@@ -76,9 +81,10 @@ def micro() -> None:
     kernels = {
         "F.linear": lambda x: [F.linear(x[w.size(1)], w, b) for w, b in weights],
         "F.linear, output transposed (blas)": lambda x: [F.linear(x[w.size(1)], w, b) for w, b in transposed_output],
+        "F.linear, every weight transposed": lambda x: [F.linear(x[w.size(1)], w, b) for w, b in transposed_all],
         "oneDNN": lambda x: [onednn_linear(x[w.size(1)], w, b) for w, b in weights],
         "swapped operands": lambda x: [swapped_operands_linear(x[w.size(1)], w, b) for w, b in weights],
-        "shipped (by rows)": lambda x: [layer(x[layer.in_features]) for layer in shipped],
+        "InferenceLinear (by rows)": lambda x: [layer(x[layer.in_features]) for layer in shipped],
     }
     rows_out = []
     with torch.inference_mode():
@@ -90,8 +96,9 @@ def micro() -> None:
                     times[name].append(step_microseconds(products, inputs))
             row = {"model": args.model, "rows": n}
             row |= {f"{name} us": round(statistics.median(t)) for name, t in times.items()}
-            blas, ours = row["F.linear, output transposed (blas) us"], row["shipped (by rows) us"]
-            row["shipped speed-up over blas"] = round(blas / ours, 2)
+            blas, ours = row["F.linear, output transposed (blas) us"], row["InferenceLinear (by rows) us"]
+            row["InferenceLinear speed-up over blas"] = round(blas / ours, 2)
+            row["cpu"] = f"{cpu_vendor()} {torch.backends.cpu.get_cpu_capability()}"
             rows_out.append(row)
             print(row, flush=True)
     record("cpu_linear_step_products", rows_out, command)
@@ -101,10 +108,11 @@ def end_to_end() -> None:
     raw = gzip.decompress((SHARED / "multi30k" / "test_2016_flickr.en.gz").read_bytes()).decode()
     lines = raw.split("\n")[: args.lines]
     models = {}
-    for choice in ("auto", "blas"):  # the choice is made when a model is loaded
+    choices = args.choices.split(",")
+    for choice in choices:  # the choice is made when a model is loaded
         os.environ["NMT_CPU_LINEAR"] = choice
         models[choice] = load_model(args.model)
-    rows_out = alternate_translations(models, lines, args.batch_sizes, args.rounds, reference="blas")
+    rows_out = alternate_translations(models, lines, args.batch_sizes, args.rounds, reference=choices[-1])
     record("cpu_linear_end_to_end", rows_out, command)
 
 

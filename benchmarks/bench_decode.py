@@ -10,6 +10,9 @@ the translation itself (model load excluded), as printed by ``nmt translate --pr
 With ``--ct2`` (a folder written by ``nmt export``), every setting also runs through
 CTranslate2, alternating the two engines run by run so that both see the same machine load;
 each figure is the median of ``--repeats`` runs and the table adds the speed ratio.
+``--ct2-threads 2,1`` also runs CTranslate2 at other thread counts, in the same rotation (on some
+machines it is faster with fewer threads than ours: the table then adds ``nmt / best ct2``, against
+CTranslate2 at whichever of its thread counts was fastest in that setting).
 ``--batch-sizes`` takes 0 for each engine's default batching (ours: ``decode.batch_tokens``).
 """
 
@@ -31,6 +34,7 @@ def main() -> None:
     parser.add_argument("--ct2", help="also run this CTranslate2 folder (from `nmt export`), interleaved")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ct2-threads", default="", help="CTranslate2's thread counts (default: --threads)")
     parser.add_argument("--sets", default="m30k,wmt14")
     parser.add_argument("--batch-sizes", default="1,16,64")
     parser.add_argument("--beams", default="4,1")
@@ -41,7 +45,10 @@ def main() -> None:
     import gzip
 
     WORK.mkdir(exist_ok=True)
-    engines = {"nmt": args.model, **({"ctranslate2": args.ct2} if args.ct2 else {})}
+    engines = {"nmt": ("nmt", args.model, args.threads)}  # name -> (engine, model, threads)
+    for threads in map(int, (args.ct2_threads or str(args.threads)).split(",")) if args.ct2 else []:
+        name = "ctranslate2" if threads == args.threads else f"ctranslate2 {threads} threads"
+        engines[name] = ("ctranslate2", args.ct2, threads)
     rows = []
     for name in args.sets.split(","):
         source = WORK / f"decode_{name}.en"
@@ -51,8 +58,8 @@ def main() -> None:
             for batch in map(int, args.batch_sizes.split(",")):
                 runs: dict[str, list[tuple[float, float, float, str]]] = {engine: [] for engine in engines}
                 for _ in range(args.repeats):
-                    for engine, model in engines.items():
-                        runs[engine].append(_run(engine, model, source, name, beam, batch, args))
+                    for engine, (kind, model, threads) in engines.items():
+                        runs[engine].append(_run(kind, model, threads, source, name, beam, batch, args))
                 speeds = {}
                 for engine, results in runs.items():
                     speeds[engine] = median([r[1] for r in results])
@@ -68,17 +75,24 @@ def main() -> None:
                             "target tokens/s": median([r[2] for r in results]),
                             "peak RSS MiB": max(r[4] for r in results),
                             "runs": len(results),
+                            "threads": engines[engine][2],
                         }
                     )
                     print(rows[-1], flush=True)
+                setting = rows[-len(engines) :]
                 if "ctranslate2" in speeds:
-                    rows[-2]["nmt / ct2"] = rows[-1]["nmt / ct2"] = round(speeds["nmt"] / speeds["ctranslate2"], 3)
+                    for row in setting:
+                        row["nmt / ct2"] = round(speeds["nmt"] / speeds["ctranslate2"], 3)
+                peers = [speed for engine, speed in speeds.items() if engines[engine][0] == "ctranslate2"]
+                if len(peers) > 1:
+                    for row in setting:
+                        row["nmt / best ct2"] = round(speeds["nmt"] / max(peers), 3)
     print_table(f"nmt translate, {args.threads} threads, model {args.model}", rows)
     record("decode", rows, "python benchmarks/bench_decode.py " + " ".join(sys.argv[1:]))
 
 
-def _run(engine: str, model: str, source, name: str, beam: int, batch: int, args) -> tuple:
-    out = WORK / f"decode_{engine}_{name}_b{beam}_bs{batch}.out"
+def _run(engine: str, model: str, threads: int, source, name: str, beam: int, batch: int, args) -> tuple:
+    out = WORK / f"decode_{engine}_{threads}t_{name}_b{beam}_bs{batch}.out"
     cmd = [
         sys.executable,
         "-m",
@@ -93,7 +107,7 @@ def _run(engine: str, model: str, source, name: str, beam: int, batch: int, args
         "--beam",
         str(beam),
         "--threads",
-        str(args.threads),
+        str(threads),
         "--progress",
         "--engine",
         engine,

@@ -97,6 +97,20 @@ class DecoderState:
     # (N,) each row's own step, when rows joined the batch at different steps (decode/continuous.py);
     # their self-attention caches then carry a ``visible`` mask as well
     row_steps: Tensor | None = None
+    # cross_attention_mask()'s answer and the src_mask it was computed for
+    _cross_mask: Tensor | None = None
+    _cross_mask_of: Tensor | None = None
+
+    def cross_attention_mask(self) -> Tensor | None:
+        """``src_mask``, or None on a CPU when no source is padded (batch 1, equal lengths): attention
+        without a mask skips a conversion of the mask per layer and step (about 5 us of a ~1 ms step
+        at batch 1). On a GPU the check would make the host wait, so the mask stays."""
+        if self.src_mask.device.type != "cpu":
+            return self.src_mask
+        if self._cross_mask_of is not self.src_mask:  # new or changed by select() / a join
+            self._cross_mask_of = self.src_mask
+            self._cross_mask = None if bool(self.src_mask.all()) else self.src_mask
+        return self._cross_mask
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep and reorder hypothesis ``rows``; if sentences left the batch, keep ``sentences``."""

@@ -57,7 +57,7 @@ class Transformer(nn.Module):
         x = embedding(tokens) * self.embed_scale  # (B, T, D)
         if self.positions is not None:
             x = x + self.positions(tokens.size(1), offset).to(x.dtype)
-        return self.embed_dropout(x)
+        return self.embed_dropout(x) if self.training else x
 
     @property
     def encoder_layers(self) -> list[EncoderLayer]:
@@ -145,7 +145,7 @@ class Transformer(nn.Module):
             x = self._embed_step(tokens, state.row_steps)  # rows at different steps
             state.row_steps = state.row_steps + 1
         state.step += 1
-        return self._decode_one(x, state.src_mask, state.caches)
+        return self._decode_one(x, state.cross_attention_mask(), state.caches)
 
     def decode_step_at(self, tokens: Tensor, position: Tensor, src_mask: Tensor, caches: list[LayerCache]) -> Tensor:
         """:meth:`decode_step` with fixed shapes and no host reads, so a CUDA graph can record it.
@@ -165,7 +165,7 @@ class Transformer(nn.Module):
             return x
         return x + self.positions.at(positions)[:, None].to(x.dtype)
 
-    def _decode_one(self, x: Tensor, src_mask: Tensor, caches: list[LayerCache]) -> Tensor:
+    def _decode_one(self, x: Tensor, src_mask: Tensor | None, caches: list[LayerCache]) -> Tensor:
         for layer, cache in zip(self.decoder_layers, caches):
             x = layer(x, None, src_mask, cache)
         return self.logits(self.decoder_norm(x[:, 0]))  # (N, V)
