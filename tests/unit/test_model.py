@@ -295,6 +295,24 @@ def test_beam_rows_reordered_between_steps_decode_as_their_own_prefixes():
     torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)
 
 
+def test_cross_attention_mask_only_while_a_source_is_padded():
+    """On the CPU the decoder attends over the source without a mask when nothing is padded, and
+    takes the mask again whenever the kept sentences include a padded one."""
+    model = tiny("sinusoidal", "post")
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
+    memory, mask = model.encode(src)
+    state = model.start_decoding(memory, mask)
+    assert state.cross_attention_mask() is mask  # sentence 1 is padded
+    state.select(torch.tensor([1]), sentences=torch.tensor([1]))
+    assert state.cross_attention_mask() is state.src_mask  # still padded
+    unpadded = model.start_decoding(memory[:1], mask[:1])
+    assert unpadded.cross_attention_mask() is None
+    masked = model.start_decoding(memory[:1], mask[:1])
+    masked._cross_mask_of, masked._cross_mask = masked.src_mask, masked.src_mask  # force the mask
+    tokens = torch.tensor([2])
+    torch.testing.assert_close(model.decode_step(tokens, unpadded), model.decode_step(tokens, masked))
+
+
 def _same_model_after(prepare) -> None:
     """``prepare(model)`` keeps names, values, tying and outputs of a model (within fp32 rounding)."""
     model = tiny("sinusoidal", "pre").eval()
