@@ -98,8 +98,8 @@ class DecoderState:
     # their self-attention caches then carry a ``visible`` mask as well
     row_steps: Tensor | None = None
     # cross_attention_mask()'s answer and the src_mask it was computed for
-    _cross_mask: Tensor | None = None
-    _cross_mask_of: Tensor | None = None
+    _cross_mask: Tensor | None = field(default=None, repr=False)
+    _cross_mask_of: Tensor | None = field(default=None, repr=False)
 
     def cross_attention_mask(self) -> Tensor | None:
         """``src_mask``, or None on a CPU when no source is padded (batch 1, equal lengths): attention

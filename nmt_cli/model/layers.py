@@ -46,8 +46,8 @@ class Residual(nn.Module):
         return x + out
 
     def _drop(self, x: Tensor) -> Tensor:
-        # Not even called at inference: a decoder step makes 3 of these calls per layer, and on a CPU
-        # at batch 1 a step's cost is mostly such per-call overhead.
+        # At inference Dropout is skipped rather than called as a no-op: a decoder step would make 3 such
+        # calls per layer, and on a CPU at batch 1 a step's cost is mostly per-call overhead.
         return self.dropout(x) if self.training else x
 
 
