@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .cache import GrowingKeysValues, MemoryKeysValues, StaticKeysValues
+from .dropout import apply_dropout
 from .positions import sinusoids
 
 
@@ -68,7 +69,7 @@ def attention_reference(
     bias: Tensor | None = None,
 ) -> Tensor:
     """softmax(q k^T / sqrt(d_k) + rel + bias) v, written out. q (B,H,Tq,d_k), k/v (B,H,Tk,d_k)."""
-    weights = F.dropout(attention_weights(q, k, mask, causal, relative, bias), p=dropout).to(v.dtype)
+    weights = apply_dropout(attention_weights(q, k, mask, causal, relative, bias), dropout, training=True).to(v.dtype)
     out = weights @ v  # (B, H, Tq, d_k)
     if relative is not None:
         out = out + torch.einsum("bhqk,qkd->bhqd", weights, relative.values)

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from .attention import CrossAttention, SelfAttention
 from .cache import LayerCache
+from .dropout import Dropout, apply_dropout
 
 Arrangement = Literal["post", "pre", "rezero", "none"]
 
@@ -28,7 +29,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, arrangement: Arrangement) -> None:
         super().__init__()
         self.arrangement = arrangement
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm = nn.LayerNorm(d_model) if arrangement in ("post", "pre") else None
         self.alpha = nn.Parameter(torch.zeros(1)) if arrangement == "rezero" else None
 
@@ -63,8 +64,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.activation(self.w1(x))  # (B, T, d_ff)
-        if self.training and self.dropout > 0:
-            hidden = F.dropout(hidden, self.dropout)
+        hidden = apply_dropout(hidden, self.dropout, self.training)
         return self.w2(hidden)
 
 

@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
 from .cache import DecoderState, GrowingKeysValues, LayerCache
+from .dropout import Dropout
 from .layers import DecoderLayer, EncoderLayer, Residual
 from .loss import output_loss
 from .positions import LearnedPositions, SinusoidalPositions
@@ -36,7 +37,7 @@ class Transformer(nn.Module):
         self.tgt_embed = self.src_embed if config.share_embeddings else nn.Embedding(tgt_vocab, d, padding_idx=pad_id)
         self.embed_scale = math.sqrt(d)
         self.positions: SinusoidalPositions | LearnedPositions | None = _positions(config)
-        self.embed_dropout = nn.Dropout(config.dropout)
+        self.embed_dropout = Dropout(config.dropout)
         arrangement = config.arrangement
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
