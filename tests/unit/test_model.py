@@ -388,6 +388,38 @@ def test_inference_linear_kernel_by_rows(monkeypatch):
     assert swapped == {3, 6, 7} and onednn == {0, 1, 8, 15, 20}
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
+def test_packed_weights_for_two_rows_and_more(monkeypatch):
+    """NMT_CPU_LINEAR=packed (auto's choice off Intel): 0-1 rows through oneDNN with the plain weight,
+    2 and more with the packed copy; equal to F.linear; state dict, values and tying unchanged."""
+    from nmt_cli.model import cpu_inference
+
+    calls: list[tuple[int, bool]] = []
+    kernel = cpu_inference.onednn_linear
+
+    def recorded(x, w, b):
+        calls.append((x.numel() // x.size(-1), w.is_mkldnn))
+        return kernel(x, w, b)
+
+    monkeypatch.setattr(cpu_inference, "onednn_linear", recorded)
+    monkeypatch.setenv("NMT_CPU_LINEAR", "packed")
+    for bias in (True, False):
+        plain = torch.nn.Linear(8, 6, bias=bias)
+        fast = cpu_inference.InferenceLinear.sharing(plain, packed=True)
+        assert fast.weight is plain.weight and set(fast.state_dict()) == set(plain.state_dict())
+        for shape in ((1, 1, 8), (2, 8), (4, 5, 8), (0, 1, 8), (64, 8)):
+            x = torch.randn(shape)
+            with torch.inference_mode():
+                torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+    assert set(calls) == {(1, False), (2, True), (20, True), (0, False), (64, True)}
+    prepare = lambda model: cpu_inference.prepare_for_cpu_inference(model, model.output)  # noqa: E731
+    _same_model_after(prepare)
+    model = tiny("sinusoidal", "post")
+    prepare(model)
+    assert model.output.weight is model.tgt_embed.weight  # tying kept
+    assert isinstance(model.output, cpu_inference.InferenceLinear) and model.output.packed_weight is not None
+
+
 def test_cpu_linear_choice_from_the_environment(monkeypatch):
     """NMT_CPU_LINEAR=blas keeps every layer with the BLAS (output weight stored transposed instead);
     a wrong value is a one-line error naming the variable; auto takes oneDNN only off Intel with MKL."""
@@ -400,7 +432,7 @@ def test_cpu_linear_choice_from_the_environment(monkeypatch):
     assert not any(isinstance(m, cpu_inference.InferenceLinear) for m in model.modules())
     assert model.output.weight.t().is_contiguous()
     monkeypatch.setenv("NMT_CPU_LINEAR", "fast")
-    with pytest.raises(NmtError, match="NMT_CPU_LINEAR='fast' is not one of auto, onednn, blas"):
+    with pytest.raises(NmtError, match="NMT_CPU_LINEAR='fast' is not one of auto, onednn, packed, blas"):
         cpu_inference.use_onednn()
     monkeypatch.setenv("NMT_CPU_LINEAR", "auto")
     for vendor, expected in (("GenuineIntel", False), ("AuthenticAMD", True), ("", False)):
