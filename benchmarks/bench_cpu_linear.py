@@ -12,7 +12,7 @@ what the processor can do; CTranslate2 on the same processor uses oneDNN for the
 projection, one after another as a step runs them (so each weight is read from the shared cache,
 not from the core's own, as in a step), for 1-128 input rows. Kernels: ``F.linear`` (PyTorch's
 layout), ``F.linear`` with only the output weight stored transposed (``NMT_CPU_LINEAR=blas``), with every
-weight stored transposed, oneDNN's inner product, the product with swapped operands (W x^T through
+weight stored transposed, oneDNN's inner product (plain and packed weights), the product with swapped operands (W x^T through
 the BLAS), and ``InferenceLinear`` (chosen by rows; what ``load_model`` ships where ``NMT_CPU_LINEAR``
 resolves to oneDNN). Each cell is the median over
 ``--repeats`` rounds of the mean over about 0.3 s of steps, the kernels alternating within a round.
@@ -35,7 +35,13 @@ import torch.nn.functional as F
 from common import SHARED, alternate_translations, record
 
 from nmt_cli.decode.translator import load_model
-from nmt_cli.model.cpu_inference import InferenceLinear, cpu_vendor, onednn_linear, swapped_operands_linear
+from nmt_cli.model.cpu_inference import (
+    InferenceLinear,
+    cpu_vendor,
+    onednn_linear,
+    onednn_packed_weight,
+    swapped_operands_linear,
+)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("model")
@@ -72,7 +78,8 @@ def micro() -> None:
     weights = [(m.weight.detach().contiguous(), None if m.bias is None else m.bias.detach()) for m in linears]
     transposed_output = weights[:-1] + [(weights[-1][0].t().contiguous().t(), None)]
     transposed_all = [(w.t().contiguous().t(), b) for w, b in weights]
-    shipped = [InferenceLinear.sharing(torch.nn.Linear(w.size(1), w.size(0), bias=b is not None)) for w, b in weights]
+    packed = [(onednn_packed_weight(w), b) for w, b in weights]
+    shipped = [InferenceLinear.sharing(torch.nn.Linear(w.size(1), w.size(0), bias=b is not None), True) for w, b in weights]
     with torch.no_grad():
         for layer, (w, b) in zip(shipped, weights):
             layer.weight.copy_(w)
@@ -83,6 +90,7 @@ def micro() -> None:
         "F.linear, output transposed (blas)": lambda x: [F.linear(x[w.size(1)], w, b) for w, b in transposed_output],
         "F.linear, every weight transposed": lambda x: [F.linear(x[w.size(1)], w, b) for w, b in transposed_all],
         "oneDNN": lambda x: [onednn_linear(x[w.size(1)], w, b) for w, b in weights],
+        "oneDNN, packed weights": lambda x: [onednn_linear(x[w.size(1)], w, b) for w, b in packed],
         "swapped operands": lambda x: [swapped_operands_linear(x[w.size(1)], w, b) for w, b in weights],
         "InferenceLinear (by rows)": lambda x: [layer(x[layer.in_features]) for layer in shipped],
     }
