@@ -89,18 +89,24 @@ def cpu_vendor() -> str:
     return ""
 
 
+def cpu_linear_choice() -> str:
+    """``NMT_CPU_LINEAR``, validated: one of ``CHOICES`` (unset or empty: ``auto``)."""
+    choice = os.environ.get("NMT_CPU_LINEAR", "auto").strip().lower() or "auto"
+    if choice not in CHOICES:
+        raise NmtError(f"NMT_CPU_LINEAR={choice!r} is not one of {', '.join(CHOICES)}; unset it to let nmt choose")
+    return choice
+
+
 def use_onednn() -> bool:
     """Whether linear layers run through oneDNN here: ``NMT_CPU_LINEAR``, else only where the BLAS
     is MKL and the processor is not Intel's (elsewhere the BLAS is tuned for it, or unmeasured);
     with packed weights unless ``NMT_CPU_LINEAR=onednn``."""
-    choice = os.environ.get("NMT_CPU_LINEAR", "auto").strip().lower() or "auto"
-    if choice not in CHOICES:
-        raise NmtError(f"NMT_CPU_LINEAR={choice!r} is not one of {', '.join(CHOICES)}; unset it to let nmt choose")
+    choice = cpu_linear_choice()
     if choice == "blas":
         return False
     if not onednn_usable():
-        if choice == "onednn":
-            raise NmtError("NMT_CPU_LINEAR=onednn: this PyTorch has no usable oneDNN linear operator; unset it")
+        if choice in ("onednn", "packed"):
+            raise NmtError(f"NMT_CPU_LINEAR={choice}: this PyTorch has no usable oneDNN linear operator; unset it")
         return False
     vendor = cpu_vendor()
     return choice in ("onednn", "packed") or (torch.backends.mkl.is_available() and vendor not in ("", "GenuineIntel"))
@@ -147,7 +153,7 @@ def prepare_for_cpu_inference(model: nn.Module, output: nn.Linear) -> None:
     if not use_onednn():
         store_weight_transposed(output)
         return
-    packed = os.environ.get("NMT_CPU_LINEAR", "auto").strip().lower() != "onednn"
+    packed = cpu_linear_choice() != "onednn"
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
