@@ -86,14 +86,16 @@ def attention(
     relative: RelativeTerms | None = None,
     bias: Tensor | None = None,
 ) -> Tensor:
-    """Fast path through PyTorch's fused kernel; Shaw's relative positions and bf16 on the CPU use the
-    reference. ``bias`` (B, H, Tq, Tk) is added to the scaled scores (Transformer-XL's position term)."""
+    """Fast path through PyTorch's fused kernel; Shaw's relative positions, bf16 on the CPU and, on the
+    CPU, training over short keys (``WRITTEN_OUT_MAX_KEYS``) use the reference. ``bias`` (B, H, Tq, Tk)
+    is added to the scaled scores (Transformer-XL's position term)."""
     if relative is not None:
         return attention_reference(q, k, v, mask, dropout, causal, relative)
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+    if q.device.type == "cpu" and (q.dtype == torch.bfloat16 or _short_keys_in_training(q, k)):
         # PyTorch's CPU flash-attention kernel is slow in bf16 (its backward about 5x its fp32 time on
         # m30k-small); the formula written out runs its products in bf16 and was 1.6x faster than the
-        # kernel fed fp32 copies (one attention block, forward and backward, 26 positions).
+        # kernel fed fp32 copies (one attention block, forward and backward, 26 positions). In fp32 the
+        # kernel's backward is slow for short keys: see WRITTEN_OUT_MAX_KEYS.
         return attention_reference(q, k, v, mask, dropout, causal, bias=bias)
     if bias is not None:  # one float mask: the position term, -inf where a key is hidden
         mask, causal = _as_float_mask(bias.to(q.dtype), mask, causal), False
@@ -107,6 +109,19 @@ def attention(
             future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(t_k - t_q + 1)
             mask = ~future if mask is None else mask & ~future
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+
+
+# Up to this many keys, training on the CPU in fp32 runs attention written out rather than through
+# PyTorch's flash-attention kernel: forward and backward of one attention block over a batch of about
+# 4,000 tokens (AMD EPYC Zen 3, 2 threads, 4 heads of 64) took 8.8 ms written out against 18.7 ms
+# through the kernel at 26 keys (padding mask), 8.2 vs 13.2 at 32, level at 48-96, and 30 vs 22 ms at
+# 128 (the kernel is built for long sequences). The written-out weights (B, H, Tq, Tk) kept for the
+# backward pass stay small at these lengths.
+WRITTEN_OUT_MAX_KEYS = 64
+
+
+def _short_keys_in_training(q: Tensor, k: Tensor) -> bool:
+    return k.size(-2) <= WRITTEN_OUT_MAX_KEYS and torch.is_grad_enabled() and q.requires_grad
 
 
 def _as_float_mask(bias: Tensor, mask: Tensor | None, causal: bool) -> Tensor:

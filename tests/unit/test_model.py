@@ -168,6 +168,24 @@ def test_fast_attention_matches_reference(causal):
     )
 
 
+@pytest.mark.parametrize("keys", [6, 64, 65, 90])  # written out up to WRITTEN_OUT_MAX_KEYS (64), the kernel above
+@pytest.mark.parametrize("causal", [False, True])
+def test_training_attention_and_its_gradients_equal_pytorchs_kernel(causal, keys):
+    torch.manual_seed(0)
+    leaves = [torch.randn(3, 2, keys, 8, requires_grad=True) for _ in range(3)]
+    lengths = torch.tensor([keys, keys - 2, 1])
+    padding = (torch.arange(keys)[None, :] < lengths[:, None])[:, None, None, :]
+    mask = None if causal else padding
+    out = attention(*leaves, mask, causal=causal)
+    grads = torch.autograd.grad(out.square().sum(), leaves)
+    copies = [leaf.detach().clone().requires_grad_() for leaf in leaves]
+    expected = F.scaled_dot_product_attention(*copies, attn_mask=mask, is_causal=causal)
+    expected_grads = torch.autograd.grad(expected.square().sum(), copies)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_bf16_attention_on_cpu_stays_close_to_fp32(causal):
     torch.manual_seed(0)
