@@ -59,18 +59,28 @@ class _FusedOutputLoss(torch.autograd.Function):
         grad_hidden = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if need_grad else None
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_grad else None
         step = block_rows(vocab, hidden.device)
+        # On the CPU in fp32, the forward product reads the weight as a contiguous (D, V) matrix: MKL
+        # ran (256 x 256) @ (256 x 8,000) at 91 GFLOP/s that way against 72 through the transposed view.
+        weight_t = weight.t().contiguous() if _cpu_fp32(hidden, dtype) else weight.t()
         for start in range(0, hidden.size(0), step):
             rows = slice(start, start + step)
-            logits = (hidden[rows] @ weight.t()).float()  # (n, V); autocast may run the product in bf16
-            normaliser = torch.logsumexp(logits, dim=-1)  # (n,)
-            nll = normaliser - logits.gather(-1, target[rows, None]).squeeze(-1)  # (n,)
-            uniform = normaliser - logits.mean(dim=-1)  # (n,) = sum_v(-log p_v) / V
+            logits = (hidden[rows] @ weight_t).float()  # (n, V); autocast may run the product in bf16
+            # log-sum-exp with one exp over the block, in place: exp(logits - max) is also the
+            # unnormalised softmax the gradient needs
+            top = logits.amax(dim=-1)  # (n,)
+            target_logit = logits.gather(-1, target[rows, None]).squeeze(-1)  # (n,)
+            mean_logit = logits.mean(dim=-1)  # (n,)
+            unnormalised = logits.sub_(top[:, None]).exp_()  # (n, V), in place of the logits
+            total = unnormalised.sum(dim=-1)  # (n,)
+            normaliser = top + total.log()  # (n,) log-sum-exp
+            nll = normaliser - target_logit
+            uniform = normaliser - mean_logit  # sum_v(-log p_v) / V
             loss_sum += ((1.0 - epsilon) * nll + epsilon * uniform).sum()
             nll_sum += nll.sum()
             if grad_hidden is None or grad_weight is None:  # no backward pass will need them
                 continue
-            # d loss / d logits = softmax - (1 - eps) * onehot - eps / V, built in place in ``logits``.
-            grad_logits = logits.sub_(normaliser[:, None]).exp_().sub_(epsilon / vocab)  # (n, V)
+            # d loss / d logits = softmax - (1 - eps) * onehot - eps / V, built in place
+            grad_logits = unnormalised.mul_(total.reciprocal()[:, None]).sub_(epsilon / vocab)  # (n, V)
             grad_logits.scatter_add_(-1, target[rows, None], grad_logits.new_full((nll.size(0), 1), epsilon - 1.0))
             with torch.autocast(hidden.device.type, enabled=False):
                 grad_logits = grad_logits.to(dtype)
@@ -91,6 +101,10 @@ class _FusedOutputLoss(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         hidden_dtype, weight_dtype = ctx.input_dtypes
         return ((grad_hidden * grad_loss).to(hidden_dtype), (grad_weight * grad_loss).to(weight_dtype), None, None)
+
+
+def _cpu_fp32(hidden: Tensor, product_dtype: torch.dtype) -> bool:
+    return hidden.device.type == "cpu" and product_dtype == torch.float32 and hidden.dtype == torch.float32
 
 
 def _gradient_product_dtype(device_type: str) -> torch.dtype:
