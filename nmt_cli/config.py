@@ -81,7 +81,12 @@ class VocabConfig:
     size: int = _opt(37000, "vocabulary size per model (the paper: 37k joint BPE for EN-DE)", ge=16)
     joint: bool = _opt(True, "one model for both languages (required by model.share_embeddings)")
     character_coverage: float = _opt(1.0, "share of characters covered (0.9995 for CJK)", gt=0, le=1)
-    input_sentence_size: int = _opt(10_000_000, "sentences sampled to learn the vocabulary (bounds memory)", ge=1000)
+    input_sentence_size: int = _opt(
+        10_000_000,
+        "most lines the vocabulary is learned from; with more, an even sample (bpe counts their words, "
+        "unigram holds these lines in memory)",
+        ge=1000,
+    )
     threads: int = _opt(0, "SentencePiece training threads (0: all cores)", ge=0)
     normalization: Literal["identity", "nmt_nfkc", "nfkc"] = _opt(
         "identity", "SentencePiece normalization; identity keeps the text exactly as cleaned"

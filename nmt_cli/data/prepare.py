@@ -17,6 +17,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import numpy as np
 import sentencepiece as spm
 from tqdm import tqdm
 
-from ..config import Recipe, recipe_to_dict, require_data
+from ..config import Recipe, VocabConfig, recipe_to_dict, require_data
 from ..errors import DataError
 from ..utils.files import atomic_open, ensure_writable_dir, remove_stale_temps
 from ..utils.process import die_with_parent
@@ -34,6 +35,7 @@ from .binary import TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
 from .vocab import SYNTHETIC_TAG, extend_vocab, learn_vocab, load_vocab, parent_vocab_blobs, vocab_files
+from .word_counts import WordCounts
 
 META_VERSION = 1
 Log = Callable[[str], None]
@@ -213,15 +215,31 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
         return cached
     if v.joint:
         log(f"learning a joint {v.type} vocabulary of {v.size:,} pieces ...")
-        learn_vocab([src_text, tgt_text], out / src_name, v, symbols=symbols)
+        words = _learn_vocab_apart([src_text, tgt_text], out / src_name, v, symbols)
+        if words is not None:
+            log(f"  learned from {words.summary()}")
     else:
         for text, name in ((src_text, src_name), (tgt_text, tgt_name)):
             log(f"learning a {v.type} vocabulary of {v.size:,} pieces for {text.name} ...")
-            learn_vocab([text], out / name, v, symbols=symbols)
+            words = _learn_vocab_apart([text], out / name, v, symbols)
+            if words is not None:
+                log(f"  learned from {words.summary()}")
     sizes = [load_vocab(p).GetPieceSize() for p in outputs]
     return _stamp(
         out, "vocab", key, {"src_model": src_name, "tgt_model": tgt_name, "src_size": sizes[0], "tgt_size": sizes[1]}
     )
+
+
+def _learn_vocab_apart(inputs: list[Path], output: Path, config: VocabConfig, symbols: list[str]) -> WordCounts | None:
+    """``learn_vocab`` in a short-lived process: its memory (word counts, SentencePiece's trainer) goes
+    back to the system when it ends. Run here, it would leave the heap fragmented, and every later
+    step would start about 10 MB larger."""
+    spawn = get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+        try:
+            return pool.submit(learn_vocab, inputs, output, config, symbols=symbols).result()
+        except BrokenProcessPool:
+            raise DataError(_died("the process learning the vocabulary", inputs[0], "vocab.input_sentence_size")) from None
 
 
 def _reuse_vocab(
@@ -277,32 +295,41 @@ def _init_worker(src_model: str, tgt_model: str, parent: int | None = None) -> N
     _WORKER["tgt"] = _WORKER["src"] if tgt_model == src_model else load_vocab(Path(tgt_model))
 
 
-def _encode_side(processor: spm.SentencePieceProcessor, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    ids = processor.encode(lines, out_type=int)
-    # int32 halves what a worker sends back; ids are < 2^31 for any SentencePiece vocabulary.
+def _encode_side(processor: spm.SentencePieceProcessor, block: bytes) -> tuple[np.ndarray, np.ndarray]:
+    ids = processor.encode(_block_lines(block), out_type=int)
+    # Ids in the dtype of the .bin file (2 bytes for most vocabularies): less to send back and hold.
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    dtype = token_dtype(processor.GetPieceSize())
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
     return flat, lengths
 
 
-def _encode_chunk(chunk: tuple[list[str], list[str]]) -> tuple[np.ndarray, ...]:
+def _encode_chunk(chunk: tuple[bytes, bytes]) -> tuple[np.ndarray, ...]:
     src, tgt = chunk
     return (*_encode_side(_WORKER["src"], src), *_encode_side(_WORKER["tgt"], tgt))
 
 
-def _read_chunks(src: Path, tgt: Path, size: int) -> Iterator[tuple[list[str], list[str]]]:
-    # newline="\n": lines end at \n only, as the cleaning step wrote them.
-    with open(src, encoding="utf-8", newline="\n") as fs, open(tgt, encoding="utf-8", newline="\n") as ft:
+def _read_chunks(src: Path, tgt: Path, size: int) -> Iterator[tuple[bytes, bytes]]:
+    """Blocks of ``size`` lines of both sides as raw UTF-8: one block costs a worker's pipe and this
+    process's memory far less than a list of strings (the peak of the whole prepare is here)."""
+    with open(src, "rb") as fs, open(tgt, "rb") as ft:  # binary lines end at b"\n" only, as written
         while True:
-            src_lines = [line.rstrip("\n") for line in itertools.islice(fs, size)]
-            tgt_lines = [line.rstrip("\n") for line in itertools.islice(ft, size)]
-            if not src_lines:
+            src_block = b"".join(itertools.islice(fs, size))
+            tgt_block = b"".join(itertools.islice(ft, size))
+            if not src_block:
                 return
-            yield src_lines, tgt_lines
+            yield src_block, tgt_block
+
+
+def _block_lines(block: bytes) -> list[str]:
+    lines = block.decode("utf-8").split("\n")  # not splitlines(): \x85 or U+2028 inside a line stay
+    if lines[-1] == "":  # after the block's last line end (absent only at a file's end without one)
+        lines.pop()
+    return lines
 
 
 def _encoded_chunks(
-    chunks: Iterator[tuple[list[str], list[str]]], workers: int, models: tuple[str, str]
+    chunks: Iterator[tuple[bytes, bytes]], workers: int, models: tuple[str, str]
 ) -> Iterator[tuple[np.ndarray, ...]]:
     """Encode chunks in order; at most one chunk per worker plus one are in flight (bounded memory)."""
     if workers <= 1:
@@ -313,12 +340,22 @@ def _encoded_chunks(
         workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=(*models, os.getpid())
     ) as pool:
         pending: deque = deque()
-        for chunk in chunks:
-            pending.append(pool.submit(_encode_chunk, chunk))
-            if len(pending) > workers:
+        try:
+            for chunk in chunks:
+                pending.append(pool.submit(_encode_chunk, chunk))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
                 yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        except BrokenProcessPool:
+            raise DataError(_died("an encoding worker", Path(models[0]), "data.workers or data.chunk_lines")) from None
+
+
+def _died(who: str, path: Path, knob: str) -> str:
+    return (
+        f"{path.parent}: {who} died (killed, perhaps for lack of memory); nothing half-written was kept. "
+        f"Free memory or lower {knob}, then run `nmt prepare` again"
+    )
 
 
 def _encode_split(

@@ -19,6 +19,7 @@ from ..config import VocabConfig
 from ..errors import CheckpointError, DataError
 from ..utils.files import atomic_path
 from ..utils.run_folder import RunFolder
+from .word_counts import WordCounts, count_words
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SYNTHETIC_TAG = "<BT>"  # data.tag_synthetic: first source token of synthetic pairs, one vocabulary piece
@@ -33,22 +34,31 @@ def vocab_files(src_lang: str, tgt_lang: str, joint: bool) -> tuple[str, str]:
 
 def learn_vocab(
     inputs: Sequence[Path], output: Path, config: VocabConfig, hard_limit: bool = True, symbols: Sequence[str] = ()
-) -> None:
+) -> WordCounts | None:
     """Train a SentencePiece model on the text files ``inputs`` and write it to ``output``.
 
-    SentencePiece samples at most ``input_sentence_size`` sentences, which bounds memory on
-    large corpora. Its errors are translated into a one-line :class:`DataError`.
+    A BPE model is learned from the inputs' word counts (see :mod:`.word_counts`: the same model
+    as from the sentences, in memory that grows with distinct words); returned for the log. A
+    unigram model is learned from a sample of at most ``input_sentence_size`` sentences, which
+    SentencePiece holds in memory. Its errors are translated into a one-line :class:`DataError`.
     """
+    words = count_words(inputs, config.input_sentence_size) if config.type == "bpe" else None
     with atomic_path(output) as tmp:
         prefix = str(tmp)[: -len(".model")] if str(tmp).endswith(".model") else str(tmp)
+        counts_file = output.with_name(f".{output.name}.words.tmp{os.getpid()}")  # removed by remove_stale_temps
+        if words is not None:
+            words.write_tsv(counts_file)
+            source: dict[str, Any] = {"input": [str(counts_file)], "input_format": "tsv", "input_sentence_size": 0}
+            words.counts.clear()  # SentencePiece reads the file: the memory goes back before it starts
+        else:
+            source = {"input": [str(p) for p in inputs], "input_sentence_size": config.input_sentence_size}
         try:
             spm.SentencePieceTrainer.train(
-                input=[str(p) for p in inputs],
+                **source,
                 model_prefix=prefix,
                 vocab_size=config.size,
                 model_type=config.type,
                 character_coverage=config.character_coverage,
-                input_sentence_size=config.input_sentence_size,
                 shuffle_input_sentence=True,
                 num_threads=config.threads or os.cpu_count() or 1,
                 pad_id=PAD_ID,
@@ -64,8 +74,11 @@ def learn_vocab(
             )
         except RuntimeError as err:
             raise DataError(_explain_spm_error(str(err), inputs, config)) from None
+        finally:
+            counts_file.unlink(missing_ok=True)
         Path(prefix + ".model").replace(tmp)
         Path(prefix + ".vocab").unlink(missing_ok=True)
+    return words
 
 
 def _explain_spm_error(message: str, inputs: Sequence[Path], config: VocabConfig) -> str:

@@ -181,3 +181,24 @@ def _write(tmp_path: Path, root: Path, out: Path) -> Path:
     path = tmp_path / "u.yaml"
     path.write_text(tiny_recipe_yaml(root, out, tmp_path / "run"))
     return path
+
+
+def test_encoding_splits_lines_at_line_feeds_only(tmp_path):
+    """Validation text is only stripped: U+2028, U+0085 and form feeds stay inside its lines, empty lines stay lines."""
+    words = [" ".join(chr(97 + (i * j + j) % 26) * (1 + j % 3) for j in range(6)) for i in range(60)]
+    write_slice(tmp_path / "c", "train", {"en": words, "de": words[::-1]})
+    write_slice(tmp_path / "c", "val", {"en": ["a\u2028b", "", "b\x85c\x0cd", "c"], "de": ["b", "a", "", "a\u2028a"]})
+    write_slice(tmp_path / "c", "test", {"en": ["a"], "de": ["a"]})
+    make_recipe(tmp_path, tmp_path / "c")
+    recipe = load_recipe(
+        tmp_path / "r.yaml", ["vocab.size=60", "vocab.byte_fallback=false", "data.workers=2", "data.chunk_lines=3"]
+    )
+    meta = quiet(recipe)
+    lengths = {}
+    for lang in ("en", "de"):
+        array = TokenArray(recipe.data_dir / f"valid.{lang}", np.dtype(meta["splits"]["valid"]["dtypes"][0]))
+        lengths[lang] = [len(array[i]) for i in range(len(array))]
+    assert len(lengths["en"]) == len(lengths["de"]) == meta["splits"]["valid"]["kept"] == 4
+    assert [n == 0 for n in lengths["en"]] == [False, True, False, False]
+    assert [n == 0 for n in lengths["de"]] == [False, False, True, False]
+    assert not list(recipe.data_dir.rglob(".*.tmp*"))  # the word counts file is gone too
