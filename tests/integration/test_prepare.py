@@ -202,3 +202,22 @@ def test_encoding_splits_lines_at_line_feeds_only(tmp_path):
     assert [n == 0 for n in lengths["en"]] == [False, True, False, False]
     assert [n == 0 for n in lengths["de"]] == [False, False, True, False]
     assert not list(recipe.data_dir.rglob(".*.tmp*"))  # the word counts file is gone too
+
+
+def test_separate_vocabularies_are_learned_from_each_side(tmp_path, m30k_slice):
+    make_recipe(tmp_path, m30k_slice)
+    recipe = load_recipe(tmp_path / "r.yaml", ["vocab.joint=false", "model.share_embeddings=false"])
+    logs: list[str] = []
+    meta = prepare(recipe, log=logs.append, progress=False)
+    assert sum("learned from" in line for line in logs) == 2
+    for side, lang in ((0, "en"), (1, "de")):
+        vocab = load_vocab(recipe.data_dir / f"spm.{lang}.model")
+        array = TokenArray(recipe.data_dir / f"train.{lang}", np.dtype(meta["splits"]["train"]["dtypes"][side]))
+        text = (recipe.data_dir / "text" / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        assert vocab.decode([array[i].tolist() for i in range(len(array))]) == text
+    pieces = {
+        lang: {v.IdToPiece(i) for i in range(v.GetPieceSize())}
+        for lang, v in ((lang, load_vocab(recipe.data_dir / f"spm.{lang}.model")) for lang in ("en", "de"))
+    }
+    german_words = {"▁und", "▁ein", "▁Mann"}
+    assert german_words <= pieces["de"] and not german_words & pieces["en"]
