@@ -26,7 +26,7 @@ import numpy as np
 import sentencepiece as spm
 from tqdm import tqdm
 
-from ..config import Recipe, VocabConfig, recipe_to_dict, require_data
+from ..config import Recipe, recipe_to_dict, require_data
 from ..errors import DataError
 from ..utils.files import atomic_open, ensure_writable_dir, remove_stale_temps
 from ..utils.process import die_with_parent
@@ -34,8 +34,8 @@ from ..version import __version__
 from .binary import TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
-from .vocab import SYNTHETIC_TAG, extend_vocab, learn_vocab, load_vocab, parent_vocab_blobs, vocab_files
-from .word_counts import WordCounts
+from .vocab import SYNTHETIC_TAG, extend_vocab, load_vocab, parent_vocab_blobs, vocab_files
+from .vocab_process import learn_vocab_apart
 
 META_VERSION = 1
 Log = Callable[[str], None]
@@ -215,31 +215,19 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
         return cached
     if v.joint:
         log(f"learning a joint {v.type} vocabulary of {v.size:,} pieces ...")
-        words = _learn_vocab_apart([src_text, tgt_text], out / src_name, v, symbols)
+        words = learn_vocab_apart([src_text, tgt_text], out / src_name, v, symbols)
         if words is not None:
-            log(f"  learned from {words.summary()}")
+            log(f"  learned from {words}")
     else:
         for text, name in ((src_text, src_name), (tgt_text, tgt_name)):
             log(f"learning a {v.type} vocabulary of {v.size:,} pieces for {text.name} ...")
-            words = _learn_vocab_apart([text], out / name, v, symbols)
+            words = learn_vocab_apart([text], out / name, v, symbols)
             if words is not None:
-                log(f"  learned from {words.summary()}")
+                log(f"  learned from {words}")
     sizes = [load_vocab(p).GetPieceSize() for p in outputs]
     return _stamp(
         out, "vocab", key, {"src_model": src_name, "tgt_model": tgt_name, "src_size": sizes[0], "tgt_size": sizes[1]}
     )
-
-
-def _learn_vocab_apart(inputs: list[Path], output: Path, config: VocabConfig, symbols: list[str]) -> WordCounts | None:
-    """``learn_vocab`` in a short-lived process: its memory (word counts, SentencePiece's trainer) goes
-    back to the system when it ends. Run here, it would leave the heap fragmented, and every later
-    step would start about 10 MB larger."""
-    spawn = get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=spawn, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        try:
-            return pool.submit(learn_vocab, inputs, output, config, symbols=symbols).result()
-        except BrokenProcessPool:
-            raise DataError(_died("the process learning the vocabulary", inputs[0], "vocab.input_sentence_size")) from None
 
 
 def _reuse_vocab(
@@ -348,7 +336,11 @@ def _encoded_chunks(
             while pending:
                 yield pending.popleft().result()
         except BrokenProcessPool:
-            raise DataError(_died("an encoding worker", Path(models[0]), "data.workers or data.chunk_lines")) from None
+            raise DataError(
+                f"{Path(models[0]).parent}: an encoding worker died; nothing half-written was kept. Killed for "
+                "lack of memory? Lower data.workers or data.chunk_lines. Called from a Python script? Call "
+                'prepare() under `if __name__ == "__main__":` (workers are spawned processes that import the script)'
+            ) from None
 
 
 def _died(who: str, path: Path, knob: str) -> str:

@@ -221,3 +221,17 @@ def test_separate_vocabularies_are_learned_from_each_side(tmp_path, m30k_slice):
     }
     german_words = {"▁und", "▁ein", "▁Mann"}
     assert german_words <= pieces["de"] and not german_words & pieces["en"]
+
+
+def test_a_killed_vocabulary_process_is_a_one_line_error(tmp_path, m30k_slice, monkeypatch):
+    from nmt_cli.data import vocab_process
+
+    suicidal = tmp_path / "python"
+    suicidal.write_text("#!/bin/sh\nkill -9 $$\n")
+    suicidal.chmod(0o755)
+    monkeypatch.setattr(vocab_process.sys, "executable", str(suicidal))
+    recipe = make_recipe(tmp_path, m30k_slice)
+    with pytest.raises(DataError, match=r"the process learning the vocabulary was killed by signal 9; nothing .*again"):
+        quiet(recipe)
+    assert_nothing_complete(recipe)
+    assert not (recipe.data_dir / "spm.model").exists()
