@@ -343,13 +343,6 @@ def _encoded_chunks(
             ) from None
 
 
-def _died(who: str, path: Path, knob: str) -> str:
-    return (
-        f"{path.parent}: {who} died (killed, perhaps for lack of memory); nothing half-written was kept. "
-        f"Free memory or lower {knob}, then run `nmt prepare` again"
-    )
-
-
 def _encode_split(
     recipe: Recipe,
     split: str,
