@@ -15,10 +15,17 @@ faster than W x^T at 4 rows; level at one row. So, where the kernels below are c
 oneDNN with the plain weight, more rows through oneDNN with the packed copy (``benchmarks/bench_cpu_linear.py``
 and ``docs/benchmarks.md`` hold the measurements). The packed copies cost the weights' size in memory again.
 
-``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (these kernels on any processor), ``onednn`` (the
+oneDNN through PyTorch costs 30-50 us a call before any arithmetic, which a small weight's product does
+not repay. On processors without AVX-512 (Zen 3 measured), one row times a weight of fewer than
+``ONE_ROW_BLAS_MAX_ELEMENTS`` elements runs through the BLAS instead, that weight stored transposed: a small model's greedy steps at
+batch 1 were 1.2-1.5x faster, a base model's unchanged (its weights are all at least that large). On an
+AMD processor with AVX-512 oneDNN was measured faster at one row over a whole step, so nothing changes there.
+
+``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (oneDNN by rows on any processor, small one-row products
+included), ``onednn`` (the
 previous kernels: 2-7 rows as W x^T through the BLAS, else oneDNN with the plain weight; no copies),
 ``blas`` (always ``F.linear``), ``auto`` (the default: ``packed`` where the BLAS is MKL and the processor
-is not Intel's). With ``blas``, the output weight is instead stored transposed, the BLAS's faster
+is not Intel's, with small one-row products through the BLAS where it has no AVX-512). With ``blas``, the output weight is instead stored transposed, the BLAS's faster
 layout for few rows. None changes a weight's values, name or tying, and none is used in training:
 oneDNN's operator has no gradient.
 """
@@ -43,6 +50,11 @@ CHOICES = ("auto", "onednn", "packed", "blas")
 # oneDNN's blocked weight layout is chosen for an expected number of rows; one layout packed for 16
 # served 1-64 rows within a few per cent of a layout packed for each (AMD EPYC Zen 3).
 PACKED_FOR_ROWS = 16
+# One input row times a weight of fewer elements than this runs through the BLAS, the weight stored
+# transposed, where ``small_products_through_blas()``: on an AMD EPYC Zen 3 (AVX2, 2 threads, weights
+# from memory), one row by 256 x 256 took 29 us through MKL against 50 us through oneDNN; by 1,024 x 256
+# (2**18 elements) 114 against 102 us, and larger weights gain more from oneDNN's second thread.
+ONE_ROW_BLAS_MAX_ELEMENTS = 2**18
 
 
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -112,26 +124,39 @@ def use_onednn() -> bool:
     return choice in ("onednn", "packed") or (torch.backends.mkl.is_available() and vendor not in ("", "GenuineIntel"))
 
 
+def small_products_through_blas() -> bool:
+    """Whether one row times a small weight runs through the BLAS rather than oneDNN: under ``auto``,
+    on processors without AVX-512 (where it was measured faster; see ``ONE_ROW_BLAS_MAX_ELEMENTS``)."""
+    return cpu_linear_choice() == "auto" and "AVX512" not in torch.backends.cpu.get_cpu_capability()
+
+
 class InferenceLinear(nn.Linear):
     """An ``nn.Linear`` whose product is chosen by the number of input rows (see the module's text);
     same parameters, same state-dict names."""
 
     packed_weight: Tensor | None = None
+    one_row_through_blas: bool = False
 
     @classmethod
-    def sharing(cls, linear: nn.Linear, packed: bool = False) -> InferenceLinear:
+    def sharing(cls, linear: nn.Linear, packed: bool = False, small_one_row_blas: bool = False) -> InferenceLinear:
         """An InferenceLinear holding ``linear``'s own parameter objects (so tied weights stay tied),
-        with a oneDNN-packed copy of the weight for products of 2 or more rows if ``packed``."""
+        with a oneDNN-packed copy of the weight for products of 2 or more rows if ``packed``, and one
+        row through the BLAS if ``small_one_row_blas`` and the weight is small."""
         fast = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         fast.weight = linear.weight
         fast.bias = linear.bias
         fast.packed_weight = onednn_packed_weight(linear.weight) if packed else None
+        fast.one_row_through_blas = small_one_row_blas and linear.weight.numel() < ONE_ROW_BLAS_MAX_ELEMENTS
+        if fast.one_row_through_blas:
+            store_weight_transposed(fast)  # the BLAS's faster layout for one row; oneDNN reads the packed copy
         return fast
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_grad_enabled() and self.weight.requires_grad:  # oneDNN's operator has no gradient
             return F.linear(x, self.weight, self.bias)
         rows = x.numel() // self.in_features
+        if rows == 1 and self.one_row_through_blas:
+            return F.linear(x, self.weight, self.bias)
         if self.packed_weight is not None and rows > 1:
             return onednn_linear(x, self.packed_weight, self.bias)
         if rows in SWAPPED_OPERANDS_ROWS:
@@ -154,10 +179,11 @@ def prepare_for_cpu_inference(model: nn.Module, output: nn.Linear) -> None:
         store_weight_transposed(output)
         return
     packed = cpu_linear_choice() != "onednn"
+    small_one_row_blas = small_products_through_blas()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, InferenceLinear.sharing(child, packed))
+                setattr(parent, name, InferenceLinear.sharing(child, packed, small_one_row_blas))
 
 
 def store_weight_transposed(linear: nn.Linear) -> None:

@@ -449,6 +449,37 @@ def test_packed_weights_for_two_rows_and_more(monkeypatch):
     assert isinstance(model.output, cpu_inference.InferenceLinear) and model.output.packed_weight is not None
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
+def test_small_one_row_products_through_the_blas(monkeypatch):
+    """Under auto on a processor without AVX-512, one row times a weight of fewer than 2**18 elements runs
+    through F.linear, larger weights and more rows through oneDNN; with AVX-512 or NMT_CPU_LINEAR=packed
+    every product stays on oneDNN. Outputs equal F.linear's either way."""
+    from nmt_cli.model import cpu_inference
+
+    blas_rows: list[int] = []
+    linear = cpu_inference.F.linear
+    monkeypatch.setattr(
+        cpu_inference.F, "linear", lambda x, w, b=None: blas_rows.append(x.numel() // w.size(1)) or linear(x, w, b)
+    )
+    for capability, choice, expected in (("AVX2", "auto", True), ("AVX512", "auto", False), ("AVX2", "packed", False)):
+        small, large = torch.nn.Linear(256, 256), torch.nn.Linear(256, 1024)  # 2**16 and 2**18 elements
+        monkeypatch.setattr(cpu_inference.torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        monkeypatch.setenv("NMT_CPU_LINEAR", choice)
+        chosen = cpu_inference.small_products_through_blas()
+        assert chosen is expected
+        fast_small = cpu_inference.InferenceLinear.sharing(small, packed=True, small_one_row_blas=chosen)
+        fast_large = cpu_inference.InferenceLinear.sharing(large, packed=True, small_one_row_blas=chosen)
+        assert not fast_large.one_row_through_blas and fast_large.weight.is_contiguous()
+        assert fast_small.weight.t().is_contiguous() is expected  # the BLAS's layout for one row
+        blas_rows.clear()
+        with torch.inference_mode():
+            for layer, plain in ((fast_small, small), (fast_large, large)):
+                for shape in ((1, 1, 256), (1, 256), (4, 1, 256)):
+                    x = torch.randn(shape)
+                    torch.testing.assert_close(layer(x), linear(x, plain.weight, plain.bias), atol=1e-4, rtol=1e-4)
+        assert blas_rows == ([1, 1] if expected else [])
+
+
 def test_cpu_linear_choice_from_the_environment(monkeypatch):
     """NMT_CPU_LINEAR=blas keeps every layer with the BLAS (output weight stored transposed instead);
     a wrong value is a one-line error naming the variable; auto takes oneDNN only off Intel with MKL."""
