@@ -15,18 +15,19 @@ faster than W x^T at 4 rows; level at one row. So, where the kernels below are c
 oneDNN with the plain weight, more rows through oneDNN with the packed copy (``benchmarks/bench_cpu_linear.py``
 and ``docs/benchmarks.md`` hold the measurements). The packed copies cost the weights' size in memory again.
 
-oneDNN through PyTorch costs 30-50 us a call before any arithmetic, which a small weight's product does
-not repay. On processors without AVX-512 (Zen 3 measured), one row times a weight of fewer than
-``ONE_ROW_BLAS_MAX_ELEMENTS`` elements runs through the BLAS instead, that weight stored transposed: a small model's greedy steps at
-batch 1 were 1.2-1.5x faster, a base model's unchanged (its weights are all at least that large). On an
-AMD processor with AVX-512 oneDNN was measured faster at one row over a whole step, so nothing changes there.
+oneDNN through PyTorch costs 30-50 us a call before any arithmetic, which a small weight's product
+does not repay. On processors without AVX-512 (Zen 3 measured), one row times a weight of fewer than
+``ONE_ROW_BLAS_MAX_ELEMENTS`` elements runs through the BLAS instead, that weight stored transposed:
+a small model's greedy decoding at batch 1 about 1.2x faster end to end, a base model's unchanged (its
+weights are all at least that large). On an AMD processor with AVX-512 oneDNN was measured faster at
+one row over a whole step, so nothing changes there.
 
-``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (oneDNN by rows on any processor, small one-row products
-included), ``onednn`` (the
-previous kernels: 2-7 rows as W x^T through the BLAS, else oneDNN with the plain weight; no copies),
-``blas`` (always ``F.linear``), ``auto`` (the default: ``packed`` where the BLAS is MKL and the processor
-is not Intel's, with small one-row products through the BLAS where it has no AVX-512). With ``blas``, the output weight is instead stored transposed, the BLAS's faster
-layout for few rows. None changes a weight's values, name or tying, and none is used in training:
+``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (oneDNN by rows on any processor, small one-row
+products included), ``onednn`` (the previous kernels: 2-7 rows as W x^T through the BLAS, else oneDNN
+with the plain weight; no copies), ``blas`` (always ``F.linear``), ``auto`` (the default: ``packed``
+where the BLAS is MKL and the processor is not Intel's, with small one-row products through the BLAS
+where it has no AVX-512). With ``blas``, the output weight is instead stored transposed, the BLAS's
+faster layout for few rows. None changes a weight's values, name or tying, and none is used in training:
 oneDNN's operator has no gradient.
 """
 
