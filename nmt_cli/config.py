@@ -84,7 +84,7 @@ class VocabConfig:
     input_sentence_size: int = _opt(
         10_000_000,
         "most lines the vocabulary is learned from; with more, an even sample (bpe counts their words, "
-        "unigram holds these lines in memory)",
+        "unigram holds these lines in memory, ~22 bytes a character, checked against free memory first)",
         ge=1000,
     )
     threads: int = _opt(0, "SentencePiece training threads (0: all cores)", ge=0)

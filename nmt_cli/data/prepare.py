@@ -215,15 +215,11 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
         return cached
     if v.joint:
         log(f"learning a joint {v.type} vocabulary of {v.size:,} pieces ...")
-        words = learn_vocab_apart([src_text, tgt_text], out / src_name, v, symbols)
-        if words is not None:
-            log(f"  learned from {words}")
+        log(f"  learned from {learn_vocab_apart([src_text, tgt_text], out / src_name, v, symbols)}")
     else:
         for text, name in ((src_text, src_name), (tgt_text, tgt_name)):
             log(f"learning a {v.type} vocabulary of {v.size:,} pieces for {text.name} ...")
-            words = learn_vocab_apart([text], out / name, v, symbols)
-            if words is not None:
-                log(f"  learned from {words}")
+            log(f"  learned from {learn_vocab_apart([text], out / name, v, symbols)}")
     sizes = [load_vocab(p).GetPieceSize() for p in outputs]
     return _stamp(
         out, "vocab", key, {"src_model": src_name, "tgt_model": tgt_name, "src_size": sizes[0], "tgt_size": sizes[1]}

@@ -18,7 +18,9 @@ import sentencepiece as spm
 from ..config import VocabConfig
 from ..errors import CheckpointError, DataError
 from ..utils.files import atomic_path
+from ..utils.memory import available_memory
 from ..utils.run_folder import RunFolder
+from .unigram_sample import UnigramSample, check_fits, estimate_sample
 from .word_counts import WordCounts, count_words
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -34,15 +36,20 @@ def vocab_files(src_lang: str, tgt_lang: str, joint: bool) -> tuple[str, str]:
 
 def learn_vocab(
     inputs: Sequence[Path], output: Path, config: VocabConfig, hard_limit: bool = True, symbols: Sequence[str] = ()
-) -> WordCounts | None:
+) -> WordCounts | UnigramSample:
     """Train a SentencePiece model on the text files ``inputs`` and write it to ``output``.
 
     A BPE model is learned from the inputs' word counts (see :mod:`.word_counts`: the same model
-    as from the sentences, in memory that grows with distinct words); returned for the log. A
-    unigram model is learned from a sample of at most ``input_sentence_size`` sentences, which
-    SentencePiece holds in memory. Its errors are translated into a one-line :class:`DataError`.
+    as from the sentences, in memory that grows with distinct words). A unigram model is learned
+    from a sample of at most ``input_sentence_size`` sentences, which SentencePiece holds in memory:
+    checked to fit first (:mod:`.unigram_sample`). Returns what it was learned from, for the log.
+    SentencePiece's errors are translated into a one-line :class:`DataError`.
     """
     words = count_words(inputs, config.input_sentence_size) if config.type == "bpe" else None
+    sample = None
+    if words is None:
+        sample = estimate_sample(inputs, config.input_sentence_size)
+        check_fits(sample, inputs, available_memory())
     with atomic_path(output) as tmp:
         prefix = str(tmp)[: -len(".model")] if str(tmp).endswith(".model") else str(tmp)
         counts_file = output.with_name(f".{output.name}.words.tmp{os.getpid()}")  # removed by remove_stale_temps
@@ -78,7 +85,9 @@ def learn_vocab(
             counts_file.unlink(missing_ok=True)
         Path(prefix + ".model").replace(tmp)
         Path(prefix + ".vocab").unlink(missing_ok=True)
-    return words
+    learned_from = words if words is not None else sample
+    assert learned_from is not None
+    return learned_from
 
 
 def _explain_spm_error(message: str, inputs: Sequence[Path], config: VocabConfig) -> str:

@@ -25,8 +25,8 @@ from .vocab import learn_vocab
 _USER_ERROR = 3  # exit status of the child when its last stderr line is a one-line error for the user
 
 
-def learn_vocab_apart(inputs: Sequence[Path], output: Path, config: VocabConfig, symbols: Sequence[str]) -> str | None:
-    """:func:`learn_vocab` in a child process; returns the word-count summary for the log (None: unigram)."""
+def learn_vocab_apart(inputs: Sequence[Path], output: Path, config: VocabConfig, symbols: Sequence[str]) -> str:
+    """:func:`learn_vocab` in a child process; returns what it was learned from, for the log."""
     spec = {
         "inputs": [str(p) for p in inputs],
         "output": str(output),
@@ -38,7 +38,7 @@ def learn_vocab_apart(inputs: Sequence[Path], output: Path, config: VocabConfig,
         [sys.executable, "-m", __name__], input=json.dumps(spec), capture_output=True, text=True, check=False
     )
     if child.returncode == 0:
-        return json.loads(child.stdout)
+        return str(json.loads(child.stdout))
     last_line = (child.stderr.strip().splitlines() or [""])[-1]
     if child.returncode == _USER_ERROR:
         raise DataError(last_line)
@@ -54,11 +54,11 @@ def main() -> int:
     die_with_parent(spec["parent"])
     config = VocabConfig(**spec["config"])
     try:
-        words = learn_vocab([Path(p) for p in spec["inputs"]], Path(spec["output"]), config, symbols=spec["symbols"])
+        learned_from = learn_vocab([Path(p) for p in spec["inputs"]], Path(spec["output"]), config, symbols=spec["symbols"])
     except NmtError as err:
         print(err, file=sys.stderr)
         return _USER_ERROR
-    print(json.dumps(None if words is None else words.summary()))
+    print(json.dumps(learned_from.summary()))
     return 0
 
 

@@ -1,16 +1,22 @@
-"""BPE vocabularies learned from word counts: the same model as from the sentences, in bounded memory."""
+"""BPE vocabularies learned from word counts: the same model as from the sentences, in bounded memory;
+unigram ones from sentences, checked to fit in memory first."""
 
 from __future__ import annotations
 
 import gzip
+import random
 from importlib import resources
 from pathlib import Path
 
+import pytest
 import sentencepiece as spm
 
 from nmt_cli.config import VocabConfig
-from nmt_cli.data import vocab, word_counts
+from nmt_cli.data import unigram_sample, vocab, word_counts
+from nmt_cli.data.unigram_sample import UnigramSample
 from nmt_cli.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, learn_vocab
+from nmt_cli.errors import DataError
+from nmt_cli.utils import memory
 
 
 def _sample_text(tmp_path: Path) -> list[Path]:
@@ -71,8 +77,65 @@ def test_unigram_is_still_learned_from_sentences(tmp_path, monkeypatch):
     monkeypatch.setattr(vocab, "count_words", no_counts)
     english = tmp_path / "en.txt"
     english.write_text("".join(line + "\n" for line in _sample_text(tmp_path)[0].read_text().splitlines()[:300]))
-    assert learn_vocab([english], tmp_path / "u.model", VocabConfig(type="unigram", size=400, threads=1)) is None
+    learned_from = learn_vocab([english], tmp_path / "u.model", VocabConfig(type="unigram", size=400, threads=1))
+    assert isinstance(learned_from, UnigramSample) and learned_from.lines == 300  # a file under the probe: exact
+    assert "about 300 lines" in learned_from.summary()
     assert spm.SentencePieceProcessor(model_file=str(tmp_path / "u.model")).GetPieceSize() == 400
+
+
+def test_unigram_sample_estimated_from_the_files_start(tmp_path, monkeypatch):
+    """Lines and characters per line of files larger than the probe are estimated from their first bytes:
+    multi-byte characters count once; more lines than input_sentence_size are sampled."""
+    monkeypatch.setattr(unigram_sample, "PROBE_BYTES", 4096)
+    rng = random.Random(0)
+    words = ["Straße", "façade", "日本語", "cat", "dog"]
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 20))) for _ in range(5000)]
+    path = tmp_path / "t.txt"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    sample = unigram_sample.estimate_sample([path, path], 7000)
+    assert abs(sample.lines - 10_000) < 1000 and sample.sampled == 7000
+    true_characters = sum(len(line) + 1 for line in lines) / len(lines)
+    assert abs(sample.characters_per_line - true_characters) < 0.1 * true_characters
+    assert "a sample of 7,000 of about" in sample.summary()
+
+
+def test_unigram_sample_too_large_for_memory_stops_before_sentencepiece(tmp_path, monkeypatch):
+    """A sample that cannot fit is a one-line error naming the input_sentence_size that fits, raised before
+    SentencePiece starts; no model is written."""
+    english = tmp_path / "en.txt"
+    english.write_text("".join(f"sentence number {i} of the corpus\n" for i in range(20_000)), encoding="utf-8")
+    sample = unigram_sample.estimate_sample([english], 10_000_000)
+    needed = sample.needed_bytes()
+    monkeypatch.setattr(vocab, "available_memory", lambda: needed - 1)
+    monkeypatch.setattr(vocab.spm.SentencePieceTrainer, "train", lambda **_: pytest.fail("SentencePiece started"))
+    config = VocabConfig(type="unigram", size=400, threads=1)
+    with pytest.raises(DataError) as caught:
+        learn_vocab([english], tmp_path / "u.model", config)
+    message = str(caught.value)
+    fit = sample.lines_that_fit(needed - 1)
+    assert message.startswith(f"{tmp_path}: a unigram vocabulary from 20,000 lines needs about")
+    assert f"set vocab.input_sentence_size to {fit:,} or less" in message and "\n" not in message
+    assert 19_000 < fit < 20_000 and unigram_sample.estimate_sample([english], fit).needed_bytes() <= needed - 1
+    assert not (tmp_path / "u.model").exists()
+    unigram_sample.check_fits(sample, [english], needed)  # exactly enough: no error
+    unigram_sample.check_fits(sample, [english], None)  # unknown: not checked
+    with pytest.raises(DataError, match="free memory, or use vocab.type: bpe"):
+        unigram_sample.check_fits(sample, [english], 1 << 20)  # not even 1,000 lines fit
+
+
+def test_available_memory_takes_the_lower_of_the_system_and_the_container(tmp_path, monkeypatch):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:    8000000 kB\n")
+    limit, usage = tmp_path / "memory.max", tmp_path / "memory.current"
+    limit.write_text("4294967296\n")
+    usage.write_text("1073741824\n")
+    monkeypatch.setattr(memory, "_MEMINFO", meminfo)
+    monkeypatch.setattr(memory, "_CGROUPS", ((limit, usage),))
+    assert memory.available_memory() == 3 << 30  # the container's 4 GiB limit, 1 GiB used
+    limit.write_text("max\n")
+    assert memory.available_memory() == 8_000_000 * 1024
+    monkeypatch.setattr(memory, "_MEMINFO", tmp_path / "absent")
+    assert memory.available_memory() is None
 
 
 def test_more_lines_than_the_limit_are_sampled_evenly(tmp_path):
