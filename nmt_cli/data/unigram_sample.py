@@ -24,6 +24,7 @@ BYTES_PER_CHARACTER = 21.9
 FIXED_BYTES = 31 << 20
 PROBE_BYTES = 4 << 20  # read from the start of each file to learn its bytes and characters per line
 GIB = 1 << 30
+SUGGESTION_SHARE = 0.9  # the advised input_sentence_size leaves a tenth of the free memory
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,12 @@ class UnigramSample:
         return round(FIXED_BYTES + BYTES_PER_CHARACTER * self.characters_per_line * self.sampled)
 
     def lines_that_fit(self, available: int) -> int:
-        return max(0, int((available - FIXED_BYTES) / (BYTES_PER_CHARACTER * max(self.characters_per_line, 1.0))))
+        """The sample size to advise for ``available`` bytes: within ``SUGGESTION_SHARE`` of them (free
+        memory moves between runs), rounded down to two significant digits."""
+        budget = SUGGESTION_SHARE * available - FIXED_BYTES
+        lines = max(0, int(budget / (BYTES_PER_CHARACTER * max(self.characters_per_line, 1.0))))
+        unit = 10 ** max(len(str(lines)) - 2, 0)
+        return lines // unit * unit
 
     def summary(self) -> str:
         """One line for the log: what the vocabulary was learned from."""

@@ -115,7 +115,11 @@ def test_unigram_sample_too_large_for_memory_stops_before_sentencepiece(tmp_path
     fit = sample.lines_that_fit(needed - 1)
     assert message.startswith(f"{tmp_path}: a unigram vocabulary from 20,000 lines needs about")
     assert f"set vocab.input_sentence_size to {fit:,} or less" in message and "\n" not in message
-    assert 19_000 < fit < 20_000 and unigram_sample.estimate_sample([english], fit).needed_bytes() <= needed - 1
+    share = unigram_sample.SUGGESTION_SHARE * (needed - 1)  # the advice leaves room: free memory moves
+    unit = 10 ** (len(str(fit)) - 2)  # two significant digits
+    assert 1000 <= fit < 20_000 and fit % unit == 0
+    assert unigram_sample.estimate_sample([english], fit).needed_bytes() <= share
+    assert unigram_sample.estimate_sample([english], fit + unit).needed_bytes() > share
     assert not (tmp_path / "u.model").exists()
     unigram_sample.check_fits(sample, [english], needed)  # exactly enough: no error
     unigram_sample.check_fits(sample, [english], None)  # unknown: not checked
@@ -123,18 +127,35 @@ def test_unigram_sample_too_large_for_memory_stops_before_sentencepiece(tmp_path
         unigram_sample.check_fits(sample, [english], 1 << 20)  # not even 1,000 lines fit
 
 
-def test_available_memory_takes_the_lower_of_the_system_and_the_container(tmp_path, monkeypatch):
+def test_available_memory_takes_the_lower_of_the_system_and_the_cgroups(tmp_path, monkeypatch):
+    """MemAvailable, lowered to what is left under the tightest limit from this process's cgroup up
+    (v1 or v2), where reclaimable page cache does not count as used."""
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:    8000000 kB\n")
-    limit, usage = tmp_path / "memory.max", tmp_path / "memory.current"
-    limit.write_text("4294967296\n")
-    usage.write_text("1073741824\n")
+    own = tmp_path / "proc-self-cgroup"
+    root = tmp_path / "cgroup"
     monkeypatch.setattr(memory, "_MEMINFO", meminfo)
-    monkeypatch.setattr(memory, "_CGROUPS", ((limit, usage),))
-    assert memory.available_memory() == 3 << 30  # the container's 4 GiB limit, 1 GiB used
-    limit.write_text("max\n")
-    assert memory.available_memory() == 8_000_000 * 1024
+    monkeypatch.setattr(memory, "_OWN_CGROUPS", own)
+    monkeypatch.setattr(memory, "_CGROUP_ROOT", root)
+
+    def cgroup(folder: Path, files: tuple[str, str], limit: str, used: int, inactive: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / files[0]).write_text(limit + "\n")
+        (folder / files[1]).write_text(f"{used}\n")
+        (folder / "memory.stat").write_text(f"cache 5\n{inactive} {1 << 30}\nrss 7\n")
+
+    own.write_text("4:memory:/job/step\n1:cpu:/job/step\n0::/\n")  # cgroup v1, as on this machine
+    cgroup(root / "memory", memory._V1_FILES, str(2**63 - 4096), 9 << 30, "total_inactive_file")
+    cgroup(root / "memory" / "job", memory._V1_FILES, str(4 << 30), 2 << 30, "total_inactive_file")
+    cgroup(root / "memory" / "job" / "step", memory._V1_FILES, str(2**63 - 4096), 2 << 30, "total_inactive_file")
+    assert memory.available_memory() == 3 << 30  # the job's 4 GiB, 2 GiB used of which 1 GiB is cache
+    own.write_text("0::/user.slice\n")  # cgroup v2
+    cgroup(root / "user.slice", memory._V2_FILES, "max", 1 << 30, "inactive_file")
+    assert memory.available_memory() == 8_000_000 * 1024  # no limit: the system's figure
+    cgroup(root / "user.slice", memory._V2_FILES, str(5 << 30), 1 << 30, "inactive_file")
+    assert memory.available_memory() == 5 << 30  # all of the usage reclaimable
     monkeypatch.setattr(memory, "_MEMINFO", tmp_path / "absent")
+    own.unlink()
     assert memory.available_memory() is None
 
 
