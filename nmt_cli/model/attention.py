@@ -91,14 +91,11 @@ def attention(
     is added to the scaled scores (Transformer-XL's position term)."""
     if relative is not None:
         return attention_reference(q, k, v, mask, dropout, causal, relative)
-    if q.device.type == "cpu" and (
-        q.dtype == torch.bfloat16 or _short_keys_in_training(q, k) or _many_short_blocks_in_inference(q, k)
-    ):
+    if q.device.type == "cpu" and (q.dtype == torch.bfloat16 or _short_keys_in_training(q, k)):
         # PyTorch's CPU flash-attention kernel is slow in bf16 (its backward about 5x its fp32 time on
         # m30k-small); the formula written out runs its products in bf16 and was 1.6x faster than the
         # kernel fed fp32 copies (one attention block, forward and backward, 26 positions). In fp32 the
-        # kernel's backward is slow for short keys, and so is its forward over many short blocks: see
-        # WRITTEN_OUT_MAX_KEYS and WRITTEN_OUT_MIN_BLOCKS.
+        # kernel's backward is slow for short keys: see WRITTEN_OUT_MAX_KEYS.
         return attention_reference(q, k, v, mask, dropout, causal, bias=bias)
     if bias is not None:  # one float mask: the position term, -inf where a key is hidden
         mask, causal = _as_float_mask(bias.to(q.dtype), mask, causal), False
@@ -125,26 +122,6 @@ WRITTEN_OUT_MAX_KEYS = 64
 
 def _short_keys_in_training(q: Tensor, k: Tensor) -> bool:
     return k.size(-2) <= WRITTEN_OUT_MAX_KEYS and torch.is_grad_enabled() and q.requires_grad
-
-
-# At inference on the CPU, attention over up to WRITTEN_OUT_MAX_KEYS keys with more than one query
-# runs written out when there are at least this many (batch x heads) blocks. PyTorch's kernel works in
-# blocks of queries sized for long sequences: for beam search's cross-attention (a sentence's 4
-# hypotheses as 4 queries over 15 source positions; AMD EPYC Zen 3, 2 threads) it took 212 us against
-# 100 us written out at 16 sentences x 4 heads, 438 against 169 at 16 x 8, 2,273 against 515 at 64 x 8;
-# an encoder layer's (20 positions) 400 against 336 us at 16 x 4, 3,413 against 2,798 at 60 x 8. Below
-# 64 blocks the kernel was as fast or faster; one query per row (a decoder step's self-attention) was
-# mixed, so it stays with the kernel.
-WRITTEN_OUT_MIN_BLOCKS = 64
-
-
-def _many_short_blocks_in_inference(q: Tensor, k: Tensor) -> bool:
-    return (
-        q.size(-2) > 1
-        and k.size(-2) <= WRITTEN_OUT_MAX_KEYS
-        and q.size(0) * q.size(1) >= WRITTEN_OUT_MIN_BLOCKS
-        and not (torch.is_grad_enabled() and q.requires_grad)
-    )
 
 
 def _as_float_mask(bias: Tensor, mask: Tensor | None, causal: bool) -> Tensor:

@@ -179,33 +179,6 @@ def softmax_attention_in_float64(q, k, v, mask, causal):
     return scores.softmax(dim=-1) @ v
 
 
-@pytest.mark.parametrize(
-    ("blocks", "queries", "keys", "written_out"),
-    [(64, 4, 15, True), (64, 20, 64, True), (63, 4, 15, False), (64, 1, 15, False), (64, 4, 65, False)],
-)
-def test_inference_attention_over_many_short_blocks_is_written_out(monkeypatch, blocks, queries, keys, written_out):
-    """At inference on the CPU, more than one query over at most 64 keys in 64 or more (batch x heads)
-    blocks runs written out (PyTorch's kernel is slow there); one query, fewer blocks or longer keys take
-    the kernel. Either way the result is the formula's, with and without a padding mask or causality."""
-    from nmt_cli.model import attention as attention_module
-
-    used: list[bool] = []
-    reference = attention_module.attention_reference
-    monkeypatch.setattr(
-        attention_module, "attention_reference", lambda *args, **kwargs: used.append(True) or reference(*args, **kwargs)
-    )
-    torch.manual_seed(0)
-    q = torch.randn(blocks, 1, queries, 8)
-    k, v = torch.randn(blocks, 1, keys, 8), torch.randn(blocks, 1, keys, 8)
-    padding = (torch.arange(keys)[None, :] < torch.randint(1, keys + 1, (blocks,))[:, None])[:, None, None, :]
-    for mask, causal in ((padding, False), (None, True)):
-        with torch.inference_mode():
-            out = attention(q, k, v, mask, causal=causal and queries == keys)
-        expected = softmax_attention_in_float64(q, k, v, mask, causal and queries == keys)
-        torch.testing.assert_close(out, expected.float(), atol=1e-5, rtol=1e-5)
-    assert used == [written_out] * 2 if written_out else not used
-
-
 @pytest.mark.parametrize("keys", [6, 64, 65, 90])  # written out up to WRITTEN_OUT_MAX_KEYS (64), the kernel above
 @pytest.mark.parametrize("causal", [False, True])
 def test_training_attention_and_its_gradients_equal_the_formula(causal, keys):
