@@ -54,7 +54,7 @@ def _own_cgroup_folders() -> list[tuple[Path, tuple[str, str]]]:
         else:
             continue
         own = root / path.strip("/")
-        if not (own / files[0]).is_file() and not own.is_dir():
+        if not own.is_dir():
             own = root  # a namespaced or unmounted path: the mount's root is the nearest we can read
         folders = [own, *[parent for parent in own.parents if parent.is_relative_to(root)]]
         found = [(folder, files) for folder in folders if (folder / files[0]).is_file()]
