@@ -48,12 +48,8 @@ class UnigramSample:
 
     def summary(self) -> str:
         """One line for the log: what the vocabulary was learned from."""
-        sample = (
-            f"a sample of {self.sampled:,} of about {self.lines:,} lines"
-            if self.sampled < self.lines
-            else (f"about {self.lines:,} lines")
-        )
-        return f"{sample} (SentencePiece's estimated memory: {self.needed_bytes() / GIB:.1f} GiB)"
+        sample = f"a sample of {self.sampled:,} of " if self.sampled < self.lines else ""
+        return f"{sample}about {self.lines:,} lines (SentencePiece's estimated memory: {self.needed_bytes() / GIB:.1f} GiB)"
 
 
 def estimate_sample(inputs: Sequence[Path], input_sentence_size: int) -> UnigramSample:

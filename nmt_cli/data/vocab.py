@@ -45,18 +45,19 @@ def learn_vocab(
     checked to fit first (:mod:`.unigram_sample`). Returns what it was learned from, for the log.
     SentencePiece's errors are translated into a one-line :class:`DataError`.
     """
-    words = count_words(inputs, config.input_sentence_size) if config.type == "bpe" else None
-    sample = None
-    if words is None:
-        sample = estimate_sample(inputs, config.input_sentence_size)
-        check_fits(sample, inputs, available_memory())
+    learned_from: WordCounts | UnigramSample
+    if config.type == "bpe":
+        learned_from = count_words(inputs, config.input_sentence_size)
+    else:
+        learned_from = estimate_sample(inputs, config.input_sentence_size)
+        check_fits(learned_from, inputs, available_memory())
     with atomic_path(output) as tmp:
         prefix = str(tmp)[: -len(".model")] if str(tmp).endswith(".model") else str(tmp)
         counts_file = output.with_name(f".{output.name}.words.tmp{os.getpid()}")  # removed by remove_stale_temps
-        if words is not None:
-            words.write_tsv(counts_file)
+        if isinstance(learned_from, WordCounts):
+            learned_from.write_tsv(counts_file)
             source: dict[str, Any] = {"input": [str(counts_file)], "input_format": "tsv", "input_sentence_size": 0}
-            words.counts.clear()  # SentencePiece reads the file: the memory goes back before it starts
+            learned_from.counts.clear()  # SentencePiece reads the file: the memory goes back before it starts
         else:
             source = {"input": [str(p) for p in inputs], "input_sentence_size": config.input_sentence_size}
         try:
@@ -85,8 +86,6 @@ def learn_vocab(
             counts_file.unlink(missing_ok=True)
         Path(prefix + ".model").replace(tmp)
         Path(prefix + ".vocab").unlink(missing_ok=True)
-    learned_from = words if words is not None else sample
-    assert learned_from is not None
     return learned_from
 
 

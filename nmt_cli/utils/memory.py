@@ -32,8 +32,9 @@ def _mem_available() -> int | None:
 
 def _cgroup_left() -> int | None:
     """The least memory left under a limit, from this process's cgroup up to the hierarchy's root."""
-    left = [value for folder, files in _own_cgroup_folders() for value in [_left_in(folder, files)] if value is not None]
-    return min(left) if left else None
+    left = [_left_in(folder, files) for folder, files in _own_cgroup_folders()]
+    limited = [value for value in left if value is not None]
+    return min(limited) if limited else None
 
 
 def _own_cgroup_folders() -> list[tuple[Path, tuple[str, str]]]:
