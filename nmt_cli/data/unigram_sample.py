@@ -49,7 +49,7 @@ class UnigramSample:
     def summary(self) -> str:
         """One line for the log: what the vocabulary was learned from."""
         sample = f"a sample of {self.sampled:,} of " if self.sampled < self.lines else ""
-        return f"{sample}about {self.lines:,} lines (SentencePiece's estimated memory: {self.needed_bytes() / GIB:.1f} GiB)"
+        return f"{sample}about {self.lines:,} lines (SentencePiece's estimated memory: {_size(self.needed_bytes())})"
 
 
 def estimate_sample(inputs: Sequence[Path], input_sentence_size: int) -> UnigramSample:
@@ -85,6 +85,10 @@ def check_fits(sample: UnigramSample, inputs: Sequence[Path], available: int | N
     )
     raise DataError(
         f"{Path(inputs[0]).parent}: a unigram vocabulary from {sample.sampled:,} lines needs about "
-        f"{sample.needed_bytes() / GIB:.1f} GiB (SentencePiece holds the lines and a suffix array of about "
-        f"{BYTES_PER_CHARACTER:.0f} bytes a character) but {available / GIB:.1f} GiB is available; {fix}"
+        f"{_size(sample.needed_bytes())} (SentencePiece holds the lines and a suffix array of about "
+        f"{BYTES_PER_CHARACTER:.0f} bytes a character) but {_size(available)} is available; {fix}"
     )
+
+
+def _size(count: int) -> str:
+    return f"{count / GIB:.1f} GiB" if count >= GIB else f"{count / (1 << 20):.0f} MiB"
