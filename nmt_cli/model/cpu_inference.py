@@ -15,18 +15,22 @@ faster than W x^T at 4 rows; level at one row. So, where the kernels below are c
 oneDNN with the plain weight, more rows through oneDNN with the packed copy (``benchmarks/bench_cpu_linear.py``
 and ``docs/benchmarks.md`` hold the measurements). The packed copies cost the weights' size in memory again.
 
-oneDNN through PyTorch costs 30-50 us a call before any arithmetic, which a small weight's product
-does not repay. On processors without AVX-512 (Zen 3 measured), one row times a weight of fewer than
-``ONE_ROW_BLAS_MAX_ELEMENTS`` elements runs through the BLAS instead, that weight stored transposed:
-a small model's greedy decoding at batch 1 about 1.2x faster end to end, a base model's unchanged (its
-weights are all at least that large). On an AMD processor with AVX-512 oneDNN was measured faster at
-one row over a whole step, so nothing changes there.
+One row (greedy decoding of one sentence, a server answering one request) is another case: each
+weight is read from memory once per product, so memory bandwidth bounds it, and neither MKL's one-row
+product nor oneDNN's uses both cores' share of it. On processors without AVX-512 (Zen 3 measured), one
+row runs instead as a batch of products over parts of the weight's output rows (one part per thread, at
+least two), each part stored transposed: MKL's batched product gives each thread a part. The parts are
+a copy of the weight, made at the first one-row product, so a model that never multiplies one row does
+not hold it (a beam search's first step does: one row per sentence). Measured over a decoder step's
+weights in sequence (AMD EPYC Zen 3, 2 threads): small model 976 -> 637 us, base 8.4 -> 6.6 ms; greedy
+decoding at batch 1 1.23x (small) and 1.07x (base) faster end to end (median of 3 alternating runs),
+the same translations. It also avoids oneDNN's 30-50 us a call before any arithmetic.
 
-``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (oneDNN by rows on any processor, small one-row
-products included), ``onednn`` (the previous kernels: 2-7 rows as W x^T through the BLAS, else oneDNN
+``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (oneDNN by rows on any processor, one row
+included), ``onednn`` (the previous kernels: 2-7 rows as W x^T through the BLAS, else oneDNN
 with the plain weight; no copies), ``blas`` (always ``F.linear``), ``auto`` (the default: ``packed``
-where the BLAS is MKL and the processor is not Intel's, with small one-row products through the BLAS
-where it has no AVX-512). With ``blas``, the output weight is instead stored transposed, the BLAS's
+where the BLAS is MKL and the processor is not Intel's, with one row through the BLAS in parts where it
+has no AVX-512). With ``blas``, the output weight is instead stored transposed, the BLAS's
 faster layout for few rows. None changes a weight's values, name or tying, and none is used in training:
 oneDNN's operator has no gradient.
 """
@@ -51,11 +55,11 @@ CHOICES = ("auto", "onednn", "packed", "blas")
 # oneDNN's blocked weight layout is chosen for an expected number of rows; one layout packed for 16
 # served 1-64 rows within a few per cent of a layout packed for each (AMD EPYC Zen 3).
 PACKED_FOR_ROWS = 16
-# One input row times a weight of fewer elements than this runs through the BLAS, the weight stored
-# transposed, where ``small_products_through_blas()``: on an AMD EPYC Zen 3 (AVX2, 2 threads, weights
-# from memory), one row by 256 x 256 took 29 us through MKL against 50 us through oneDNN; by 1,024 x 256
-# (2**18 elements) 114 against 102 us, and larger weights gain more from oneDNN's second thread.
-ONE_ROW_BLAS_MAX_ELEMENTS = 2**18
+# The fewest parts a weight is cut into for one-row products, where ``one_row_in_parts()``; there are
+# as many as threads (MKL's batched product gives each thread its own part), at least this many: on
+# 2 threads (AMD EPYC Zen 3) 2 parts beat 4, and on 1 thread 2 parts still beat the whole weight
+# through MKL or oneDNN (small model's step 1.46 against 2.18 ms), by the transposed layout.
+MIN_ONE_ROW_PARTS = 2
 
 
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -125,9 +129,10 @@ def use_onednn() -> bool:
     return choice in ("onednn", "packed") or (torch.backends.mkl.is_available() and vendor not in ("", "GenuineIntel"))
 
 
-def small_products_through_blas() -> bool:
-    """Whether one row times a small weight runs through the BLAS rather than oneDNN: under ``auto``,
-    on processors without AVX-512 (where it was measured faster; see ``ONE_ROW_BLAS_MAX_ELEMENTS``)."""
+def one_row_in_parts() -> bool:
+    """Whether one input row runs through the BLAS as a batch of products over parts of the weight
+    rather than through oneDNN: under ``auto``, on processors without AVX-512 (where it was measured
+    faster; see the module's text)."""
     return cpu_linear_choice() == "auto" and "AVX512" not in torch.backends.cpu.get_cpu_capability()
 
 
@@ -136,33 +141,62 @@ class InferenceLinear(nn.Linear):
     same parameters, same state-dict names."""
 
     packed_weight: Tensor | None = None
-    one_row_through_blas: bool = False
+    one_row_parts: bool = False
+    # The weight's output rows cut into parts, each stored transposed: (parts, in, out / parts); made
+    # at the first one-row product.
+    weight_parts: Tensor | None = None
 
     @classmethod
-    def sharing(cls, linear: nn.Linear, packed: bool = False, small_one_row_blas: bool = False) -> InferenceLinear:
+    def sharing(cls, linear: nn.Linear, packed: bool = False, one_row_parts: bool = False) -> InferenceLinear:
         """An InferenceLinear holding ``linear``'s own parameter objects (so tied weights stay tied),
         with a oneDNN-packed copy of the weight for products of 2 or more rows if ``packed``, and one
-        row through the BLAS if ``small_one_row_blas`` and the weight is small."""
+        row through the BLAS in parts if ``one_row_parts``."""
         fast = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         fast.weight = linear.weight
         fast.bias = linear.bias
         fast.packed_weight = onednn_packed_weight(linear.weight) if packed else None
-        fast.one_row_through_blas = small_one_row_blas and linear.weight.numel() < ONE_ROW_BLAS_MAX_ELEMENTS
-        if fast.one_row_through_blas:
-            store_weight_transposed(fast)  # the BLAS's faster layout for one row; oneDNN reads the packed copy
+        fast.one_row_parts = one_row_parts
         return fast
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_grad_enabled() and self.weight.requires_grad:  # oneDNN's operator has no gradient
             return F.linear(x, self.weight, self.bias)
         rows = x.numel() // self.in_features
-        if rows == 1 and self.one_row_through_blas:
-            return F.linear(x, self.weight, self.bias)
+        if rows == 1 and self.one_row_parts:
+            return self.one_row_product(x)
         if self.packed_weight is not None and rows > 1:
             return onednn_linear(x, self.packed_weight, self.bias)
         if rows in SWAPPED_OPERANDS_ROWS:
             return swapped_operands_linear(x, self.weight, self.bias)
         return onednn_linear(x, self.weight, self.bias)
+
+    def one_row_product(self, x: Tensor) -> Tensor:
+        """``F.linear(x, weight, bias)`` for an ``x`` of one row, as a batch of products over parts of
+        the weight: (1, in) x (in, out / parts) for each part, side by side the output row."""
+        if self.weight_parts is None:
+            self.weight_parts = weight_in_parts(self.weight.detach(), one_row_parts_for(self.out_features))
+        parts = self.weight_parts.size(0)
+        row = x.reshape(1, 1, self.in_features).expand(parts, 1, self.in_features)
+        if self.bias is None:
+            product = torch.bmm(row, self.weight_parts)
+        else:
+            product = torch.baddbmm(self.bias.view(parts, 1, -1), row, self.weight_parts)
+        return product.view(*x.shape[:-1], self.out_features)  # (parts, 1, out / parts) is the row in order
+
+
+def one_row_parts_for(out_features: int) -> int:
+    """How many parts a weight of ``out_features`` output rows is cut into for one-row products: one
+    per thread (at least ``MIN_ONE_ROW_PARTS``) where that divides the rows, else 2, else 1."""
+    for parts in (max(MIN_ONE_ROW_PARTS, torch.get_num_threads()), MIN_ONE_ROW_PARTS):
+        if out_features % parts == 0:
+            return parts
+    return 1
+
+
+def weight_in_parts(weight: Tensor, parts: int) -> Tensor:
+    """``weight`` (out, in) as ``parts`` consecutive blocks of output rows, each transposed and
+    contiguous: (parts, in, out / parts), a copy."""
+    return weight.reshape(parts, -1, weight.size(1)).transpose(1, 2).contiguous()
 
 
 def swapped_operands_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -180,11 +214,11 @@ def prepare_for_cpu_inference(model: nn.Module, output: nn.Linear) -> None:
         store_weight_transposed(output)
         return
     packed = cpu_linear_choice() != "onednn"
-    small_one_row_blas = small_products_through_blas()
+    in_parts = one_row_in_parts()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, InferenceLinear.sharing(child, packed, small_one_row_blas))
+                setattr(parent, name, InferenceLinear.sharing(child, packed, in_parts))
 
 
 def store_weight_transposed(linear: nn.Linear) -> None:

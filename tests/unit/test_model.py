@@ -450,34 +450,38 @@ def test_packed_weights_for_two_rows_and_more(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
-def test_small_one_row_products_through_the_blas(monkeypatch):
-    """Under auto on a processor without AVX-512, one row times a weight of fewer than 2**18 elements runs
-    through F.linear, larger weights and more rows through oneDNN; with AVX-512 or NMT_CPU_LINEAR=packed
-    every product stays on oneDNN. Outputs equal F.linear's either way."""
+def test_one_row_products_in_parts(monkeypatch):
+    """Under auto on a processor without AVX-512, one row runs through the BLAS as a batch of products
+    over parts of the weight (one per thread, at least 2; 1 where the rows do not divide), the parts
+    made at the first one-row product; more rows through oneDNN. With AVX-512 or NMT_CPU_LINEAR=packed
+    every product stays on oneDNN. Outputs equal F.linear's either way, with and without bias."""
     from nmt_cli.model import cpu_inference
 
-    blas_rows: list[int] = []
-    linear = cpu_inference.F.linear
-    monkeypatch.setattr(
-        cpu_inference.F, "linear", lambda x, w, b=None: blas_rows.append(x.numel() // w.size(1)) or linear(x, w, b)
-    )
+    monkeypatch.setattr(cpu_inference.torch, "get_num_threads", lambda: 2)
     for capability, choice, expected in (("AVX2", "auto", True), ("AVX512", "auto", False), ("AVX2", "packed", False)):
-        small, large = torch.nn.Linear(256, 256), torch.nn.Linear(256, 1024)  # 2**16 and 2**18 elements
         monkeypatch.setattr(cpu_inference.torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
         monkeypatch.setenv("NMT_CPU_LINEAR", choice)
-        chosen = cpu_inference.small_products_through_blas()
+        chosen = cpu_inference.one_row_in_parts()
         assert chosen is expected
-        fast_small = cpu_inference.InferenceLinear.sharing(small, packed=True, small_one_row_blas=chosen)
-        fast_large = cpu_inference.InferenceLinear.sharing(large, packed=True, small_one_row_blas=chosen)
-        assert not fast_large.one_row_through_blas and fast_large.weight.is_contiguous()
-        assert fast_small.weight.t().is_contiguous() is expected  # the BLAS's layout for one row
-        blas_rows.clear()
-        with torch.inference_mode():
-            for layer, plain in ((fast_small, small), (fast_large, large)):
-                for shape in ((1, 1, 256), (1, 256), (4, 1, 256)):
+        for out_features, bias, parts in ((24, True, 2), (24, False, 2), (7, True, 1)):
+            plain = torch.nn.Linear(16, out_features, bias=bias)
+            fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, one_row_parts=chosen)
+            assert fast.weight is plain.weight and set(fast.state_dict()) == set(plain.state_dict())
+            with torch.inference_mode():
+                for shape in ((4, 1, 16), (3, 16)):  # more rows: no parts made
                     x = torch.randn(shape)
-                    torch.testing.assert_close(layer(x), linear(x, plain.weight, plain.bias), atol=1e-4, rtol=1e-4)
-        assert blas_rows == ([1, 1] if expected else [])
+                    torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+                assert fast.weight_parts is None
+                for shape in ((1, 1, 16), (1, 16), (16,)):
+                    x = torch.randn(shape)
+                    torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+            if expected:
+                assert fast.weight_parts is not None and fast.weight_parts.shape == (parts, 16, out_features // parts)
+            else:
+                assert fast.weight_parts is None
+    assert cpu_inference.one_row_parts_for(24) == 2
+    monkeypatch.setattr(cpu_inference.torch, "get_num_threads", lambda: 4)
+    assert [cpu_inference.one_row_parts_for(n) for n in (24, 6, 7)] == [4, 2, 1]
 
 
 def test_cpu_linear_choice_from_the_environment(monkeypatch):
