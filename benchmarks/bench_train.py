@@ -10,10 +10,14 @@ m30k-small: Multi30k EN->DE, joint BPE 8,000, 3+3 layers, d_model 256, 4 heads, 
 dropout 0.1, label smoothing 0.1, tied embeddings, 4,096-token batches (recipes/multi30k_ende.yaml).
 
 MFU = useful model FLOPs per second / matmul peak of the same precision (torch, 2048^3, same
-process and threads, measured just before training). Useful FLOPs count real tokens only: a
-padded position is work the machine does but the model does not need, so it is left out of the
-numerator and reported as the padding share instead. Model FLOPs of a batch = 3 x forward FLOPs
-(backward = 2 x forward), with s_i and t_i the real source and target lengths of sentence i
+process and threads). The peak is timed once right after every measured update, and MFU is the
+median over updates of (the update's useful FLOPs / its time) / (the product's FLOPs / its time): on
+a shared machine both drift by 10-20% within minutes, and a ratio of figures taken at the same
+moment cancels most of that drift (with one peak taken before training, runs read 57-72%; that
+figure is still reported, as "MFU, peak before").
+Useful FLOPs count real tokens only: a padded position is work the machine does but the model does
+not need, so it is left out of the numerator and reported as the padding share instead. Model FLOPs
+of a batch = 3 x forward FLOPs (backward = 2 x forward), with s_i and t_i the real source and target lengths of sentence i
 (EOS included), N_s = sum s_i, N_t = sum t_i, d = d_model, f = d_ff, L layers, V vocabulary:
   encoder  L * (N_s * (8 d^2 + 4 d f) + 4 d * sum s_i^2)          QKV+out projections, FFN, QK^T and AV
   decoder  L * (N_t * (8 d^2 + 4 d f) + 4 d * sum t_i^2)          self-attention block and FFN
@@ -30,18 +34,22 @@ import time
 import torch
 from common import ROOT, WORK, print_table, record
 
+PEAK_SIZE = 2048
 
-def matmul_peak(threads: int, dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10) -> float:
-    torch.set_num_threads(threads)
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+
+def peak_operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two PEAK_SIZE^2 matrices, multiplied a few times so the first timed product is warm."""
+    a, b = torch.randn(PEAK_SIZE, PEAK_SIZE, dtype=dtype), torch.randn(PEAK_SIZE, PEAK_SIZE, dtype=dtype)
     for _ in range(3):
         a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * size**3 / statistics.median(times)
+    return a, b
+
+
+def matmul_flops_per_second(a: torch.Tensor, b: torch.Tensor) -> float:
+    """FLOP/s of one product ``a @ b``, timed now."""
+    start = time.perf_counter()
+    a @ b
+    return 2 * PEAK_SIZE**3 / (time.perf_counter() - start)
 
 
 def batch_flops(batch, model_config, vocab: int) -> tuple[float, int, int]:
@@ -88,12 +96,13 @@ def main() -> None:
     recipe = load_recipe(ROOT / "recipes" / "multi30k_ende.yaml", overrides)
     prepare(recipe, log=lambda _m: None, progress=False)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(recipe.train.precision, torch.float32)
-    peak = matmul_peak(args.threads, low)
     torch.set_num_threads(args.threads)
+    peak_a, peak_b = peak_operands(low)
+    peak_before = statistics.median(matmul_flops_per_second(peak_a, peak_b) for _ in range(10))  # the old way
     trainer = Trainer(recipe, init_distributed(recipe.train), log=lambda _m: None)
     batches = trainer._epoch_batches()
     trainer.model.train()
-    tokens, src_tokens, flops, real, padded, times = 0, 0, 0.0, 0, 0, []
+    tokens, src_tokens, flops, real, padded, times, peaks, step_mfu = 0, 0, 0.0, 0, 0, [], [], []
     for i in range(args.warmup_steps + args.steps):
         group = [batches[i % len(batches)]]
         start = time.perf_counter()
@@ -107,6 +116,8 @@ def main() -> None:
                 collate(trainer.data.train, group[0]), recipe.model, trainer.data.tgt_size
             )
             flops += batch_useful
+            peaks.append(matmul_flops_per_second(peak_a, peak_b))
+            step_mfu.append(batch_useful / elapsed / peaks[-1])
             real += batch_real
             padded += batch_padded
     total = sum(times)
@@ -117,12 +128,16 @@ def main() -> None:
         "target tok/s": tokens / total,
         "src+tgt tok/s": (tokens + src_tokens) / total,
         "useful GFLOP/s": flops / total / 1e9,
-        "matmul peak GFLOP/s": peak / 1e9,
-        "MFU": flops / total / peak,
+        "matmul peak GFLOP/s": statistics.median(peaks) / 1e9,
+        "MFU": statistics.median(step_mfu),
+        "MFU, peak before": flops / total / peak_before,
         "padding share": 1 - real / padded,
         "median step s": statistics.median(times),
     }
     print_table("nmt train, m30k-small", [row])
+    mfu_quartiles = [f"{q:.1%}" for q in statistics.quantiles(step_mfu, n=4)]
+    peak_quartiles = [f"{q / 1e9:.0f}" for q in statistics.quantiles(peaks, n=4)]
+    print(f"MFU per update, quartiles: {mfu_quartiles}; peak GFLOP/s, quartiles: {peak_quartiles}")
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
