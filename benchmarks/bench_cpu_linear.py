@@ -38,6 +38,7 @@ from nmt_cli.decode.translator import load_model
 from nmt_cli.model.cpu_inference import (
     InferenceLinear,
     cpu_vendor,
+    one_row_in_parts,
     onednn_linear,
     onednn_packed_weight,
     swapped_operands_linear,
@@ -72,6 +73,7 @@ def step_microseconds(products, inputs: dict, budget_s: float = 0.3) -> float:
 
 
 def micro() -> None:
+    in_parts = one_row_in_parts()  # as NMT_CPU_LINEAR (default auto) ships it on this processor
     os.environ["NMT_CPU_LINEAR"] = "blas"  # plain layers, to take their weights
     model = load_model(args.model).model
     linears = [m for m in model.decoder.modules() if isinstance(m, torch.nn.Linear)] + [model.output]
@@ -79,7 +81,10 @@ def micro() -> None:
     transposed_output = weights[:-1] + [(weights[-1][0].t().contiguous().t(), None)]
     transposed_all = [(w.t().contiguous().t(), b) for w, b in weights]
     packed = [(onednn_packed_weight(w), b) for w, b in weights]
-    shipped = [InferenceLinear.sharing(torch.nn.Linear(w.size(1), w.size(0), bias=b is not None), True) for w, b in weights]
+    shipped = [
+        InferenceLinear.sharing(torch.nn.Linear(w.size(1), w.size(0), bias=b is not None), True, in_parts)
+        for w, b in weights
+    ]
     with torch.no_grad():
         for layer, (w, b) in zip(shipped, weights):
             layer.weight.copy_(w)

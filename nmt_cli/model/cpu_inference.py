@@ -15,16 +15,16 @@ faster than W x^T at 4 rows; level at one row. So, where the kernels below are c
 oneDNN with the plain weight, more rows through oneDNN with the packed copy (``benchmarks/bench_cpu_linear.py``
 and ``docs/benchmarks.md`` hold the measurements). The packed copies cost the weights' size in memory again.
 
-One row (greedy decoding of one sentence, a server answering one request) is another case: each
-weight is read from memory once per product, so memory bandwidth bounds it, and neither MKL's one-row
-product nor oneDNN's uses both cores' share of it. On processors without AVX-512 (Zen 3 measured), one
-row runs instead as a batch of products over parts of the weight's output rows (one part per thread, at
-least two), each part stored transposed: MKL's batched product gives each thread a part. The parts are
-a copy of the weight, made at the first one-row product, so a model that never multiplies one row does
-not hold it (a beam search's first step does: one row per sentence). Measured over a decoder step's
-weights in sequence (AMD EPYC Zen 3, 2 threads): small model 976 -> 637 us, base 8.4 -> 6.6 ms; greedy
-decoding at batch 1 1.23x (small) and 1.07x (base) faster end to end (median of 3 alternating runs),
-the same translations. It also avoids oneDNN's 30-50 us a call before any arithmetic.
+One row (greedy decoding of one sentence, a server answering one request, a beam search's first step)
+is another case: each weight is read from memory once per product, so memory bandwidth bounds it, and
+neither MKL's one-row product nor oneDNN's uses both cores' share of it. On processors without AVX-512
+(Zen 3 measured), one row runs instead as a batch of products over parts of the input (one part per
+thread), each part times its block of rows of W^T, then the products summed: MKL's
+batched product gives each thread a part. The weight is stored transposed for this, so the blocks are
+views (no copy). Measured over a decoder step's weights in sequence (AMD EPYC Zen 3, 2 threads): 1.3-1.5x
+faster than each weight whole through MKL; cutting the output instead (each part a transposed copy)
+5-15% slower. Greedy decoding at batch 1 end to end: small model 1.37x, base 1.29x faster than oneDNN
+for every product (``benchmarks/bench_cpu_linear.py --choices auto,packed``), the same translations.
 
 ``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (oneDNN by rows on any processor, one row
 included), ``onednn`` (the previous kernels: 2-7 rows as W x^T through the BLAS, else oneDNN
@@ -55,11 +55,6 @@ CHOICES = ("auto", "onednn", "packed", "blas")
 # oneDNN's blocked weight layout is chosen for an expected number of rows; one layout packed for 16
 # served 1-64 rows within a few per cent of a layout packed for each (AMD EPYC Zen 3).
 PACKED_FOR_ROWS = 16
-# The fewest parts a weight is cut into for one-row products, where ``one_row_in_parts()``; there are
-# as many as threads (MKL's batched product gives each thread its own part), at least this many: on
-# 2 threads (AMD EPYC Zen 3) 2 parts beat 4, and on 1 thread 2 parts still beat the whole weight
-# through MKL or oneDNN (small model's step 1.46 against 2.18 ms), by the transposed layout.
-MIN_ONE_ROW_PARTS = 2
 
 
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -142,20 +137,23 @@ class InferenceLinear(nn.Linear):
 
     packed_weight: Tensor | None = None
     one_row_parts: bool = False
-    # The weight's output rows cut into parts, each stored transposed: (parts, in, out / parts); made
-    # at the first one-row product.
-    weight_parts: Tensor | None = None
+    # What a one-row product reads, set at the first one (the threads are known then): W^T's blocks of
+    # rows, (parts, in / parts, out), views of the weight, and the bias, as plain tensors (a module's
+    # parameter is looked up through ``nn.Module.__getattr__``, microseconds a call at this size).
+    one_row_operands: tuple[Tensor, Tensor | None] | None = None
 
     @classmethod
     def sharing(cls, linear: nn.Linear, packed: bool = False, one_row_parts: bool = False) -> InferenceLinear:
         """An InferenceLinear holding ``linear``'s own parameter objects (so tied weights stay tied),
         with a oneDNN-packed copy of the weight for products of 2 or more rows if ``packed``, and one
-        row through the BLAS in parts if ``one_row_parts``."""
+        row through the BLAS in parts if ``one_row_parts`` (the weight then stored transposed)."""
         fast = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         fast.weight = linear.weight
         fast.bias = linear.bias
         fast.packed_weight = onednn_packed_weight(linear.weight) if packed else None
-        fast.one_row_parts = one_row_parts
+        if one_row_parts:
+            store_weight_transposed(fast)  # the parts are then views of W^T; oneDNN reads the packed copy
+            fast.one_row_parts = fast.weight.t().is_contiguous()
         return fast
 
     def forward(self, x: Tensor) -> Tensor:
@@ -172,31 +170,36 @@ class InferenceLinear(nn.Linear):
 
     def one_row_product(self, x: Tensor) -> Tensor:
         """``F.linear(x, weight, bias)`` for an ``x`` of one row, as a batch of products over parts of
-        the weight: (1, in) x (in, out / parts) for each part, side by side the output row."""
-        if self.weight_parts is None:
-            self.weight_parts = weight_in_parts(self.weight.detach(), one_row_parts_for(self.out_features))
-        parts = self.weight_parts.size(0)
-        row = x.reshape(1, 1, self.in_features).expand(parts, 1, self.in_features)
-        if self.bias is None:
-            product = torch.bmm(row, self.weight_parts)
-        else:
-            product = torch.baddbmm(self.bias.view(parts, 1, -1), row, self.weight_parts)
-        return product.view(*x.shape[:-1], self.out_features)  # (parts, 1, out / parts) is the row in order
+        the input: part p of the row times block p of W^T's rows, then the parts' products summed."""
+        if self.one_row_operands is None:
+            self.one_row_operands = self._one_row_operands()
+        weight_parts, bias = self.one_row_operands
+        parts = weight_parts.size(0)
+        if parts == 1:
+            return F.linear(x, weight_parts[0].t(), bias)  # W^T contiguous: MKL's faster layout for one row
+        row = torch.bmm(x.reshape(parts, 1, -1), weight_parts).sum(0)  # (1, out)
+        if bias is not None:
+            row.add_(bias)
+        return row.view(x.shape[:-1] + (self.out_features,))
+
+    def _one_row_operands(self) -> tuple[Tensor, Tensor | None]:
+        weight_t = self.weight.detach().t()  # (in, out), contiguous
+        weight_parts = weight_t.view(one_row_parts_for(self.in_features), -1, self.out_features)
+        return weight_parts, (None if self.bias is None else self.bias.detach())
 
 
-def one_row_parts_for(out_features: int) -> int:
-    """How many parts a weight of ``out_features`` output rows is cut into for one-row products: one
-    per thread (at least ``MIN_ONE_ROW_PARTS``) where that divides the rows, else 2, else 1."""
-    for parts in (max(MIN_ONE_ROW_PARTS, torch.get_num_threads()), MIN_ONE_ROW_PARTS):
-        if out_features % parts == 0:
+def one_row_parts_for(in_features: int) -> int:
+    """How many parts one-row products cut an input of ``in_features`` into: one per thread where that
+    divides it, else 2 where there are 2 threads or more and that divides it, else 1.
+
+    On 2 threads (AMD EPYC Zen 3) 2 parts beat 4; on 1 thread the whole product with W^T stored
+    contiguous is as fast as 2 parts, and 1.3-2.3x faster than oneDNN.
+    """
+    threads = torch.get_num_threads()
+    for parts in (threads, 2):
+        if parts <= threads and in_features % parts == 0:
             return parts
     return 1
-
-
-def weight_in_parts(weight: Tensor, parts: int) -> Tensor:
-    """``weight`` (out, in) as ``parts`` consecutive blocks of output rows, each transposed and
-    contiguous: (parts, in, out / parts), a copy."""
-    return weight.reshape(parts, -1, weight.size(1)).transpose(1, 2).contiguous()
 
 
 def swapped_operands_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

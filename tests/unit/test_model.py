@@ -452,36 +452,40 @@ def test_packed_weights_for_two_rows_and_more(monkeypatch):
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
 def test_one_row_products_in_parts(monkeypatch):
     """Under auto on a processor without AVX-512, one row runs through the BLAS as a batch of products
-    over parts of the weight (one per thread, at least 2; 1 where the rows do not divide), the parts
-    made at the first one-row product; more rows through oneDNN. With AVX-512 or NMT_CPU_LINEAR=packed
-    every product stays on oneDNN. Outputs equal F.linear's either way, with and without bias."""
+    over parts of the input (one per thread, 2 where that does not divide it, else the whole product)
+    with the weight stored transposed, its parts views of it; more rows through oneDNN. With AVX-512
+    or NMT_CPU_LINEAR=packed every product stays on oneDNN. Outputs equal F.linear's either way."""
     from nmt_cli.model import cpu_inference
 
-    monkeypatch.setattr(cpu_inference.torch, "get_num_threads", lambda: 2)
+    batched: list[tuple[int, ...]] = []
+    bmm = torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda a, b: batched.append(tuple(b.shape)) or bmm(a, b))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     for capability, choice, expected in (("AVX2", "auto", True), ("AVX512", "auto", False), ("AVX2", "packed", False)):
-        monkeypatch.setattr(cpu_inference.torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
         monkeypatch.setenv("NMT_CPU_LINEAR", choice)
         chosen = cpu_inference.one_row_in_parts()
         assert chosen is expected
-        for out_features, bias, parts in ((24, True, 2), (24, False, 2), (7, True, 1)):
-            plain = torch.nn.Linear(16, out_features, bias=bias)
+        for in_features, bias in ((16, True), (16, False), (7, True)):
+            plain = torch.nn.Linear(in_features, 24, bias=bias)
             fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, one_row_parts=chosen)
             assert fast.weight is plain.weight and set(fast.state_dict()) == set(plain.state_dict())
+            assert fast.weight.t().is_contiguous() is expected  # stored transposed for the parts
+            batched.clear()
             with torch.inference_mode():
-                for shape in ((4, 1, 16), (3, 16)):  # more rows: no parts made
+                for shape in ((4, 1, in_features), (3, in_features)):  # more rows: oneDNN, packed copy
                     x = torch.randn(shape)
                     torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
-                assert fast.weight_parts is None
-                for shape in ((1, 1, 16), (1, 16), (16,)):
+                assert batched == []
+                for shape in ((1, 1, in_features), (1, in_features), (in_features,)):
                     x = torch.randn(shape)
                     torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
-            if expected:
-                assert fast.weight_parts is not None and fast.weight_parts.shape == (parts, 16, out_features // parts)
-            else:
-                assert fast.weight_parts is None
-    assert cpu_inference.one_row_parts_for(24) == 2
-    monkeypatch.setattr(cpu_inference.torch, "get_num_threads", lambda: 4)
+            in_parts = expected and in_features % 2 == 0
+            assert batched == ([(2, in_features // 2, 24)] * 3 if in_parts else [])
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     assert [cpu_inference.one_row_parts_for(n) for n in (24, 6, 7)] == [4, 2, 1]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert cpu_inference.one_row_parts_for(24) == 1
 
 
 def test_cpu_linear_choice_from_the_environment(monkeypatch):
