@@ -17,8 +17,8 @@ moment cancels most of that drift (with one peak taken before training, runs rea
 figure is still reported, as "MFU, peak before").
 Useful FLOPs count real tokens only: a padded position is work the machine does but the model does
 not need, so it is left out of the numerator and reported as the padding share instead. Model FLOPs
-of a batch = 3 x forward FLOPs (backward = 2 x forward), with s_i and t_i the real source and target lengths of sentence i
-(EOS included), N_s = sum s_i, N_t = sum t_i, d = d_model, f = d_ff, L layers, V vocabulary:
+of a batch = 3 x forward FLOPs (backward = 2 x forward), with s_i and t_i the real source and target
+lengths of sentence i (EOS included), N_s = sum s_i, N_t = sum t_i, d = d_model, f = d_ff, L layers, V vocabulary:
   encoder  L * (N_s * (8 d^2 + 4 d f) + 4 d * sum s_i^2)          QKV+out projections, FFN, QK^T and AV
   decoder  L * (N_t * (8 d^2 + 4 d f) + 4 d * sum t_i^2)          self-attention block and FFN
          + L * (N_t * 4 d^2 + N_s * 4 d^2 + 4 d * sum t_i s_i)    cross-attention (Q, out; K, V; scores)
