@@ -57,6 +57,7 @@ class StaticSteps:
         self.tokens = torch.full((slots,), BOS_ID, dtype=torch.long, device=device)
         self.src_mask = src_mask
         state = model.start_decoding(memory, src_mask)  # cross-attention keys/values, one row per sentence
+        self.layers_step = state.layers_step
         self.caches = [
             LayerCache(StaticKeysValues(self.keys[i], self.values[i], self.position, self.visible), layer.cross_attention)
             for i, layer in enumerate(state.caches)
@@ -72,7 +73,7 @@ class StaticSteps:
     def _step(self) -> Tensor:
         """The recorded work: one decoder step for every slot, then advance the position."""
         self.visible.copy_((self.slot_positions <= self.position)[None, None, None, :])
-        logits = self.model.decode_step_at(self.tokens, self.position, self.src_mask, self.caches).float()
+        logits = self.model.decode_step_at(self.tokens, self.position, self.src_mask, self.caches, self.layers_step).float()
         self.position.add_(1)
         return logits  # (slots, V)
 

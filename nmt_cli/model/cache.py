@@ -8,6 +8,7 @@ Cross-attention keys and values of the encoder output are computed once per sent
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -82,6 +83,9 @@ class LayerCache:
     cross_attention: MemoryKeysValues
 
 
+LayersStep = Callable[[Tensor, Tensor | None, list[LayerCache]], Tensor]
+
+
 @dataclass
 class DecoderState:
     """What incremental decoding keeps between steps.
@@ -100,6 +104,9 @@ class DecoderState:
     # cross_attention_mask()'s answer and the src_mask it was computed for
     _cross_mask: Tensor | None = field(default=None, repr=False)
     _cross_mask_of: Tensor | None = field(default=None, repr=False)
+    # The decoder layers as one function of (embeddings (N, D), cross-attention mask, caches) -> hidden
+    # states (N, D) (:class:`.decoder_step.FlatDecoderStep`); None: step through the layers' modules
+    layers_step: LayersStep | None = field(default=None, repr=False)
 
     def cross_attention_mask(self) -> Tensor | None:
         """``src_mask``, or None on a CPU when no source is padded (batch 1, equal lengths): attention

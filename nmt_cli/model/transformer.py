@@ -15,7 +15,8 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .cache import DecoderState, GrowingKeysValues, LayerCache
+from .cache import DecoderState, GrowingKeysValues, LayerCache, LayersStep
+from .decoder_step import FlatDecoderStep
 from .dropout import Dropout
 from .layers import DecoderLayer, EncoderLayer, Residual
 from .loss import output_loss
@@ -130,7 +131,15 @@ class Transformer(nn.Module):
         caches = [
             LayerCache(GrowingKeysValues(), layer.cross_attn.memory_keys_values(memory)) for layer in self.decoder_layers
         ]
-        return DecoderState(src_mask, caches)
+        return DecoderState(src_mask, caches, layers_step=self.flat_decoder_step())
+
+    def flat_decoder_step(self) -> FlatDecoderStep | None:
+        """The decoder layers as one flat function for the steps of one batch
+        (:mod:`.decoder_step`: fewer calls per step), or None where the steps go through the layers'
+        modules: in training mode, and with relative positions, whose terms change every step."""
+        if self.training or self.positions is None:
+            return None
+        return FlatDecoderStep(self.decoder_layers, self.config.n_heads)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """Logits (N, V) of the next token after ``tokens`` (N,), the previous outputs.
@@ -146,17 +155,25 @@ class Transformer(nn.Module):
             x = self._embed_step(tokens, state.row_steps)  # rows at different steps
             state.row_steps = state.row_steps + 1
         state.step += 1
-        return self._decode_one(x, state.cross_attention_mask(), state.caches)
+        return self._decode_one(x, state.cross_attention_mask(), state.caches, state.layers_step)
 
-    def decode_step_at(self, tokens: Tensor, position: Tensor, src_mask: Tensor, caches: list[LayerCache]) -> Tensor:
+    def decode_step_at(
+        self,
+        tokens: Tensor,
+        position: Tensor,
+        src_mask: Tensor,
+        caches: list[LayerCache],
+        layers_step: LayersStep | None = None,
+    ) -> Tensor:
         """:meth:`decode_step` with fixed shapes and no host reads, so a CUDA graph can record it.
 
         ``position`` is the step as a one-element device tensor; each layer's self-attention
-        cache is a :class:`StaticKeysValues` (see ``decode/static_steps.py``). Absolute positions only.
+        cache is a :class:`StaticKeysValues` (see ``decode/static_steps.py``); ``layers_step`` as in
+        :class:`DecoderState`. Absolute positions only.
         """
         if self.positions is None:
             raise ValueError("decode_step_at needs absolute positions (relative ones use decode_step)")
-        return self._decode_one(self._embed_step(tokens, position), src_mask, caches)
+        return self._decode_one(self._embed_step(tokens, position), src_mask, caches, layers_step)
 
     def _embed_step(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Embeddings (N, 1, D) of one token per row at ``positions``, a device tensor: (1,) for all
@@ -166,10 +183,17 @@ class Transformer(nn.Module):
             return x
         return x + self.positions.at(positions)[:, None].to(x.dtype)
 
-    def _decode_one(self, x: Tensor, src_mask: Tensor | None, caches: list[LayerCache]) -> Tensor:
-        for layer, cache in zip(self.decoder_layers, caches):
-            x = layer(x, None, src_mask, cache)
-        return self.logits(self.decoder_norm(x[:, 0]))  # (N, V)
+    def _decode_one(
+        self, x: Tensor, src_mask: Tensor | None, caches: list[LayerCache], layers_step: LayersStep | None
+    ) -> Tensor:
+        """Logits (N, V) of one new position per row from its embeddings ``x`` (N, 1, D)."""
+        if layers_step is not None:
+            hidden = layers_step(x[:, 0], src_mask, caches)  # (N, D)
+        else:
+            for layer, cache in zip(self.decoder_layers, caches):
+                x = layer(x, None, src_mask, cache)
+            hidden = x[:, 0]
+        return self.logits(self.decoder_norm(hidden))  # (N, V)
 
 
 def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:

@@ -309,6 +309,37 @@ def test_incremental_decoding_equals_full_decoding(positions, norm):
         torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
 
 
+ABSOLUTE_VARIANTS = [(pos, norm) for pos, norm in VARIANTS if pos in ("sinusoidal", "learned")]
+
+
+@pytest.mark.parametrize("positions, norm", ABSOLUTE_VARIANTS)
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation):
+    """The flat step (decoder_step.py) gives the modules' logits: beams sharing a padded sentence's
+    encoder keys, rows reordered and a sentence dropped between steps."""
+    model = tiny(positions, norm, activation=activation)
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
+    memory, mask = model.encode(src)
+    tokens = torch.tensor([[2, 2, 2, 2], [10, 11, 12, 13], [14, 15, 16, 17], [18, 19, 20, 21]])  # step x row
+    flat, modules = model.start_decoding(memory, mask), model.start_decoding(memory, mask)
+    assert flat.layers_step is not None
+    modules.layers_step = None
+    for t in range(tokens.size(0)):
+        if t == 2:  # keep sentence 1 only (rows 2 and 3), its rows swapped
+            for state in (flat, modules):
+                state.select(torch.tensor([3, 2]), sentences=torch.tensor([1]))
+        rows = tokens[t] if t < 2 else tokens[t, :2]
+        torch.testing.assert_close(model.decode_step(rows, flat), model.decode_step(rows, modules), atol=1e-5, rtol=1e-5)
+
+
+def test_flat_decoder_step_only_in_eval_mode_with_absolute_positions():
+    memory, mask = torch.zeros(1, 3, 32), torch.ones(1, 1, 1, 3, dtype=torch.bool)
+    assert tiny("sinusoidal", "post").start_decoding(memory, mask).layers_step is not None
+    assert tiny("sinusoidal", "post").train().start_decoding(memory, mask).layers_step is None
+    for relative in ("relative", "xl"):
+        assert tiny(relative, "post").start_decoding(memory, mask).layers_step is None
+
+
 def test_beam_rows_reordered_between_steps_decode_as_their_own_prefixes():
     """DecoderState.select keeps and reorders hypothesis rows (and drops sentences) in every layer's cache."""
     model = tiny("sinusoidal", "post")
