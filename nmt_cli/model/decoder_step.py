@@ -21,10 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from .attention import attention
 from .cache import LayerCache, StaticKeysValues
+from .cpu_inference import InferenceLinear
 from .layers import DecoderLayer, Residual
 
 Product = Callable[[Tensor], Tensor]
@@ -65,7 +66,7 @@ class ResidualOperands:
 
 @dataclass(frozen=True)
 class LayerOperands:
-    """One decoder layer's products (bound ``forward`` methods: no module call) and residual blocks."""
+    """One decoder layer's products (plain functions: no module call) and residual blocks."""
 
     qkv: Product
     self_out: Product
@@ -81,17 +82,23 @@ class LayerOperands:
     @classmethod
     def of(cls, layer: DecoderLayer) -> LayerOperands:
         return cls(
-            layer.self_attn.qkv.forward,
-            layer.self_attn.out.forward,
-            layer.cross_attn.q.forward,
-            layer.cross_attn.out.forward,
-            layer.ffn.w1.forward,
-            layer.ffn.w2.forward,
+            _product(layer.self_attn.qkv),
+            _product(layer.self_attn.out),
+            _product(layer.cross_attn.q),
+            _product(layer.cross_attn.out),
+            _product(layer.ffn.w1),
+            _product(layer.ffn.w2),
             layer.ffn.activation,
             ResidualOperands.of(layer.res_self),
             ResidualOperands.of(layer.res_cross),
             ResidualOperands.of(layer.res_ffn),
         )
+
+
+def _product(linear: nn.Linear) -> Product:
+    """The layer's product without the module call: an :class:`.cpu_inference.InferenceLinear`'s own
+    function over plain tensors, else the bound ``forward``."""
+    return linear.product() if isinstance(linear, InferenceLinear) else linear.forward
 
 
 class FlatDecoderStep:
