@@ -161,6 +161,13 @@ class InferenceLinear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         return self.product()(x)
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the product function out: it holds this layer's tensors (a copy's
+        would read the original's) and is made again at the copy's first product."""
+        state = dict(self.__dict__)
+        state.pop("_product", None)
+        return state
+
     def product(self) -> Callable[[Tensor], Tensor]:
         """:meth:`forward` as a plain function (what the flat decoder step calls)."""
         if self._product is None:

@@ -519,6 +519,25 @@ def test_one_row_products_in_parts(monkeypatch):
     assert cpu_inference.one_row_parts_for(24) == 1
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
+def test_a_copied_inference_linear_computes_with_its_own_weights():
+    """The product function made at the first product is not shared by a deep copy."""
+    import copy
+
+    from nmt_cli.model import cpu_inference
+
+    fast = cpu_inference.InferenceLinear.sharing(torch.nn.Linear(8, 6), one_row_parts=True)
+    x = torch.randn(1, 8)
+    with torch.inference_mode():
+        before = fast(x)
+        copied = copy.deepcopy(fast)
+        with torch.no_grad():
+            copied.weight.mul_(2)
+            copied.bias.zero_()
+        torch.testing.assert_close(fast(x), before)
+        torch.testing.assert_close(copied(x), 2 * (before - fast.bias))
+
+
 def test_cpu_linear_choice_from_the_environment(monkeypatch):
     """NMT_CPU_LINEAR=blas keeps every layer with the BLAS (output weight stored transposed instead);
     a wrong value is a one-line error naming the variable; auto takes oneDNN only off Intel with MKL."""
