@@ -161,7 +161,7 @@ class InferenceLinear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         return self.product()(x)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, object]:
         """Copies and pickles leave the product function out: it holds this layer's tensors (a copy's
         would read the original's) and is made again at the copy's first product."""
         state = dict(self.__dict__)
