@@ -132,4 +132,4 @@ class DecoderState:
             self.src_mask = self.src_mask.index_select(0, sentences)
 
 
-__all__ = ["GrowingKeysValues", "StaticKeysValues", "MemoryKeysValues", "LayerCache", "DecoderState"]
+__all__ = ["GrowingKeysValues", "StaticKeysValues", "MemoryKeysValues", "LayerCache", "LayersStep", "DecoderState"]
