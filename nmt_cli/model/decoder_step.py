@@ -20,48 +20,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import attention
 from .cache import LayerCache, StaticKeysValues
 from .cpu_inference import InferenceLinear
-from .layers import DecoderLayer, Residual
+from .layers import Arrangement, DecoderLayer, Normalisation, Residual, residual_input, residual_output
 
 Product = Callable[[Tensor], Tensor]
 
 
 @dataclass(frozen=True)
 class ResidualOperands:
-    """One residual block's arrangement and its LayerNorm (post, pre) or ReZero alpha."""
+    """One residual block's arrangement and its LayerNorm (post, pre) or ReZero alpha, read once."""
 
-    arrangement: str
-    norm: tuple[Tensor, Tensor, float] | None  # weight, bias, eps
+    arrangement: Arrangement
+    norm: Normalisation | None
     alpha: Tensor | None
 
     @classmethod
     def of(cls, residual: Residual) -> ResidualOperands:
-        norm = residual.norm
-        normalisation = None if norm is None else (norm.weight, norm.bias, norm.eps)
-        return cls(residual.arrangement, normalisation, residual.alpha)
+        return cls(residual.arrangement, residual.normalisation(), residual.alpha)
 
     def sublayer_input(self, x: Tensor) -> Tensor:
-        """What the sub-layer reads: LayerNorm(x) in the pre-norm arrangement, else x."""
-        return self._normalise(x) if self.arrangement == "pre" else x
+        return residual_input(x, self.arrangement, self.norm)
 
     def output(self, x: Tensor, out: Tensor) -> Tensor:
-        """The block's output from its input ``x`` and the sub-layer's output ``out`` (no dropout)."""
-        if self.arrangement == "post":
-            return self._normalise(x + out)
-        if self.arrangement == "rezero":
-            assert self.alpha is not None
-            return x + self.alpha * out
-        return x + out  # pre, none
-
-    def _normalise(self, x: Tensor) -> Tensor:
-        assert self.norm is not None
-        weight, bias, eps = self.norm
-        return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+        """The block's output (no dropout: inference)."""
+        return residual_output(x, out, self.arrangement, self.norm, self.alpha)
 
 
 @dataclass(frozen=True)

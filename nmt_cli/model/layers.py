@@ -23,6 +23,32 @@ from .dropout import Dropout, apply_dropout
 Arrangement = Literal["post", "pre", "rezero", "none"]
 
 
+Normalisation = tuple[Tensor, Tensor, float]  # a LayerNorm's weight, bias and eps
+
+
+def residual_input(x: Tensor, arrangement: Arrangement, norm: Normalisation | None) -> Tensor:
+    """What the sub-layer reads: LayerNorm(x) in the pre-norm arrangement, else x."""
+    return _layer_norm(x, norm) if arrangement == "pre" else x
+
+
+def residual_output(
+    x: Tensor, out: Tensor, arrangement: Arrangement, norm: Normalisation | None, alpha: Tensor | None
+) -> Tensor:
+    """The block's output from its input ``x`` and the sub-layer's output ``out`` (after dropout)."""
+    if arrangement == "post":
+        return _layer_norm(x + out, norm)
+    if arrangement == "rezero":
+        assert alpha is not None
+        return x + alpha * out
+    return x + out  # pre, none
+
+
+def _layer_norm(x: Tensor, norm: Normalisation | None) -> Tensor:
+    assert norm is not None
+    weight, bias, eps = norm
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
 class Residual(nn.Module):
     """One residual connection around a sub-layer, in the chosen arrangement."""
 
@@ -34,17 +60,13 @@ class Residual(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(1)) if arrangement == "rezero" else None
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        if self.arrangement == "pre":
-            assert self.norm is not None
-            return x + self._drop(sublayer(self.norm(x)))
-        out = self._drop(sublayer(x))
-        if self.arrangement == "post":
-            assert self.norm is not None
-            return self.norm(x + out)
-        if self.arrangement == "rezero":
-            assert self.alpha is not None
-            return x + self.alpha * out
-        return x + out
+        norm = self.normalisation()
+        out = self._drop(sublayer(residual_input(x, self.arrangement, norm)))
+        return residual_output(x, out, self.arrangement, norm, self.alpha)
+
+    def normalisation(self) -> Normalisation | None:
+        """The LayerNorm's operands (post, pre), or None."""
+        return None if self.norm is None else (self.norm.weight, self.norm.bias, self.norm.eps)
 
     def _drop(self, x: Tensor) -> Tensor:
         # At inference Dropout is skipped rather than called as a no-op: a decoder step would make 3 such
