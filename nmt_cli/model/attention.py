@@ -111,6 +111,20 @@ def attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 
 
+def attention_at_inference(q: Tensor, k: Tensor, v: Tensor, hidden: Tensor | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k)) v written out for inference in fp32, its scores updated in place (no
+    gradient, no dropout). ``hidden`` (broadcast to (B, H, Tq, Tk)) is True where a key may not be seen.
+
+    For many small blocks of several queries each, as in beam search's cross-attention (a sentence's
+    hypotheses over its source), PyTorch's CPU flash-attention kernel, built for long sequences, is
+    slow: see ``decoder_step.WRITTEN_OUT_MIN_BLOCKS``.
+    """
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1 / math.sqrt(q.size(-1)))  # (B, H, Tq, Tk)
+    if hidden is not None:
+        scores.masked_fill_(hidden, float("-inf"))
+    return torch.matmul(scores.softmax(dim=-1), v)
+
+
 # Up to this many keys, training on the CPU in fp32 runs attention written out rather than through
 # PyTorch's flash-attention kernel: forward and backward of one attention block over a batch of about
 # 4,000 tokens (AMD EPYC Zen 3, 2 threads, 4 heads of 64) took 8.8 ms written out against 18.7 ms

@@ -74,6 +74,12 @@ class MemoryKeysValues:
     def select(self, sentences: Tensor) -> None:
         self.keys, self.values = self.keys.index_select(0, sentences), self.values.index_select(0, sentences)
 
+    def contiguous(self) -> MemoryKeysValues:
+        """These keys/values copied out of the projection's strided output, once per batch: every step
+        then reads them in place (written-out attention would otherwise copy them at every step: beam
+        search's cross-attention, base model, 16 sentences, 192-311 us a call against 272-759)."""
+        return MemoryKeysValues(self.keys.contiguous(), self.values.contiguous())
+
 
 @dataclass
 class LayerCache:

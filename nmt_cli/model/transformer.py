@@ -129,7 +129,8 @@ class Transformer(nn.Module):
     def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
         """State for :meth:`decode_step`: encoder keys/values computed once, one row per sentence."""
         caches = [
-            LayerCache(GrowingKeysValues(), layer.cross_attn.memory_keys_values(memory)) for layer in self.decoder_layers
+            LayerCache(GrowingKeysValues(), layer.cross_attn.memory_keys_values(memory).contiguous())
+            for layer in self.decoder_layers
         ]
         return DecoderState(src_mask, caches, layers_step=self.flat_decoder_step())
 

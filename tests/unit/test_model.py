@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from nmt_cli.config import ModelConfig, TrainConfig
+from nmt_cli.model import decoder_step
 from nmt_cli.model.attention import (
     RelativePositions,
     SelfAttention,
@@ -314,9 +315,12 @@ ABSOLUTE_VARIANTS = [(pos, norm) for pos, norm in VARIANTS if pos in ("sinusoida
 
 @pytest.mark.parametrize("positions, norm", ABSOLUTE_VARIANTS)
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation):
+@pytest.mark.parametrize("cross_attention", ["kernel", "written out"])
+def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation, cross_attention, monkeypatch):
     """The flat step (decoder_step.py) gives the modules' logits: beams sharing a padded sentence's
-    encoder keys, rows reordered and a sentence dropped between steps."""
+    encoder keys, rows reordered and a sentence dropped between steps; with the beams' cross-attention
+    through PyTorch's kernel and written out."""
+    monkeypatch.setattr(decoder_step, "WRITTEN_OUT_MIN_BLOCKS", 1 if cross_attention == "written out" else 10**9)
     model = tiny(positions, norm, activation=activation)
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
     memory, mask = model.encode(src)
@@ -324,12 +328,31 @@ def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation):
     flat, modules = model.start_decoding(memory, mask), model.start_decoding(memory, mask)
     assert flat.layers_step is not None
     modules.layers_step = None
+    rows = memory.new_zeros(4, memory.size(2))  # 2 sentences x 2 beams
+    plan = decoder_step.CrossAttentionPlan.of(rows, mask, flat.caches[0], model.config.n_heads)
+    assert plan.written_out == (cross_attention == "written out")
     for t in range(tokens.size(0)):
         if t == 2:  # keep sentence 1 only (rows 2 and 3), its rows swapped
             for state in (flat, modules):
                 state.select(torch.tensor([3, 2]), sentences=torch.tensor([1]))
         rows = tokens[t] if t < 2 else tokens[t, :2]
         torch.testing.assert_close(model.decode_step(rows, flat), model.decode_step(rows, modules), atol=1e-5, rtol=1e-5)
+
+
+def test_beams_cross_attention_written_out_only_for_several_hypotheses_over_many_blocks():
+    """The rule of decoder_step.WRITTEN_OUT_MIN_BLOCKS: beams (several rows per sentence) over enough
+    (sentence, head) blocks go written out; greedy rows (one per sentence) and few blocks keep the kernel."""
+    model = tiny("sinusoidal", "post")
+    heads, sentences = model.config.n_heads, decoder_step.WRITTEN_OUT_MIN_BLOCKS // model.config.n_heads
+    memory, mask = model.encode(torch.full((sentences, 4), 5))
+    cache = model.start_decoding(memory, mask).caches[0]
+    width = memory.size(2)
+    plan = decoder_step.CrossAttentionPlan.of
+    assert plan(memory.new_zeros(4 * sentences, width), mask, cache, heads).written_out  # beam 4
+    assert not plan(memory.new_zeros(sentences, width), mask, cache, heads).written_out  # greedy
+    assert not plan(memory.new_zeros(4 * sentences, width).bfloat16(), mask, cache, heads).written_out
+    few = model.start_decoding(memory[:1], mask[:1]).caches[0]
+    assert not plan(memory.new_zeros(4, width), mask[:1], few, heads).written_out  # one sentence's beam
 
 
 def test_flat_decoder_step_only_in_eval_mode_with_absolute_positions():
