@@ -25,6 +25,7 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
 from .ensemble import Ensemble, EnsembleSteps
 from .static_steps import StaticSteps, supports_static_steps
+from .top_k import top_k_rows
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def _best_tokens(logits: Tensor, count: int, at_limit: Tensor, forced: Tensor | 
         log_probs = _mask_specials(
             logits[rows].log_softmax(dim=-1), at_limit[rows], None if forced is None else forced[rows]
         )
-        blocks.append(log_probs.topk(count, dim=1))
+        blocks.append(top_k_rows(log_probs, count))
     if len(blocks) == 1:
         return blocks[0]
     return torch.cat([b[0] for b in blocks]), torch.cat([b[1] for b in blocks])

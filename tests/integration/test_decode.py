@@ -170,6 +170,23 @@ def test_row_blocks_do_not_change_results(loaded, overfit, monkeypatch):
         assert [[h.score for h in hyps] for hyps in a] == [[h.score for h in hyps] for hyps in b]
 
 
+def test_two_stage_top_k_does_not_change_results(loaded, overfit, monkeypatch):
+    """The search's two-stage top-k (decode/top_k.py), forced on with small chunks, decodes as ``topk``."""
+    from nmt_cli.decode import top_k
+
+    _, src, _ = overfit
+    batch = encode(loaded, src[-10:])
+    config = replace(loaded.recipe.decode, beam=4)
+    plain = beam_search(loaded.model, batch, config, nbest=2), greedy_search(loaded.model, batch, config)
+    monkeypatch.setattr(top_k, "TWO_STAGE_MIN_ENTRIES", 0)
+    monkeypatch.setattr(top_k, "CHUNK", 3)
+    assert loaded.model.output.out_features >= 2 * 2 * config.beam * top_k.CHUNK  # wide enough for two stages
+    staged = beam_search(loaded.model, batch, config, nbest=2), greedy_search(loaded.model, batch, config)
+    for a, b in zip(plain, staged):
+        assert [[h.tokens for h in hyps] for hyps in a] == [[h.tokens for h in hyps] for hyps in b]
+        assert [[h.score for h in hyps] for hyps in a] == [[h.score for h in hyps] for hyps in b]
+
+
 @pytest.mark.parametrize("beam, alpha", [(1, 0.6), (4, 0.6), (3, 0.0)])
 def test_fixed_shape_steps_equal_cached_steps(loaded, overfit, monkeypatch, beam, alpha):
     """The CUDA-graph stepper's fixed-shape step, run eagerly here, decodes exactly as the cached one.
