@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from nmt_cli.config import ModelConfig, TrainConfig
-from nmt_cli.model import decoder_step
+from nmt_cli.model import decoder_step, transformer
 from nmt_cli.model.attention import (
     RelativePositions,
     SelfAttention,
@@ -353,6 +353,38 @@ def test_beams_cross_attention_written_out_only_for_several_hypotheses_over_many
     assert not plan(memory.new_zeros(4 * sentences, width).bfloat16(), mask, cache, heads).written_out
     few = model.start_decoding(memory[:1], mask[:1]).caches[0]
     assert not plan(memory.new_zeros(4, width), mask[:1], few, heads).written_out  # one sentence's beam
+
+
+def test_length_groups_cover_every_row_once_within_their_limits():
+    widths = [int(w) for w in torch.randint(1, 120, (300,), generator=torch.Generator().manual_seed(0))]
+    groups = transformer.length_groups(widths)
+    assert sorted(row for group in groups for row in group) == list(range(len(widths)))
+    for group in groups:
+        widest = widths[group[0]]
+        assert widest == max(widths[row] for row in group)
+        assert len(group) == 1 or len(group) * widest <= transformer.ENCODE_GROUP_MAX_TOKENS
+        assert all(widths[row] >= transformer.ENCODE_GROUP_MIN_FILL * widest for row in group)
+    assert transformer.length_groups([7, 7, 7]) == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "relative", "xl"])
+def test_encoding_in_length_groups_equals_one_padded_batch(positions, monkeypatch):
+    """At inference the encoder runs sources in groups of similar width (Transformer.encode): the
+    memory at every source position is the one padded batch's (padded positions are never attended to)."""
+    model = tiny(positions, "pre")
+    lengths = [2, 3, 5, 8, 9, 13, 17, 20, 20, 4]
+    src = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        src[row, :length] = torch.arange(length) % 20 + 4
+    monkeypatch.setattr(transformer, "ENCODE_GROUP_MAX_TOKENS", 60)
+    assert len(transformer.length_groups(lengths)) > 3
+    with torch.inference_mode():
+        grouped, mask = model.encode(src)
+        monkeypatch.setattr(transformer, "ENCODE_GROUP_MAX_TOKENS", 10**9)
+        monkeypatch.setattr(transformer, "ENCODE_GROUP_MIN_FILL", 0.0)
+        padded, _ = model.encode(src)
+    visible = mask[:, 0, 0]
+    torch.testing.assert_close(grouped[visible], padded[visible], atol=1e-5, rtol=1e-5)
 
 
 def test_flat_decoder_step_only_in_eval_mode_with_absolute_positions():
