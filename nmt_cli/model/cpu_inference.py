@@ -12,8 +12,9 @@ Given a weight in PyTorch's layout, oneDNN reorders it into its own blocked layo
 copy packed once into that layout (what PyTorch's compiler does) saves the reorder: on an AMD EPYC of
 the Zen 3 generation (AVX2), products of 4-64 rows 1.2-2.5x faster than with the plain weight and
 faster than W x^T at 4 rows; level at one row. So, where the kernels below are chosen: one row through
-oneDNN with the plain weight, more rows through oneDNN with the packed copy (``benchmarks/bench_cpu_linear.py``
-and ``docs/benchmarks.md`` hold the measurements). The packed copies cost the weights' size in memory again.
+oneDNN with the plain weight, more rows through oneDNN with the packed copy, and from ``BLAS_MIN_ROWS``
+rows on through the BLAS again (``benchmarks/bench_cpu_linear.py`` and ``docs/benchmarks.md`` hold the
+measurements). The packed copies cost the weights' size in memory again.
 
 One row (greedy decoding of one sentence, a server answering one request, a beam search's first step)
 is another case: each weight is read from memory once per product, so memory bandwidth bounds it, and
@@ -56,6 +57,11 @@ CHOICES = ("auto", "onednn", "packed", "blas")
 # oneDNN's blocked weight layout is chosen for an expected number of rows; one layout packed for 16
 # served 1-64 rows within a few per cent of a layout packed for each (AMD EPYC Zen 3).
 PACKED_FOR_ROWS = 16
+# From this many input rows on (an encoder's groups of sources, default-batched beam search's first
+# steps), the BLAS's product beats oneDNN's: a base decoder step's weights in sequence (AMD EPYC Zen 3,
+# 2 threads, ``bench_cpu_linear.py --micro``) took 42 / 82 / 152 / 321 / 695 ms through oneDNN packed
+# at 64 / 128 / 256 / 512 / 1,024 rows and 51 / 89 / 179 / 313 / 583 through ``F.linear``.
+BLAS_MIN_ROWS = 512
 
 
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -184,6 +190,8 @@ class InferenceLinear(nn.Linear):
             rows = x.numel() // in_features
             if rows == 1 and one_row is not None:
                 return one_row(x)
+            if rows >= BLAS_MIN_ROWS:
+                return F.linear(x, weight, bias)
             if packed is not None and rows > 1:
                 return onednn_linear(x, packed, bias)
             if rows in SWAPPED_OPERANDS_ROWS:

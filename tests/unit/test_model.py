@@ -522,11 +522,12 @@ def test_packed_weights_for_two_rows_and_more(monkeypatch):
         plain = torch.nn.Linear(8, 6, bias=bias)
         fast = cpu_inference.InferenceLinear.sharing(plain, packed=True)
         assert fast.weight is plain.weight and set(fast.state_dict()) == set(plain.state_dict())
-        for shape in ((1, 1, 8), (2, 8), (4, 5, 8), (0, 1, 8), (64, 8)):
+        many = cpu_inference.BLAS_MIN_ROWS  # from here on through the BLAS, not oneDNN
+        for shape in ((1, 1, 8), (2, 8), (4, 5, 8), (0, 1, 8), (64, 8), (many - 1, 8), (many, 8), (2, many, 8)):
             x = torch.randn(shape)
             with torch.inference_mode():
                 torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
-    assert set(calls) == {(1, False), (2, True), (20, True), (0, False), (64, True)}
+    assert set(calls) == {(1, False), (2, True), (20, True), (0, False), (64, True), (many - 1, True)}
     prepare = lambda model: cpu_inference.prepare_for_cpu_inference(model, model.output)  # noqa: E731
     _same_model_after(prepare)
     model = tiny("sinusoidal", "post")
