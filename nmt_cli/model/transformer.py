@@ -174,6 +174,10 @@ class Transformer(nn.Module):
         N may be a multiple of the number of sentences (beam search): rows n*G .. n*G+G-1
         belong to sentence n.
         """
+        return self.logits(self.decode_step_hidden(tokens, state))
+
+    def decode_step_hidden(self, tokens: Tensor, state: DecoderState) -> Tensor:
+        """:meth:`decode_step` up to the output projection: the decoder's last hidden states (N, D)."""
         if state.row_steps is None:
             x = self._embed(self.tgt_embed, tokens[:, None], offset=state.step)  # (N, 1, D)
         else:
@@ -198,7 +202,7 @@ class Transformer(nn.Module):
         """
         if self.positions is None:
             raise ValueError("decode_step_at needs absolute positions (relative ones use decode_step)")
-        return self._decode_one(self._embed_step(tokens, position), src_mask, caches, layers_step)
+        return self.logits(self._decode_one(self._embed_step(tokens, position), src_mask, caches, layers_step))
 
     def _embed_step(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Embeddings (N, 1, D) of one token per row at ``positions``, a device tensor: (1,) for all
@@ -211,14 +215,14 @@ class Transformer(nn.Module):
     def _decode_one(
         self, x: Tensor, src_mask: Tensor | None, caches: list[LayerCache], layers_step: LayersStep | None
     ) -> Tensor:
-        """Logits (N, V) of one new position per row from its embeddings ``x`` (N, 1, D)."""
+        """The last hidden states (N, D) of one new position per row from its embeddings ``x`` (N, 1, D)."""
         if layers_step is not None:
             hidden = layers_step(x[:, 0], src_mask, caches)  # (N, D)
         else:
             for layer, cache in zip(self.decoder_layers, caches):
                 x = layer(x, None, src_mask, cache)
             hidden = x[:, 0]
-        return self.logits(self.decoder_norm(hidden))  # (N, V)
+        return self.decoder_norm(hidden)  # (N, D)
 
 
 def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:
