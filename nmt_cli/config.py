@@ -274,6 +274,13 @@ class DecodeConfig:
     max_len_b: int = _opt(50, "see max_len_a", ge=0)
     batch_tokens: int = _opt(6000, "source tokens per decoding batch", ge=1)
     batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0)
+    workers: int = _opt(
+        0,
+        "on the CPU, batches translated at once, each on threads / workers of the threads (0: as many as "
+        "threads when a text makes several batches; 1: one batch at a time on every thread, the lowest latency)",
+        ge=0,
+        le=256,
+    )
     cuda_graphs: bool = _opt(
         True,
         "on a GPU, record each batch's decoder step as a CUDA graph and replay it "

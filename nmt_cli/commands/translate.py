@@ -40,6 +40,7 @@ def run(
     ),
     batch_tokens: int = decode_option("batch_tokens", "--batch-tokens"),
     batch_size: int = decode_option("batch_size", "--batch-size"),
+    workers: int = decode_option("workers", "--workers"),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
     dtype: str = typer.Option(
@@ -106,6 +107,7 @@ def run(
         max_len_b=max_len_b,
         batch_tokens=batch_tokens,
         batch_size=batch_size,
+        workers=workers,
         cuda_graphs=cuda_graphs,
         sampling=sampling or None,
         temperature=temperature,
@@ -155,7 +157,10 @@ def run(
 
         # The same precision names for both engines; CTranslate2 calls them compute types.
         compute_type = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
-        ct2 = CTranslate2Engine(models[0], device=target.type, threads=threads, compute_type=compute_type)
+        # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
+        ct2 = CTranslate2Engine(
+            models[0], device=target.type, threads=threads, compute_type=compute_type, workers=workers or 1
+        )
         config = with_decoding(ct2.decode_config, options)
         if config.length_penalty == "gnmt" and config.alpha and length_penalty is None:
             console.print(

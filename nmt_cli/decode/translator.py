@@ -27,6 +27,7 @@ from ..utils import torchfile
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import attention_maps, pharaoh, word_alignment
 from .ensemble import Ensemble
+from .parallel import run_batches, tokens_per_batch, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
 
@@ -199,26 +200,35 @@ class Translator:
                 self.stats.truncated += 1
                 encoded[i] = ids[: self.max_src]
             todo.append(i)
-        for batch in self._batches(todo, encoded):
+        threads = torch.get_num_threads()
+        # Sampling draws from one generator in sequence, so its batches run one at a time.
+        requested = 1 if self.config.sampling else self.config.workers
+        workers = worker_count(requested, threads, self.device, len(todo))
+        batch_tokens = tokens_per_batch(self.config.batch_tokens, [len(encoded[i]) + 1 for i in todo], workers)
+        batches = list(self._batches(todo, encoded, batch_tokens))
+        workers = worker_count(requested, threads, self.device, len(batches))
+
+        def translate_batch(batch: list[int]) -> list[list[Hypothesis]]:
             src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
             prefix = None
             if prefixes is not None and any(prefixes[i] for i in batch):
                 prefix = pad_rows([prefixes[i][: self.max_src] or [PAD_ID] for i in batch]).to(self.device)
             if self.config.sampling:
-                found = sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix)
-            else:
-                found = search(self.loaded.model, src, self.config, self.nbest, prefix)
+                return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix)
+            return search(self.loaded.model, src, self.config, self.nbest, prefix)
+
+        for batch, found in zip(batches, run_batches(translate_batch, batches, workers, threads)):
             for i, hyps in zip(batch, found):
                 results[i] = [self._detokenize(h, encoded[i]) for h in hyps] or [self._nothing()]
         return results
 
-    def _batches(self, todo: list[int], encoded: list[list[int]]) -> Iterator[list[int]]:
+    def _batches(self, todo: list[int], encoded: list[list[int]], batch_tokens: int) -> Iterator[list[int]]:
         order = sorted(todo, key=lambda i: len(encoded[i]), reverse=True)
         batch: list[int] = []
         for i in order:
             width = len(encoded[batch[0]]) + 1 if batch else len(encoded[i]) + 1
             too_many = self.config.batch_size and len(batch) >= self.config.batch_size
-            if batch and (too_many or (len(batch) + 1) * width > self.config.batch_tokens):
+            if batch and (too_many or (len(batch) + 1) * width > batch_tokens):
                 yield batch
                 batch = []
             batch.append(i)

@@ -204,7 +204,11 @@ def _check_output(model: Path, output: Path, force: bool) -> None:
 class CTranslate2Engine:
     """Translation through an exported CTranslate2 folder, with nmt's SentencePiece models."""
 
-    def __init__(self, folder: Path, device: str = "cpu", threads: int = 0, compute_type: str = "default") -> None:
+    def __init__(
+        self, folder: Path, device: str = "cpu", threads: int = 0, compute_type: str = "default", workers: int = 1
+    ) -> None:
+        """``threads`` in all (0: CTranslate2's default), shared by ``workers`` batches translated at once
+        (its ``inter_threads``; each worker gets ``threads // workers``, at least one)."""
         ctranslate2 = _require()
         import sentencepiece as spm
 
@@ -214,7 +218,11 @@ class CTranslate2Engine:
             )
         try:
             self.translator = ctranslate2.Translator(
-                str(folder), device=device, intra_threads=threads, compute_type=compute_type
+                str(folder),
+                device=device,
+                inter_threads=workers,
+                intra_threads=max(1, threads // workers) if threads else 0,
+                compute_type=compute_type,
             )
         except (ValueError, RuntimeError) as err:
             raise NmtError(

@@ -207,13 +207,18 @@ def one_row_product(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], T
     ``weight`` is stored transposed (W^T contiguous), so the blocks are views of it."""
     weight_t = weight.detach().t()  # (in, out), contiguous
     in_features, out_features = weight_t.shape
-    parts = one_row_parts_for(in_features)
-    weight_parts = weight_t.view(parts, -1, out_features)  # (parts, in / parts, out)
     whole, bias = weight.detach(), (None if bias is None else bias.detach())
+    # The parts follow the calling thread's thread count (a translation worker may run on one of
+    # them: decode/parallel.py), each cut a view made once.
+    views: dict[int, Tensor] = {}
 
     def product(x: Tensor) -> Tensor:
+        parts = one_row_parts_for(in_features)
         if parts == 1:
             return F.linear(x, whole, bias)  # W^T contiguous: MKL's faster layout for one row
+        weight_parts = views.get(parts)
+        if weight_parts is None:
+            weight_parts = views.setdefault(parts, weight_t.view(parts, -1, out_features))  # (parts, in / parts, out)
         row = torch.bmm(x.reshape(parts, 1, -1), weight_parts).sum(0)  # (1, out)
         if bias is not None:
             row.add_(bias)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import pytest
@@ -67,6 +68,39 @@ def test_batched_equals_one_by_one(loaded, overfit):
         assert [h.tokens for h in alone] == [h.tokens for h in hyps]
         for a, b in zip(alone, hyps):
             assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_batches_translated_at_once_equal_one_at_a_time(loaded, overfit, monkeypatch):
+    """decode.workers: several batches each on a worker thread give the same n-best lists, in input
+    order, as one batch at a time (one thread for every product either way, so the same arithmetic);
+    sampling, which draws from one generator in sequence, stays in the calling thread."""
+    from nmt_cli.decode import translator as translator_module
+
+    _, src, _ = overfit
+    lines = src[:20] + ["", "A dog runs on the beach.", "Three people are sitting at a table outside a cafe."]
+    ran_in: list[int] = []
+    for name in ("search", "sample"):
+        real = getattr(translator_module, name)
+        monkeypatch.setattr(
+            translator_module, name, lambda *a, real=real, **k: ran_in.append(threading.get_ident()) or real(*a, **k)
+        )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = replace(loaded.recipe.decode, beam=3, batch_size=4)
+        alone = list(Translator(loaded, replace(config, workers=1), nbest=2).translate(lines))
+        assert set(ran_in) == {threading.get_ident()} and len(ran_in) == 6
+        ran_in.clear()
+        together = list(Translator(loaded, replace(config, workers=2), nbest=2).translate(lines))
+        assert together == alone
+        assert len(set(ran_in)) == 2 and threading.get_ident() not in ran_in
+        ran_in.clear()
+        sampled = replace(config, workers=2, sampling=True, seed=3)
+        first = list(Translator(loaded, sampled).translate(lines))
+        assert set(ran_in) == {threading.get_ident()}
+        assert list(Translator(loaded, sampled).translate(lines)) == first
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_nbest_is_sorted_and_distinct(loaded):

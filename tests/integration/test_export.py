@@ -42,6 +42,9 @@ def test_exported_model_gives_the_same_greedy_outputs(overfit, tmp_path):
     config = replace(loaded.recipe.decode, beam=4, length_penalty="average", stop="beam")
     ours_beam = [h[0][0] for h in Translator(loaded, config).translate(lines)]
     assert [h[0][0] for h in engine.translate(lines, config)] == ours_beam
+    # --workers: CTranslate2's inter_threads, batches translated at once, the same outputs
+    two = CTranslate2Engine(out, threads=2, workers=2)
+    assert [h[0][0] for h in two.translate(lines, replace(config, batch_size=3))] == ours_beam
     refused = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--stop", "top"], input="A dog.\n")
     assert refused.exit_code != 0 and refused.output.count("\n") == 1 and "--stop beam" in refused.output
     gnmt = runner.invoke(

@@ -569,6 +569,18 @@ def test_one_row_products_in_parts(monkeypatch):
                     torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
             in_parts = expected and in_features % 2 == 0
             assert batched == ([(2, in_features // 2, 24)] * 3 if in_parts else [])
+    # The parts follow the calling thread's threads at every product (a translation worker may have one)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setenv("NMT_CPU_LINEAR", "auto")
+    plain = torch.nn.Linear(16, 24)
+    fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, one_row_parts=True)
+    x = torch.randn(1, 16)
+    with torch.inference_mode():
+        for threads, parts in ((2, [(2, 8, 24)]), (1, []), (4, [(4, 4, 24)]), (2, [(2, 8, 24)])):
+            monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+            batched.clear()
+            torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+            assert batched == parts
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     assert [cpu_inference.one_row_parts_for(n) for n in (24, 6, 7)] == [4, 2, 1]
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)

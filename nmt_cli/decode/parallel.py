@@ -1,0 +1,57 @@
+"""Several batches translated at once on the CPU, each on its share of the threads.
+
+A decoder step of a beam search over a few dozen rows is many small operations: split over two
+threads, each matrix product spends much of its time handing work out and waiting for the other
+thread, and the operations between products use one thread anyway. Two batches translated at once,
+one thread each, keep both cores busy with whole products instead. Marian's ``--cpu-threads`` and
+CTranslate2's ``inter_threads`` work the same way. On an AMD EPYC (Zen 3, 2 cores), beam 4, batches of
+16 Multi30k sentences, in one process, alternating (``docs/benchmarks.md``): the small model's 160
+lines in 1.38-1.57 s with two workers against 1.71-2.32 s one batch at a time on both threads, the base
+model's 96 lines in 3.3-3.7 against 4.1-4.4 s; one sentence per batch about 1.1x.
+
+Each batch's search is a pure function of its inputs, so the outputs do not depend on which worker
+runs it or on the order the batches finish; results come back in the batches' order. Threads, not
+processes: the model's weights are shared, and PyTorch releases Python's global lock inside its
+operations. A worker's thread count is its own (``torch.set_num_threads`` sets OpenMP's and MKL's
+per-thread settings), so the calling thread keeps its threads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import torch
+
+Batch = TypeVar("Batch")
+Result = TypeVar("Result")
+
+
+def worker_count(requested: int, threads: int, device: torch.device, batches: int) -> int:
+    """How many batches run at once: ``requested`` (0: one per thread), never more than there are
+    batches; one on a GPU (its kernels already fill it; the host only queues them)."""
+    if device.type != "cpu" or batches < 2:
+        return 1
+    return max(1, min(requested or threads, batches))
+
+
+def tokens_per_batch(batch_tokens: int, lengths: Sequence[int], workers: int) -> int:
+    """The batch size in source tokens that gives each of ``workers`` at least one batch: the chunk's
+    tokens shared out, within ``batch_tokens``, and never below the longest sentence."""
+    if workers < 2 or not lengths:
+        return batch_tokens
+    share = math.ceil(sum(lengths) / workers)
+    return max(min(batch_tokens, share), max(lengths))
+
+
+def run_batches(search: Callable[[Batch], Result], batches: Sequence[Batch], workers: int, threads: int) -> Iterator[Result]:
+    """``search`` of every batch, in order: in this thread when ``workers`` is 1, else on ``workers``
+    threads with ``threads // workers`` (at least one) threads each."""
+    if workers <= 1:
+        yield from map(search, batches)
+        return
+    each = max(1, threads // workers)
+    with ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(each,)) as pool:
+        yield from pool.map(search, batches)
