@@ -14,6 +14,9 @@ each figure is the median of ``--repeats`` runs and the table adds the speed rat
 machines it is faster with fewer threads than ours: the table then adds ``nmt / best ct2``, against
 CTranslate2 at whichever of its thread counts was fastest in that setting).
 ``--batch-sizes`` takes 0 for each engine's default batching (ours: ``decode.batch_tokens``).
+``--workers 0,1`` runs our translation with each ``--workers`` value (the first is the ``nmt`` row the
+ratios use) and ``--ct2-workers 1,2`` CTranslate2 with each (its ``inter_threads``: batches translated at
+once), all in the same rotation; ``nmt / best ct2`` then compares with CTranslate2's fastest configuration.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ct2-threads", default="", help="CTranslate2's thread counts (default: --threads)")
+    parser.add_argument(
+        "--workers", default="", help="our --workers values, each a configuration (default: none given, our default)"
+    )
+    parser.add_argument(
+        "--ct2-workers", default="1", help="CTranslate2's --workers (its inter_threads) values, each a configuration"
+    )
     parser.add_argument("--sets", default="m30k,wmt14")
     parser.add_argument("--batch-sizes", default="1,16,64")
     parser.add_argument("--beams", default="4,1")
@@ -45,10 +54,19 @@ def main() -> None:
     import gzip
 
     WORK.mkdir(exist_ok=True)
-    engines = {"nmt": ("nmt", args.model, args.threads)}  # name -> (engine, model, threads)
+    # name -> (engine, model, threads, workers or None for the engine's default)
+    engines: dict[str, tuple[str, str, int, int | None]] = {}
+    for workers in [int(w) for w in args.workers.split(",")] if args.workers else [None]:
+        engines["nmt" if workers is None or len(engines) == 0 else f"nmt {workers} workers"] = (
+            "nmt",
+            args.model,
+            args.threads,
+            workers,
+        )
     for threads in map(int, (args.ct2_threads or str(args.threads)).split(",")) if args.ct2 else []:
-        name = "ctranslate2" if threads == args.threads else f"ctranslate2 {threads} threads"
-        engines[name] = ("ctranslate2", args.ct2, threads)
+        for workers in map(int, args.ct2_workers.split(",")):
+            name = "ctranslate2" if threads == args.threads else f"ctranslate2 {threads} threads"
+            engines[name if workers == 1 else f"{name} {workers} workers"] = ("ctranslate2", args.ct2, threads, workers)
     rows = []
     for name in args.sets.split(","):
         source = WORK / f"decode_{name}.en"
@@ -58,8 +76,8 @@ def main() -> None:
             for batch in map(int, args.batch_sizes.split(",")):
                 runs: dict[str, list[tuple[float, float, float, str]]] = {engine: [] for engine in engines}
                 for _ in range(args.repeats):
-                    for engine, (kind, model, threads) in engines.items():
-                        runs[engine].append(_run(kind, model, threads, source, name, beam, batch, args))
+                    for engine, (kind, model, threads, workers) in engines.items():
+                        runs[engine].append(_run(kind, model, threads, workers, source, name, beam, batch, args))
                 speeds = {}
                 for engine, results in runs.items():
                     speeds[engine] = median([r[1] for r in results])
@@ -76,6 +94,7 @@ def main() -> None:
                             "peak RSS MiB": max(r[4] for r in results),
                             "runs": len(results),
                             "threads": engines[engine][2],
+                            "workers": "default" if engines[engine][3] is None else engines[engine][3],
                         }
                     )
                     print(rows[-1], flush=True)
@@ -91,8 +110,10 @@ def main() -> None:
     record("decode", rows, "python benchmarks/bench_decode.py " + " ".join(sys.argv[1:]))
 
 
-def _run(engine: str, model: str, threads: int, source, name: str, beam: int, batch: int, args) -> tuple:
-    out = WORK / f"decode_{engine}_{threads}t_{name}_b{beam}_bs{batch}.out"
+def _run(
+    engine: str, model: str, threads: int, workers: int | None, source, name: str, beam: int, batch: int, args
+) -> tuple:
+    out = WORK / f"decode_{engine}_{threads}t_{workers}w_{name}_b{beam}_bs{batch}.out"
     cmd = [
         sys.executable,
         "-m",
@@ -116,6 +137,8 @@ def _run(engine: str, model: str, threads: int, source, name: str, beam: int, ba
     ]
     if batch:
         cmd += ["--batch-size", str(batch), "--batch-tokens", "100000"]
+    if workers is not None:
+        cmd += ["--workers", str(workers)]
     if args.stop and engine == "nmt":
         cmd += ["--stop", args.stop]
     _, rss, result = timed_run(cmd)
