@@ -7,7 +7,9 @@ one thread each, keep both cores busy with whole products instead. Marian's ``--
 CTranslate2's ``inter_threads`` work the same way. On an AMD EPYC (Zen 3, 2 cores), beam 4, batches of
 16 Multi30k sentences, in one process, alternating (``docs/benchmarks.md``): the small model's 160
 lines in 1.38-1.57 s with two workers against 1.71-2.32 s one batch at a time on both threads, the base
-model's 96 lines in 3.3-3.7 against 4.1-4.4 s; one sentence per batch about 1.1x.
+model's 96 lines in 3.3-3.7 against 4.1-4.4 s; one sentence per batch about 1.1x. Large batches (a
+few hundred decoder rows) already keep two threads busy and gain nothing, so by default workers take
+on only small batches (``AUTO_MAX_ROWS``); ``decode.workers`` sets the number outright.
 
 Each batch's search is a pure function of its inputs, so the outputs do not depend on which worker
 runs it or on the order the batches finish; results come back in the batches' order. Threads, not
@@ -18,7 +20,6 @@ per-thread settings), so the calling thread keeps its threads.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -29,21 +30,26 @@ Batch = TypeVar("Batch")
 Result = TypeVar("Result")
 
 
-def worker_count(requested: int, threads: int, device: torch.device, batches: int) -> int:
-    """How many batches run at once: ``requested`` (0: one per thread), never more than there are
-    batches; one on a GPU (its kernels already fill it; the host only queues them)."""
+# What auto (``decode.workers: 0``) takes on: batches of at most this many decoder rows (sentences x
+# beam), and at least two batches per worker (so that none waits long for the last). Small Multi30k
+# model, beam 4, AMD EPYC Zen 3, 2 threads, ``nmt translate`` twice each: 2 workers against 1 were
+# 1.1-1.2x as fast at 1 sentence per batch, 1.2x at 16, 1.15-1.3x at 32, 1.2x at 64 (256 rows), but
+# 0.92x at about 94 (1,000 lines, ``--batch-tokens 1500``) and 0.9-0.96x at the default 6,000 tokens.
+AUTO_MAX_ROWS = 256
+AUTO_MIN_BATCHES_PER_WORKER = 2
+
+
+def worker_count(requested: int, threads: int, device: torch.device, batches: int, rows: int) -> int:
+    """How many batches run at once: ``requested`` (never more than there are batches), or for 0 one
+    per thread where the batches are small and many (see ``AUTO_MAX_ROWS``), else one; one on a GPU
+    (its kernels already fill it; the host only queues them). ``rows`` is the largest batch's decoder rows."""
     if device.type != "cpu" or batches < 2:
         return 1
-    return max(1, min(requested or threads, batches))
-
-
-def tokens_per_batch(batch_tokens: int, lengths: Sequence[int], workers: int) -> int:
-    """The batch size in source tokens that gives each of ``workers`` at least one batch: the chunk's
-    tokens shared out, within ``batch_tokens``, and never below the longest sentence."""
-    if workers < 2 or not lengths:
-        return batch_tokens
-    share = math.ceil(sum(lengths) / workers)
-    return max(min(batch_tokens, share), max(lengths))
+    if requested:
+        return min(requested, batches)
+    if threads < 2 or rows > AUTO_MAX_ROWS or batches < AUTO_MIN_BATCHES_PER_WORKER * threads:
+        return 1
+    return threads
 
 
 def run_batches(search: Callable[[Batch], Result], batches: Sequence[Batch], workers: int, threads: int) -> Iterator[Result]:

@@ -27,7 +27,7 @@ from ..utils import torchfile
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import attention_maps, pharaoh, word_alignment
 from .ensemble import Ensemble
-from .parallel import run_batches, tokens_per_batch, worker_count
+from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
 
@@ -203,10 +203,9 @@ class Translator:
         threads = torch.get_num_threads()
         # Sampling draws from one generator in sequence, so its batches run one at a time.
         requested = 1 if self.config.sampling else self.config.workers
-        workers = worker_count(requested, threads, self.device, len(todo))
-        batch_tokens = tokens_per_batch(self.config.batch_tokens, [len(encoded[i]) + 1 for i in todo], workers)
-        batches = list(self._batches(todo, encoded, batch_tokens))
-        workers = worker_count(requested, threads, self.device, len(batches))
+        batches = list(self._batches(todo, encoded, self.config.batch_tokens))
+        rows = max((len(batch) for batch in batches), default=0) * max(self.config.beam, self.nbest)
+        workers = worker_count(requested, threads, self.device, len(batches), rows)
 
         def translate_batch(batch: list[int]) -> list[list[Hypothesis]]:
             src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)

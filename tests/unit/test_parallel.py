@@ -7,28 +7,22 @@ import time
 
 import torch
 
-from nmt_cli.decode.parallel import run_batches, tokens_per_batch, worker_count
+from nmt_cli.decode.parallel import AUTO_MAX_ROWS, run_batches, worker_count
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
 
 
-def test_one_worker_per_thread_by_default_never_more_than_batches_and_one_on_a_gpu():
-    assert worker_count(0, threads=2, device=CPU, batches=10) == 2
-    assert worker_count(0, threads=8, device=CPU, batches=3) == 3
-    assert worker_count(3, threads=2, device=CPU, batches=10) == 3  # asked for: more than threads is allowed
-    assert worker_count(0, threads=2, device=CPU, batches=1) == 1
-    assert worker_count(1, threads=2, device=CPU, batches=10) == 1
-    assert worker_count(0, threads=1, device=CPU, batches=10) == 1
-    assert worker_count(4, threads=2, device=GPU, batches=10) == 1
-
-
-def test_a_chunk_is_shared_out_so_every_worker_gets_a_batch():
-    lengths = [30, 20, 20, 10, 10, 10]  # 100 tokens
-    assert tokens_per_batch(6000, lengths, workers=2) == 50
-    assert tokens_per_batch(40, lengths, workers=2) == 40  # the configured size when that is smaller
-    assert tokens_per_batch(6000, [90, 5, 5], workers=4) == 90  # never below the longest sentence
-    assert tokens_per_batch(6000, lengths, workers=1) == 6000
-    assert tokens_per_batch(6000, [], workers=2) == 6000
+def test_by_default_one_worker_per_thread_for_many_small_batches_one_on_a_gpu():
+    assert worker_count(0, threads=2, device=CPU, batches=10, rows=64) == 2
+    assert worker_count(0, threads=2, device=CPU, batches=10, rows=AUTO_MAX_ROWS + 1) == 1  # large batches
+    assert worker_count(0, threads=2, device=CPU, batches=3, rows=64) == 1  # too few to share out evenly
+    assert worker_count(0, threads=1, device=CPU, batches=10, rows=64) == 1
+    assert worker_count(0, threads=2, device=CPU, batches=1, rows=4) == 1
+    # asked for: taken whatever the batches' size, more than threads allowed, never more than batches
+    assert worker_count(3, threads=2, device=CPU, batches=10, rows=AUTO_MAX_ROWS * 4) == 3
+    assert worker_count(3, threads=2, device=CPU, batches=2, rows=4) == 2
+    assert worker_count(1, threads=2, device=CPU, batches=10, rows=4) == 1
+    assert worker_count(4, threads=2, device=GPU, batches=10, rows=4) == 1
 
 
 def test_results_come_back_in_the_batches_order_each_worker_on_its_share_of_the_threads():
