@@ -276,8 +276,9 @@ class DecodeConfig:
     batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0)
     workers: int = _opt(
         0,
-        "on the CPU, batches translated at once, each on threads / workers of the threads (0: as many as "
-        "threads when a text makes several batches; 1: one batch at a time on every thread, the lowest latency)",
+        "on the CPU, batches translated at once, each on threads / workers of the threads (0: one per "
+        "thread when a text makes many batches of at most 256 sentences x beam, else 1; 1: one batch at a "
+        "time on every thread, the lowest latency)",
         ge=0,
         le=256,
     )
