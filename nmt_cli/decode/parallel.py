@@ -59,5 +59,9 @@ def run_batches(search: Callable[[Batch], Result], batches: Sequence[Batch], wor
         yield from map(search, batches)
         return
     each = max(1, threads // workers)
-    with ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(each,)) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(each,))
+    try:
         yield from pool.map(search, batches)
+    finally:
+        # An error or Ctrl-C stops here at once: the batches not yet started are dropped, not run out.
+        pool.shutdown(wait=True, cancel_futures=True)

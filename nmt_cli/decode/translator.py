@@ -200,34 +200,42 @@ class Translator:
                 self.stats.truncated += 1
                 encoded[i] = ids[: self.max_src]
             todo.append(i)
+        batches = list(self._batches(todo, encoded))
         threads = torch.get_num_threads()
-        # Sampling draws from one generator in sequence, so its batches run one at a time.
-        requested = 1 if self.config.sampling else self.config.workers
-        batches = list(self._batches(todo, encoded, self.config.batch_tokens))
-        rows = max((len(batch) for batch in batches), default=0) * max(self.config.beam, self.nbest)
-        workers = worker_count(requested, threads, self.device, len(batches), rows)
-
-        def translate_batch(batch: list[int]) -> list[list[Hypothesis]]:
-            src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
-            prefix = None
-            if prefixes is not None and any(prefixes[i] for i in batch):
-                prefix = pad_rows([prefixes[i][: self.max_src] or [PAD_ID] for i in batch]).to(self.device)
-            if self.config.sampling:
-                return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix)
-            return search(self.loaded.model, src, self.config, self.nbest, prefix)
-
-        for batch, found in zip(batches, run_batches(translate_batch, batches, workers, threads)):
+        search_all = run_batches(
+            lambda batch: self._search(batch, encoded, prefixes), batches, self._workers_for(batches, threads), threads
+        )
+        for batch, found in zip(batches, search_all):
             for i, hyps in zip(batch, found):
                 results[i] = [self._detokenize(h, encoded[i]) for h in hyps] or [self._nothing()]
         return results
 
-    def _batches(self, todo: list[int], encoded: list[list[int]], batch_tokens: int) -> Iterator[list[int]]:
+    def _search(
+        self, batch: list[int], encoded: list[list[int]], prefixes: list[list[int]] | None
+    ) -> list[list[Hypothesis]]:
+        """The n-best hypotheses of the sentences ``batch`` indexes (thread-safe: a worker may run it)."""
+        src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
+        prefix = None
+        if prefixes is not None and any(prefixes[i] for i in batch):
+            prefix = pad_rows([prefixes[i][: self.max_src] or [PAD_ID] for i in batch]).to(self.device)
+        if self.config.sampling:
+            return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix)
+        return search(self.loaded.model, src, self.config, self.nbest, prefix)
+
+    def _workers_for(self, batches: list[list[int]], threads: int) -> int:
+        """How many of ``batches`` run at once (decode/parallel.py); sampling draws from one generator in
+        sequence, so its batches run one at a time."""
+        requested = 1 if self.config.sampling else self.config.workers
+        rows = max((len(batch) for batch in batches), default=0) * max(self.config.beam, self.nbest)
+        return worker_count(requested, threads, self.device, len(batches), rows)
+
+    def _batches(self, todo: list[int], encoded: list[list[int]]) -> Iterator[list[int]]:
         order = sorted(todo, key=lambda i: len(encoded[i]), reverse=True)
         batch: list[int] = []
         for i in order:
             width = len(encoded[batch[0]]) + 1 if batch else len(encoded[i]) + 1
             too_many = self.config.batch_size and len(batch) >= self.config.batch_size
-            if batch and (too_many or (len(batch) + 1) * width > batch_tokens):
+            if batch and (too_many or (len(batch) + 1) * width > self.config.batch_tokens):
                 yield batch
                 batch = []
             batch.append(i)

@@ -41,3 +41,22 @@ def test_results_come_back_in_the_batches_order_each_worker_on_its_share_of_the_
     seen.clear()
     assert list(run_batches(search, [1, 2], workers=1, threads=4)) == [10, 20]
     assert list(seen) == [threading.get_ident()]  # one worker: in the calling thread
+
+
+def test_an_error_in_one_batch_stops_the_rest():
+    started: list[int] = []
+
+    def search(batch: int) -> int:
+        started.append(batch)
+        if batch == 0:
+            raise ValueError("bad batch")
+        time.sleep(0.05)
+        return batch
+
+    try:
+        list(run_batches(search, list(range(40)), workers=2, threads=2))
+    except ValueError as err:
+        assert str(err) == "bad batch"
+    else:
+        raise AssertionError("the error did not reach the caller")
+    assert len(started) < 10  # the batches not yet started were dropped
