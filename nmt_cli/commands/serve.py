@@ -48,6 +48,7 @@ def run(
 
     from ..serve.requests import Limits
     from ..serve.server import serve
+    from ..utils.allocator import keep_freed_memory
     from .translate import _device
 
     with_decoding(DecodeConfig(), {"batch_tokens": batch_tokens})  # a bad value fails as the recipe key would
@@ -59,6 +60,7 @@ def run(
         if not path.exists():
             raise NmtError(f"{path}: model not found (a folder written by nmt train, or a checkpoint file)")
     torch.set_num_threads(threads or os.cpu_count() or 1)
+    keep_freed_memory()  # each step's buffers reused, not faulted in anew (utils/allocator.py)
     weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     limits = Limits(max_body_bytes=max_body, max_sentences=max_sentences, max_beam=max_beam)
     serve(models, host, port, _device(device), weights, limits, batch_tokens, max_queue, batching, log_level)

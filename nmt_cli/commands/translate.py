@@ -97,6 +97,7 @@ def run(
 
     from ..config import DecodeConfig
     from ..decode.translator import TranslationStats, Translator, load_ensemble
+    from ..utils.allocator import keep_freed_memory
 
     options = dict(
         beam=beam,
@@ -169,6 +170,9 @@ def run(
         stats, max_positions = TranslationStats(), 0
         results = _ct2_results(ct2, config, nbest, stats)
     else:
+        # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs
+        # with the allocator as it is, as it would on its own.
+        keep_freed_memory()
         weights = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         loaded = load_ensemble(models, target, weights)
         config = with_decoding(loaded.recipe.decode, options)

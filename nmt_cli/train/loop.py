@@ -30,6 +30,7 @@ from ..data.prepare import load_meta, text_paths
 from ..data.vocab import PAD_ID, is_extension, load_vocab
 from ..errors import CheckpointError, NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model, count_parameters
+from ..utils.allocator import keep_freed_memory
 from ..utils.files import atomic_open, sha256_file
 from ..utils.run_folder import RunFolder
 from . import checkpoint
@@ -826,6 +827,7 @@ def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_fr
         owner = RunFolder(recipe.run_dir).locked(log) if info.is_main else contextlib.nullcontext()
         with owner:
             set_threads(recipe.train, info)
+            keep_freed_memory()  # each update's buffers reused, not faulted in anew (utils/allocator.py)
             trainer = Trainer(recipe, info, log if info.is_main else (lambda _msg: None))
             finished = trainer.prepare_run_dir(resume, start_from)
             if finished:

@@ -1,0 +1,54 @@
+"""Freed memory kept for reuse by glibc's malloc (utils/allocator.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nmt_cli.utils import allocator
+
+# In a fresh process (the settings are process-wide): 64 buffers of 1 MiB written and freed, six
+# times; the page faults of each round after the first two. With glibc's defaults every round takes
+# its 16,384 pages anew from the kernel (the freed heap top is handed back each time).
+ROUNDS = """
+import resource, sys, torch
+from nmt_cli.utils.allocator import keep_freed_memory
+print(keep_freed_memory())
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for round in range(6):
+    before = faults()
+    buffers = [torch.ones(1 << 18) for _ in range(64)]
+    del buffers
+    if round >= 2:
+        print(faults() - before)
+"""
+
+
+def _run_rounds(env: dict[str, str]) -> list[str]:
+    result = subprocess.run([sys.executable, "-c", ROUNDS], capture_output=True, text=True, env=env, check=True)
+    return result.stdout.split()
+
+
+@pytest.mark.skipif(not allocator._glibc(), reason="mallopt is glibc's")
+def test_buffers_freed_and_taken_again_come_from_the_heap_not_new_pages():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    kept, *faults = _run_rounds(env)
+    assert kept == "True"
+    pages_per_round = 64 * (1 << 20) // os.sysconf("SC_PAGE_SIZE")
+    assert all(int(n) < pages_per_round // 10 for n in faults), faults
+
+
+@pytest.mark.skipif(not allocator._glibc(), reason="mallopt is glibc's")
+def test_a_users_own_malloc_settings_are_left_alone():
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "131072"}
+    kept, *_ = _run_rounds(env)
+    assert kept == "False"
+
+
+def test_nothing_is_changed_without_glibc(monkeypatch):
+    monkeypatch.setattr(allocator, "_glibc", lambda: False)
+    assert allocator.keep_freed_memory() is False
