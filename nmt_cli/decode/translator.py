@@ -87,7 +87,7 @@ def model_from_payload(
     tgt_vocab = src_vocab if vocab["tgt"] == vocab["src"] else load_vocab_bytes(vocab["tgt"], str(origin))
     sizes = (src_vocab.GetPieceSize(), tgt_vocab.GetPieceSize())
     _check_shapes(payload["model"], recipe, sizes, origin)  # before allocating what a crafted recipe asks for
-    model = build_model(recipe.model, *sizes, PAD_ID)
+    model = build_model(recipe.model, *sizes, PAD_ID, initialise=False)  # every weight is loaded next
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as err:
@@ -103,7 +103,7 @@ def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple
     """Compare the stored weights with the model the stored recipe describes, built without memory."""
     try:
         with torch.device("meta"):
-            skeleton = build_model(recipe.model, *sizes, PAD_ID)
+            skeleton = build_model(recipe.model, *sizes, PAD_ID, initialise=False)
     except (RuntimeError, ValueError, OverflowError) as err:
         raise CheckpointError(
             f"{origin}: its stored model settings describe no buildable model ({str(err).splitlines()[0]})"

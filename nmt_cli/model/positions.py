@@ -22,8 +22,9 @@ def sinusoids(positions: Tensor, d_model: int) -> Tensor:
 
 
 def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
-    """The paper's table for positions 0 .. P-1: (P, D)."""
-    return sinusoids(torch.arange(max_positions), d_model)
+    """The paper's table for positions 0 .. P-1: (P, D), made on the CPU even while a model is built on the
+    meta device (to check a checkpoint's shapes): meta ``arange`` would first import torch._dynamo (1-2 s)."""
+    return sinusoids(torch.arange(max_positions, device="cpu"), d_model)
 
 
 class SinusoidalPositions(nn.Module):

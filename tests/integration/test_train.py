@@ -122,6 +122,19 @@ def test_average_state_dicts_is_the_elementwise_mean():
     assert all(torch.equal(same[k], a[k]) for k in a)
 
 
+def test_tied_weights_are_averaged_once_and_stay_one_tensor():
+    def tied(value: float) -> dict[str, torch.Tensor]:
+        shared = torch.full((2, 3), value)
+        return {"embed": shared, "other": torch.full((2,), value), "output": shared}
+
+    mean = average_state_dicts([tied(1.0), tied(3.0)])
+    assert list(mean) == ["embed", "other", "output"]
+    assert mean["embed"] is mean["output"] and torch.equal(mean["embed"], torch.full((2, 3), 2.0))
+    assert torch.equal(mean["other"], torch.full((2,), 2.0))
+    untied = {"embed": torch.ones(2, 3), "other": torch.ones(2), "output": torch.zeros(2, 3)}
+    assert not torch.equal(average_state_dicts([untied])["embed"], average_state_dicts([untied])["output"])
+
+
 def test_average_refuses_mismatched_architectures():
     a = {"w": torch.zeros(2, 3)}
     with pytest.raises(CheckpointError, match=r"different architecture .*w has shape \(3, 2\)"):
@@ -140,6 +153,10 @@ def test_average_checkpoints_of_a_run(overfit, tmp_path):
     first, second = _state(paths[0]), _state(paths[1])
     key = "decoder.0.ffn.w1.weight"
     torch.testing.assert_close(averaged[key], (first[key] + second[key]) / 2)
+    # the tied output projection and target embedding are stored once, as in the checkpoints
+    assert first["output.weight"].data_ptr() == first["tgt_embed.weight"].data_ptr()
+    assert averaged["output.weight"].data_ptr() == averaged["tgt_embed.weight"].data_ptr()
+    torch.testing.assert_close(averaged["output.weight"], (first["output.weight"] + second["output.weight"]) / 2)
     with pytest.raises(CheckpointError, match="only 2 step checkpoints"):
         select_checkpoints([run_dir], last=5)
 

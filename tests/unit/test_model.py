@@ -146,6 +146,24 @@ def test_fairseq_init_scales_attention_inputs_and_feed_forward():
     assert layer.self_attn.out.bias.abs().max().item() == 0
 
 
+def test_a_model_built_to_be_loaded_skips_random_weights_and_later_builds_get_them_again():
+    config = ModelConfig(layers=1, d_model=32, n_heads=4, d_ff=64)
+    torch.manual_seed(0)
+    state_before = torch.random.get_rng_state()
+    skeleton = build_model(config, 50, 50, initialise=False)
+    assert torch.equal(torch.random.get_rng_state(), state_before)  # no random numbers were drawn
+    assert torch.equal(skeleton.positions.table, sinusoidal_table(config.max_positions, 32))  # buffers are made
+    with torch.device("meta"):
+        on_meta = build_model(config, 50, 50, initialise=False)
+    assert on_meta.output.weight.is_meta and on_meta.positions.table.device.type == "cpu"
+    fresh = build_model(config, 50, 50)
+    assert not torch.equal(torch.random.get_rng_state(), state_before)
+    layer = fresh.encoder[0]
+    assert layer.self_attn.qkv.weight.std().item() > 0.05 and layer.res_attn.norm.weight.eq(1).all()
+    skeleton.load_state_dict(fresh.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(skeleton.state_dict().values(), fresh.state_dict().values()))
+
+
 def test_schedules():
     d, w = 512, 4000
     assert noam(1, d, w) == pytest.approx(d**-0.5 * w**-1.5)
