@@ -22,9 +22,8 @@ def sinusoids(positions: Tensor, d_model: int) -> Tensor:
 
 
 def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
-    """The paper's table for positions 0 .. P-1: (P, D), made on the CPU even while a model is built on the
-    meta device (to check a checkpoint's shapes): meta ``arange`` would first import torch._dynamo (1-2 s)."""
-    return sinusoids(torch.arange(max_positions, device="cpu"), d_model)
+    """The paper's table for positions 0 .. P-1: (P, D)."""
+    return sinusoids(torch.arange(max_positions), d_model)
 
 
 class SinusoidalPositions(nn.Module):
@@ -34,7 +33,13 @@ class SinusoidalPositions(nn.Module):
 
     def __init__(self, max_positions: int, d_model: int) -> None:
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+        if torch.get_default_device().type == "meta":
+            # Built to check a checkpoint's shapes (decode/translator.py): a shape is all it needs, and
+            # meta ``arange`` would first import torch._dynamo (1-2 s).
+            table = torch.empty(max_positions, d_model)
+        else:
+            table = sinusoidal_table(max_positions, d_model)
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         return self.table[offset : offset + length]  # (T, D)
