@@ -5,9 +5,10 @@ rows (8-16 MB), feed-forward activations, log-probabilities. glibc's malloc serv
 128 KiB with fresh ``mmap`` pages (raising that threshold only as such blocks are freed) and hands the
 top of its heap back to the kernel once 128 KiB lie free there, so those buffers come back as new
 pages every step: each page is faulted in and zeroed by the kernel before it is written. Measured on an
-AMD EPYC (Zen 3, 2 threads), base model, beam 4, 300 Multi30k lines at batch 16: 1.2 million page faults
-in the translation and ``clear_page`` the largest single entry outside the matrix products in ``perf``
-(5% of the time); keeping freed memory removed nearly all of them (see ``docs/benchmarks.md``). PyTorch's
+AMD EPYC (Zen 3, 2 threads), ``nmt translate`` of the base model, beam 4, 300 Multi30k lines at batch
+16: about 207,000 page faults in the translation, and ``clear_page`` the largest single entry outside
+the matrix products in ``perf`` (5% of the time); about 94,000 with these settings, the kernel's share
+of the time 11% -> 3.8% (see ``docs/benchmarks.md``). PyTorch's
 own advice for CPU inference is a caching allocator (jemalloc or TCMalloc through ``LD_PRELOAD``); these
 two ``mallopt`` settings get the same effect from the allocator already in the process.
 
