@@ -176,18 +176,28 @@ def length_penalty(length: Tensor | float, config: DecodeConfig) -> Tensor | flo
     return length**config.alpha
 
 
-def _mask_specials(log_probs: Tensor, at_limit: Tensor, forced: Tensor | None = None) -> Tensor:
-    """Never emit PAD or BOS; rows at their length limit may only emit EOS; rows with a ``forced``
-    token (a target prefix; -1: free) may only emit it (in place)."""
-    log_probs[:, PAD_ID] = float("-inf")
-    log_probs[:, BOS_ID] = float("-inf")
+_NEVER_EMITTED: dict[torch.device, Tensor] = {}
+
+
+def _never_emitted(device: torch.device) -> Tensor:
+    """The ids no output may contain (PAD, BOS), as an index tensor made once per device."""
+    ids = _NEVER_EMITTED.get(device)
+    if ids is None:
+        ids = _NEVER_EMITTED.setdefault(device, torch.tensor([PAD_ID, BOS_ID], device=device))
+    return ids
+
+
+def _mask_specials(log_probs: Tensor, at_limit: Tensor | None, forced: Tensor | None = None) -> Tensor:
+    """Never emit PAD or BOS; rows at their length limit (``at_limit``; None: no row is) may only emit
+    EOS; rows with a ``forced`` token (a target prefix; -1: free) may only emit it (in place)."""
+    log_probs.index_fill_(1, _never_emitted(log_probs.device), float("-inf"))  # one call for both columns
     if forced is not None:
         rows = (forced >= 0).nonzero().flatten()
         if len(rows):
             kept = log_probs[rows, forced[rows]].clone()
             log_probs[rows] = float("-inf")
             log_probs[rows, forced[rows]] = kept
-    if at_limit.any():
+    if at_limit is not None and at_limit.any():
         eos = log_probs[at_limit, EOS_ID].clone()
         log_probs[at_limit] = float("-inf")
         log_probs[at_limit, EOS_ID] = eos
@@ -198,7 +208,7 @@ ROW_BLOCK = 128  # rows of (rows x vocabulary) scores handled at once, so they s
 
 
 def _best_tokens(
-    logits: Tensor | RowLogits, count: int, at_limit: Tensor, forced: Tensor | None = None
+    logits: Tensor | RowLogits, count: int, at_limit: Tensor | None, forced: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Log-probabilities and ids of the ``count`` best allowed tokens of every row: each (N, count).
 
@@ -213,7 +223,9 @@ def _best_tokens(
     for start in range(0, logits.size(0), block):
         rows = slice(start, start + block)
         log_probs = _mask_specials(
-            logits[rows].log_softmax(dim=-1), at_limit[rows], None if forced is None else forced[rows]
+            logits[rows].log_softmax(dim=-1),
+            None if at_limit is None else at_limit[rows],
+            None if forced is None else forced[rows],
         )
         blocks.append(top_k_rows(log_probs, count))
     if len(blocks) == 1:
@@ -243,9 +255,11 @@ def greedy_search(
     outputs = torch.full((n, int(max_len.max()) + 1), PAD_ID, dtype=torch.long, device=device)  # by original row
     lengths = torch.zeros(n, dtype=torch.long, device=device)  # tokens before the EOS
     scores = torch.zeros(n, device=device)  # summed log-probabilities, by original row
+    first_limit = int(max_len.min())  # before this step no row is at its length limit
     for t in range(outputs.size(1)):
         forced = prefix_tokens(prefix, t, alive, 1)
-        best, tokens = _best_tokens(step_logits(steps, tokens), 1, t >= max_len[alive], forced)  # (n_alive, 1)
+        at_limit = t >= max_len[alive] if t >= first_limit else None
+        best, tokens = _best_tokens(step_logits(steps, tokens), 1, at_limit, forced)  # (n_alive, 1)
         tokens = tokens[:, 0]
         outputs[alive, t] = tokens
         scores[alive] += best[:, 0]
@@ -297,21 +311,26 @@ def beam_search(
     tokens = torch.full((n_sent,), BOS_ID, dtype=torch.long, device=device)
     fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
     fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
+    first_limit = int(max_len.min())  # before this step no sentence is at its length limit
 
+    # At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable
+    # share of the step, so the calls that change nothing in most steps are skipped: the length-limit
+    # mask before any sentence reaches its limit, the finished list while no EOS ranks among the K
+    # best, and the selection of the sentences that go on while all do.
     for t in range(width):
         n, rows_per_sent = scores.shape
         # A sentence's 2K best candidates are among the 2K best tokens of each of its rows
         # (adding the row's score does not reorder a row), so only those are scored.
-        at_limit = (t >= max_len[sent]).repeat_interleave(rows_per_sent)
+        at_limit = (t >= max_len[sent]).repeat_interleave(rows_per_sent) if t >= first_limit else None
         forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
         row_log_probs, row_tokens = _best_tokens(step_logits(steps, tokens), 2 * k, at_limit, forced)  # (n * rows, 2K)
         top_scores, origin, token = _rank_candidates(scores, row_log_probs, row_tokens, k)  # (n, 2K) each
         is_eos = token == EOS_ID
 
         # Finished: EOS among the K best candidates (as in fairseq), ranked by normalised score.
-        eos_ranked = is_eos.clone()
-        eos_ranked[:, k:] = False
-        if eos_ranked.any():
+        if is_eos[:, :k].any():
+            eos_ranked = is_eos.clone()
+            eos_ranked[:, k:] = False
             _collect_finished(
                 sent,
                 fin_scores,
@@ -333,10 +352,13 @@ def beam_search(
         keep = (~done).nonzero().flatten()
         if len(keep) == 0:
             break
-        rows = parent[keep].flatten()  # (n_keep * K,)
-        history = torch.cat([history.index_select(0, rows), new_tokens[keep].reshape(-1, 1)], dim=1)
-        steps.select(rows, sentences=keep if len(keep) < n else None)
-        sent, scores, tokens = sent[keep], open_scores[keep], new_tokens[keep].flatten()
+        some_done = len(keep) < n
+        if some_done:  # their rows leave
+            sent, open_scores, parent, new_tokens = sent[keep], open_scores[keep], parent[keep], new_tokens[keep]
+        rows = parent.flatten()  # (n_keep * K,)
+        history = torch.cat([history.index_select(0, rows), new_tokens.reshape(-1, 1)], dim=1)
+        steps.select(rows, sentences=keep if some_done else None)
+        scores, tokens = open_scores, new_tokens.flatten()
 
     return _best(fin_scores, fin_tokens, nbest)
 
