@@ -5,7 +5,10 @@ time is the products' memory traffic plus a cost per call: through the layers' o
 (``DecoderLayer`` -> ``Residual`` -> ``SelfAttention`` -> ``nn.Linear`` ...) each step makes about 50
 ``nn.Module`` calls and 100 parameter look-ups besides its tensor operations. Here the same
 arithmetic reads its operands from plain lists made once per batch: on an AMD EPYC (Zen 3, 2 threads)
-the small Multi30k model's step went from 2.2 to 1.5 ms at one row (``docs/benchmarks.md``).
+the small Multi30k model's step went from 2.2 to 1.5 ms at one row (``docs/benchmarks.md``). Where
+the CPU kernels pack weights for oneDNN, a block's residual sum and the feed-forward's ReLU run inside
+its products (three calls fewer per layer): with translation workers each call also hands Python's
+lock over, and fewer calls made beam 4 at batch 1 about 1.1x faster (small model, same outputs).
 
 It covers what :meth:`.transformer.Transformer.decode_step` covers for models with absolute
 positions (sinusoidal or learned) in eval mode: every residual arrangement, ReLU and GELU, growing
@@ -21,14 +24,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import attention, attention_at_inference
 from .cache import LayerCache, StaticKeysValues
 from .cpu_inference import InferenceLinear
-from .layers import Arrangement, DecoderLayer, Normalisation, Residual, residual_input, residual_output
+from .layers import (
+    Arrangement,
+    DecoderLayer,
+    Normalisation,
+    Residual,
+    residual_input,
+    residual_output,
+    residual_sum_output,
+)
 
 Product = Callable[[Tensor], Tensor]
+ProductAdd = Callable[[Tensor, Tensor], Tensor]  # (h, x) -> x + the product of h
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,13 @@ class ResidualOperands:
         """The block's output (no dropout: inference)."""
         return residual_output(x, out, self.arrangement, self.norm, self.alpha)
 
+    def output_of_product(self, x: Tensor, h: Tensor, product: Product, product_add: ProductAdd) -> Tensor:
+        """The block's output when the sub-layer ends in ``product`` of ``h``: the product and the
+        residual sum in one call (``product_add``) where the arrangement adds them plainly."""
+        if self.arrangement == "rezero":
+            return self.output(x, product(h))
+        return residual_sum_output(product_add(h, x), self.arrangement, self.norm)
+
 
 @dataclass(frozen=True)
 class LayerOperands:
@@ -57,11 +77,13 @@ class LayerOperands:
 
     qkv: Product
     self_out: Product
+    self_out_add: ProductAdd
     cross_q: Product
     cross_out: Product
-    ffn_in: Product
+    cross_out_add: ProductAdd
+    ffn_in_activated: Product  # the activation of the first product
     ffn_out: Product
-    activation: Product
+    ffn_out_add: ProductAdd
     self_block: ResidualOperands
     cross_block: ResidualOperands
     ffn_block: ResidualOperands
@@ -71,11 +93,13 @@ class LayerOperands:
         return cls(
             _product(layer.self_attn.qkv),
             _product(layer.self_attn.out),
+            _product_add(layer.self_attn.out),
             _product(layer.cross_attn.q),
             _product(layer.cross_attn.out),
-            _product(layer.ffn.w1),
+            _product_add(layer.cross_attn.out),
+            _product_activated(layer.ffn.w1, layer.ffn.activation),
             _product(layer.ffn.w2),
-            layer.ffn.activation,
+            _product_add(layer.ffn.w2),
             ResidualOperands.of(layer.res_self),
             ResidualOperands.of(layer.res_cross),
             ResidualOperands.of(layer.res_ffn),
@@ -86,6 +110,24 @@ def _product(linear: nn.Linear) -> Product:
     """The layer's product without the module call: an :class:`.cpu_inference.InferenceLinear`'s own
     function over plain tensors, else the bound ``forward``."""
     return linear.product() if isinstance(linear, InferenceLinear) else linear.forward
+
+
+def _product_add(linear: nn.Linear) -> ProductAdd:
+    """(h, x) -> x + the layer's product of h: one oneDNN call where :class:`.cpu_inference.InferenceLinear`
+    can fuse them, else the product then the sum."""
+    if isinstance(linear, InferenceLinear):
+        return linear.product_add()
+    product = linear.forward
+    return lambda h, x: x + product(h)
+
+
+def _product_activated(linear: nn.Linear, activation: Product) -> Product:
+    """The activation of the layer's product: ReLU fused into an
+    :class:`.cpu_inference.InferenceLinear`'s product where it can be, else applied after it."""
+    if isinstance(linear, InferenceLinear) and activation is F.relu:
+        return linear.product_relu()
+    product = _product(linear)
+    return lambda h: activation(product(h))
 
 
 class FlatDecoderStep:
@@ -106,18 +148,19 @@ class FlatDecoderStep:
         cross = CrossAttentionPlan.of(x, src_mask, caches[0], heads) if caches else None
         for layer, cache in zip(self.layers, caches):
             block = layer.self_block
-            qkv = layer.qkv(block.sublayer_input(x)).view(n, 3, heads, 1, d_k)  # Q|K|V, each (N, H, 1, d_k)
-            context = _self_attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], cache)
-            x = block.output(x, layer.self_out(context.reshape(n, d_model)))
+            q, k, v = layer.qkv(block.sublayer_input(x)).view(n, 3, heads, 1, d_k).unbind(1)  # each (N, H, 1, d_k)
+            context = _self_attention(q, k, v, cache)
+            x = block.output_of_product(x, context.reshape(n, d_model), layer.self_out, layer.self_out_add)
 
             block = layer.cross_block
             q = layer.cross_q(block.sublayer_input(x))
             assert cross is not None
             context = cross.attend(q, cache)
-            x = block.output(x, layer.cross_out(context))
+            x = block.output_of_product(x, context, layer.cross_out, layer.cross_out_add)
 
             block = layer.ffn_block
-            x = block.output(x, layer.ffn_out(layer.activation(layer.ffn_in(block.sublayer_input(x)))))
+            hidden = layer.ffn_in_activated(block.sublayer_input(x))
+            x = block.output_of_product(x, hidden, layer.ffn_out, layer.ffn_out_add)
         return x
 
 

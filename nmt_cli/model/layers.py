@@ -43,6 +43,13 @@ def residual_output(
     return x + out  # pre, none
 
 
+def residual_sum_output(total: Tensor, arrangement: Arrangement, norm: Normalisation | None) -> Tensor:
+    """:func:`residual_output` from ``x + out`` already summed, for the arrangements that add them
+    plainly (post: LayerNorm of the sum; pre, none: the sum itself; not ReZero)."""
+    assert arrangement != "rezero"
+    return _layer_norm(total, norm) if arrangement == "post" else total
+
+
 def _layer_norm(x: Tensor, norm: Normalisation | None) -> Tensor:
     assert norm is not None
     weight, bias, eps = norm

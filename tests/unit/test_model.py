@@ -334,12 +334,21 @@ ABSOLUTE_VARIANTS = [(pos, norm) for pos, norm in VARIANTS if pos in ("sinusoida
 @pytest.mark.parametrize("positions, norm", ABSOLUTE_VARIANTS)
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 @pytest.mark.parametrize("cross_attention", ["kernel", "written out"])
-def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation, cross_attention, monkeypatch):
+@pytest.mark.parametrize("kernels", ["plain", "packed"])
+def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation, cross_attention, kernels, monkeypatch):
     """The flat step (decoder_step.py) gives the modules' logits: beams sharing a padded sentence's
     encoder keys, rows reordered and a sentence dropped between steps; with the beams' cross-attention
-    through PyTorch's kernel and written out."""
+    through PyTorch's kernel and written out; with plain linear layers and with the CPU inference
+    kernels (oneDNN-packed weights, the ReLU and the residual sums fused into products)."""
+    from nmt_cli.model import cpu_inference
+
+    if kernels == "packed" and not cpu_inference.onednn_usable():
+        pytest.skip("this PyTorch has no usable oneDNN linear operator")
     monkeypatch.setattr(decoder_step, "WRITTEN_OUT_MIN_BLOCKS", 1 if cross_attention == "written out" else 10**9)
     model = tiny(positions, norm, activation=activation)
+    if kernels == "packed":
+        monkeypatch.setenv("NMT_CPU_LINEAR", "packed")
+        cpu_inference.prepare_for_cpu_inference(model, model.output)
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
     memory, mask = model.encode(src)
     tokens = torch.tensor([[2, 2, 2, 2], [10, 11, 12, 13], [14, 15, 16, 17], [18, 19, 20, 21]])  # step x row
@@ -354,7 +363,9 @@ def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation, 
             for state in (flat, modules):
                 state.select(torch.tensor([3, 2]), sentences=torch.tensor([1]))
         rows = tokens[t] if t < 2 else tokens[t, :2]
-        torch.testing.assert_close(model.decode_step(rows, flat), model.decode_step(rows, modules), atol=1e-5, rtol=1e-5)
+        with torch.inference_mode():  # as in decoding (the packed kernels serve no gradients)
+            flat_logits, modules_logits = model.decode_step(rows, flat), model.decode_step(rows, modules)
+        torch.testing.assert_close(flat_logits, modules_logits, atol=1e-5, rtol=1e-5)
 
 
 def test_beams_cross_attention_written_out_only_for_several_hypotheses_over_many_blocks():
@@ -552,6 +563,37 @@ def test_packed_weights_for_two_rows_and_more(monkeypatch):
     prepare(model)
     assert model.output.weight is model.tgt_embed.weight  # tying kept
     assert isinstance(model.output, cpu_inference.InferenceLinear) and model.output.packed_weight is not None
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
+def test_fused_products_where_the_packed_weight_serves(monkeypatch):
+    """product_relu and product_add give relu(F.linear) and F.linear + residual: in one oneDNN call
+    where the packed weight serves (2 rows up to BLAS_MIN_ROWS, no gradient), else the product then
+    the ReLU or the sum; with and without bias, and for a layer without a packed copy."""
+    from nmt_cli.model import cpu_inference
+
+    fused: list[tuple[str, int]] = []
+    for name in ("onednn_linear_relu", "onednn_linear_add"):
+        kernel = getattr(cpu_inference, name)
+        monkeypatch.setattr(
+            cpu_inference, name, lambda x, *rest, k=kernel, n=name: fused.append((n, x.numel() // x.size(-1))) or k(x, *rest)
+        )
+    many = cpu_inference.BLAS_MIN_ROWS
+    for bias, packed in ((True, True), (False, True), (True, False)):
+        plain = torch.nn.Linear(8, 6, bias=bias)
+        fast = cpu_inference.InferenceLinear.sharing(plain, packed=packed)
+        fused.clear()
+        for shape in ((1, 8), (3, 8), (2, 5, 8), (many, 8)):
+            x, residual = torch.randn(shape), torch.randn(*shape[:-1], 6)
+            with torch.inference_mode():
+                torch.testing.assert_close(fast.product_relu()(x), plain(x).relu(), atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(fast.product_add()(x, residual), plain(x) + residual, atol=1e-5, rtol=1e-5)
+        expected = {(name, rows) for name in ("onednn_linear_relu", "onednn_linear_add") for rows in (3, 10)}
+        assert set(fused) == (expected if packed else set())
+        fused.clear()
+        x = torch.randn(3, 8, requires_grad=True)
+        fast.product_add()(x, torch.zeros(3, 6)).sum().backward()  # with gradients: F.linear, no fusion
+        assert fused == [] and x.grad is not None
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
