@@ -79,7 +79,10 @@ class RowLogits:
         return self.hidden.device
 
     def __getitem__(self, rows: slice) -> Tensor:
-        return self.model.logits(self.hidden[rows]).float()
+        n = len(self.hidden)
+        hidden = self.hidden if rows.indices(n) == (0, n, 1) else self.hidden[rows]  # all rows: no slicing call
+        logits = self.model.logits(hidden)
+        return logits if logits.dtype == torch.float32 else logits.float()
 
 
 def step_logits(steps: CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps, tokens: Tensor) -> Tensor | RowLogits:
@@ -312,6 +315,7 @@ def beam_search(
     fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
     fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
     first_limit = int(max_len.min())  # before this step no sentence is at its length limit
+    open_max_len = max_len  # the open sentences' limits (max_len[sent])
 
     # At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable
     # share of the step, so the calls that change nothing in most steps are skipped: the length-limit
@@ -321,7 +325,7 @@ def beam_search(
         n, rows_per_sent = scores.shape
         # A sentence's 2K best candidates are among the 2K best tokens of each of its rows
         # (adding the row's score does not reorder a row), so only those are scored.
-        at_limit = (t >= max_len[sent]).repeat_interleave(rows_per_sent) if t >= first_limit else None
+        at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent) if t >= first_limit else None
         forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
         row_log_probs, row_tokens = _best_tokens(step_logits(steps, tokens), 2 * k, at_limit, forced)  # (n * rows, 2K)
         top_scores, origin, token = _rank_candidates(scores, row_log_probs, row_tokens, k)  # (n, 2K) each
@@ -345,16 +349,18 @@ def beam_search(
 
         # Open: the K best candidates that did not end.
         open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(min(k, top_scores.size(1)), dim=1)
-        parent = origin.gather(1, pick) + torch.arange(n, device=device)[:, None] * rows_per_sent  # row in history
+        first_rows = torch.arange(0, n * rows_per_sent, rows_per_sent, device=device)  # each sentence's first row
+        parent = origin.gather(1, pick) + first_rows[:, None]  # row in history
         new_tokens = token.gather(1, pick)
 
-        done = _sentence_done(config, fin_scores[sent], open_scores[:, 0], is_eos[:, 0], nbest, max_len[sent], t)
+        done = _sentence_done(config, fin_scores[sent], open_scores[:, 0], is_eos[:, 0], nbest, open_max_len, t)
         keep = (~done).nonzero().flatten()
         if len(keep) == 0:
             break
         some_done = len(keep) < n
         if some_done:  # their rows leave
             sent, open_scores, parent, new_tokens = sent[keep], open_scores[keep], parent[keep], new_tokens[keep]
+            open_max_len = open_max_len[keep]
         rows = parent.flatten()  # (n_keep * K,)
         history = torch.cat([history.index_select(0, rows), new_tokens.reshape(-1, 1)], dim=1)
         steps.select(rows, sentences=keep if some_done else None)

@@ -61,7 +61,8 @@ class Transformer(nn.Module):
     def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
         x = embedding(tokens) * self.embed_scale  # (B, T, D)
         if self.positions is not None:
-            x = x + self.positions(tokens.size(1), offset).to(x.dtype)
+            positions = self.positions(tokens.size(1), offset)
+            x = x + (positions if positions.dtype == x.dtype else positions.to(x.dtype))
         return self.embed_dropout(x) if self.training else x
 
     @property
