@@ -335,11 +335,12 @@ ABSOLUTE_VARIANTS = [(pos, norm) for pos, norm in VARIANTS if pos in ("sinusoida
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 @pytest.mark.parametrize("cross_attention", ["kernel", "written out"])
 @pytest.mark.parametrize("kernels", ["plain", "packed"])
-def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation, cross_attention, kernels, monkeypatch):
-    """The flat step (decoder_step.py) gives the modules' logits: beams sharing a padded sentence's
-    encoder keys, rows reordered and a sentence dropped between steps; with the beams' cross-attention
-    through PyTorch's kernel and written out; with plain linear layers and with the CPU inference
-    kernels (oneDNN-packed weights, the ReLU and the residual sums fused into products)."""
+@pytest.mark.parametrize("beam", [2, 1])
+def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation, cross_attention, kernels, beam, monkeypatch):
+    """The flat step (decoder_step.py) gives the modules' logits: beams (or greedy rows) sharing a padded
+    sentence's encoder keys, rows reordered and a sentence dropped between steps; with the beams'
+    cross-attention through PyTorch's kernel and written out; with plain linear layers and with the CPU
+    inference kernels (oneDNN-packed weights, the ReLU and the residual sums fused into products)."""
     from nmt_cli.model import cpu_inference
 
     if kernels == "packed" and not cpu_inference.onednn_usable():
@@ -352,17 +353,19 @@ def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation, 
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
     memory, mask = model.encode(src)
     tokens = torch.tensor([[2, 2, 2, 2], [10, 11, 12, 13], [14, 15, 16, 17], [18, 19, 20, 21]])  # step x row
+    tokens = tokens[:, : 2 * beam]  # 2 sentences x beam rows
     flat, modules = model.start_decoding(memory, mask), model.start_decoding(memory, mask)
     assert flat.layers_step is not None
     modules.layers_step = None
-    rows = memory.new_zeros(4, memory.size(2))  # 2 sentences x 2 beams
+    rows = memory.new_zeros(2 * beam, memory.size(2))
     plan = decoder_step.CrossAttentionPlan.of(rows, mask, flat.caches[0], model.config.n_heads)
-    assert plan.written_out == (cross_attention == "written out")
+    assert plan.written_out == (cross_attention == "written out" and beam > 1)  # greedy rows keep the kernel
     for t in range(tokens.size(0)):
-        if t == 2:  # keep sentence 1 only (rows 2 and 3), its rows swapped
+        if t == 2:  # keep sentence 1 only (its rows swapped where it has two)
+            kept = torch.tensor([3, 2]) if beam == 2 else torch.tensor([1])
             for state in (flat, modules):
-                state.select(torch.tensor([3, 2]), sentences=torch.tensor([1]))
-        rows = tokens[t] if t < 2 else tokens[t, :2]
+                state.select(kept, sentences=torch.tensor([1]))
+        rows = tokens[t] if t < 2 else tokens[t, :beam]
         with torch.inference_mode():  # as in decoding (the packed kernels serve no gradients)
             flat_logits, modules_logits = model.decode_step(rows, flat), model.decode_step(rows, modules)
         torch.testing.assert_close(flat_logits, modules_logits, atol=1e-5, rtol=1e-5)
