@@ -164,7 +164,8 @@ class InferenceLinear(nn.Linear):
     # at one row the look-ups and checks of a method cost about 13 us of a 20-50 us product (small
     # Multi30k model, a decoder step's 19 products 0.83 -> 0.57 ms, AMD EPYC Zen 3).
     _product: Callable[[Tensor], Tensor] | None = None
-    _fused: dict[str, Callable[..., Tensor]] | None = None
+    # product_relu() and product_add() as plain functions, made with them (see product_add)
+    _fused: tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]] | None = None
 
     @classmethod
     def sharing(cls, linear: nn.Linear, packed: bool = False, one_row_parts: bool = False) -> InferenceLinear:
@@ -200,7 +201,7 @@ class InferenceLinear(nn.Linear):
     def product_relu(self) -> Callable[[Tensor], Tensor]:
         """``relu(forward(x))`` as a plain function: one oneDNN call where the packed weight serves
         (several rows, fewer than ``BLAS_MIN_ROWS``), else the product then the ReLU."""
-        return self._fused_products()["relu"]
+        return self._fused_products()[0]
 
     def product_add(self) -> Callable[[Tensor, Tensor], Tensor]:
         """``forward(x) + residual`` as a plain function of (x, residual), fused as :meth:`product_relu`.
@@ -209,17 +210,17 @@ class InferenceLinear(nn.Linear):
         (and with translation workers, a hand-over of Python's lock): the flat decoder step
         (:mod:`.decoder_step`) makes three fewer calls per layer with these two.
         """
-        return self._fused_products()["add"]
+        return self._fused_products()[1]
 
-    def _fused_products(self) -> dict[str, Callable[..., Tensor]]:
+    def _fused_products(self) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]:
         if self._fused is None:
             self._fused = self._make_fused_products()
         return self._fused
 
-    def _make_fused_products(self) -> dict[str, Callable[..., Tensor]]:
+    def _make_fused_products(self) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]:
         product, bias, packed, in_features = self.product(), self.bias, self.packed_weight, self.in_features
         if packed is None:
-            return {"relu": lambda x: F.relu(product(x)), "add": lambda x, residual: residual + product(x)}
+            return (lambda x: F.relu(product(x))), (lambda x, residual: residual + product(x))
         packed_weight = packed
 
         def fused(x: Tensor) -> bool:  # where product() would take the packed weight
@@ -231,7 +232,7 @@ class InferenceLinear(nn.Linear):
         def product_add(x: Tensor, residual: Tensor) -> Tensor:
             return onednn_linear_add(x, residual, packed_weight, bias) if fused(x) else residual + product(x)
 
-        return {"relu": product_relu, "add": product_add}
+        return product_relu, product_add
 
     def _make_product(self) -> Callable[[Tensor], Tensor]:
         weight, bias, packed, in_features = self.weight, self.bias, self.packed_weight, self.in_features
