@@ -422,7 +422,7 @@ def test_prepare_workers_die_with_their_parent(multi30k, tmp_path):
     deadline = time.monotonic() + 240
     workers: list[int] = []
     while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        workers = [c for c in _children(proc.pid) if b"spawn" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        workers = [c for c in _children(proc.pid) if b"spawn" in _cmdline(c)]
         time.sleep(0.01)
     assert len(workers) >= 2, "prepare ended before its workers could be seen"
     proc.kill()
@@ -431,6 +431,14 @@ def test_prepare_workers_die_with_their_parent(multi30k, tmp_path):
     while any(Path(f"/proc/{w}").exists() and "Z" not in _state(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(Path(f"/proc/{w}").exists() and "Z" not in _state(w) for w in workers)
+
+
+def _cmdline(pid: int) -> bytes:
+    """The process's command line; empty once it has ended (a child may exit between being listed and read)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _state(pid: int) -> str:
