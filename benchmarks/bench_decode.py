@@ -50,6 +50,9 @@ def main() -> None:
     parser.add_argument("--stop", default=None, help="our beam search's stop rule (default: the recipe's)")
     parser.add_argument("--max-lines", type=int, default=0, help="only the first N lines of each test set (0: all)")
     parser.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 for both engines (CTranslate2: compute type)")
+    parser.add_argument(
+        "--ct2-dtype", default="", help="CTranslate2's own --dtype (e.g. int8, its fastest CPU type; default: --dtype)"
+    )
     args = parser.parse_args()
     import gzip
 
@@ -133,7 +136,7 @@ def _run(
         "--engine",
         engine,
         "--dtype",
-        args.dtype,
+        (args.ct2_dtype or args.dtype) if engine == "ctranslate2" else args.dtype,
     ]
     if batch:
         cmd += ["--batch-size", str(batch), "--batch-tokens", "100000"]

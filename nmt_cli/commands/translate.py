@@ -48,8 +48,8 @@ def run(
         "--dtype",
         help="Weights and arithmetic: fp32 (default), or bf16/fp16 (faster "
         "on GPUs and on CPUs with native bf16; outputs can differ slightly from fp32's). With "
-        "--engine ctranslate2: its compute type float32/bfloat16/float16 (default: the type "
-        "the model was exported with).",
+        "--engine ctranslate2: its compute type float32/bfloat16/float16, or int8 (8-bit weights, "
+        "CTranslate2's fastest on most CPUs; default: the type the model was exported with).",
         show_default=False,
     ),
     engine: str = typer.Option(
@@ -117,10 +117,12 @@ def run(
         seed=seed,
     )
     with_decoding(DecodeConfig(), options)  # bad values fail now, before a model is loaded
-    if dtype not in (None, "fp32", "bf16", "fp16"):
-        raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16 or fp16")
     if engine not in ("nmt", "ctranslate2"):
         raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
+    if dtype == "int8" and engine != "ctranslate2":
+        raise NmtError("--dtype int8: only with --engine ctranslate2 (our engine computes in fp32, bf16 or fp16)")
+    if dtype not in (None, "fp32", "bf16", "fp16", "int8"):
+        raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16, fp16 or int8")
     sampling_options = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
     given = [name for name, value in sampling_options.items() if value is not None]
     if given and not sampling:
@@ -157,7 +159,7 @@ def run(
         from ..export.ctranslate2 import CTranslate2Engine
 
         # The same precision names for both engines; CTranslate2 calls them compute types.
-        compute_type = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
+        compute_type = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}[dtype]
         # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
         ct2 = CTranslate2Engine(
             models[0], device=target.type, threads=threads, compute_type=compute_type, workers=workers or 1

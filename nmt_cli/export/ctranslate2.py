@@ -236,23 +236,31 @@ class CTranslate2Engine:
         self.decode_config = load_recipe(recipe).decode if recipe.is_file() else DecodeConfig()
 
     def translate(self, lines: Sequence[str], config: DecodeConfig, nbest: int = 1) -> list[list[tuple[str, float]]]:
-        """n-best (text, score) per line. CTranslate2 normalises scores by |Y|^alpha (no GNMT form)."""
+        """n-best (text, score) per line. CTranslate2 normalises scores by |Y|^alpha (no GNMT form).
+
+        CTranslate2 takes one length limit per call, so the lines go in groups of equal limits, each
+        line limited to ``max_len_a`` x its own length + ``max_len_b`` as in our search (one call for all
+        gave every line the longest line's limit: a short line that repeats itself ran on for as long).
+        """
         pieces = [self.src.encode(line.strip(), out_type=str) for line in lines]
         results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
-        todo = [i for i, p in enumerate(pieces) if p]
-        if not todo:
-            return results
-        longest = max(len(pieces[i]) for i in todo)
-        outputs = self.translator.translate_batch(
-            [pieces[i] for i in todo],
-            beam_size=config.beam,
-            num_hypotheses=nbest,
-            return_scores=True,
-            length_penalty=config.alpha,
-            max_batch_size=config.batch_size or 0,
-            max_decoding_length=int(config.max_len_a * longest + config.max_len_b) + 1,
-        )
-        for i, output in zip(todo, outputs):
-            self.output_tokens += len(output.hypotheses[0]) + 1
-            results[i] = [(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)]
+        by_limit: dict[int, list[int]] = {}
+        for i, piece_list in enumerate(pieces):
+            if piece_list:
+                # CTranslate2's limit counts the tokens before EOS, as ours does (at least one)
+                limit = max(1, int(config.max_len_a * len(piece_list) + config.max_len_b))
+                by_limit.setdefault(limit, []).append(i)
+        for limit, todo in sorted(by_limit.items()):
+            outputs = self.translator.translate_batch(
+                [pieces[i] for i in todo],
+                beam_size=config.beam,
+                num_hypotheses=nbest,
+                return_scores=True,
+                length_penalty=config.alpha,
+                max_batch_size=config.batch_size or 0,
+                max_decoding_length=limit,
+            )
+            for i, output in zip(todo, outputs):
+                self.output_tokens += len(output.hypotheses[0]) + 1
+                results[i] = [(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)]
         return results

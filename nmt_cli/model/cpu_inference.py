@@ -41,13 +41,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import NmtError
+from ..utils.cpu import cpu_vendor, native_bf16_cpu
 
 # Input rows for which a product runs as W @ x^T through the BLAS; others go through oneDNN. Measured
 # over a decoder step's weights in sequence (AMD EPYC, AVX-512, 2 threads), small and base models:
@@ -58,9 +58,11 @@ CHOICES = ("auto", "onednn", "packed", "blas")
 # served 1-64 rows within a few per cent of a layout packed for each (AMD EPYC Zen 3).
 PACKED_FOR_ROWS = 16
 # From this many input rows on (an encoder's groups of sources, default-batched beam search's first
-# steps), the BLAS's product beats oneDNN's: a base decoder step's weights in sequence (AMD EPYC Zen 3,
-# 2 threads, ``bench_cpu_linear.py --micro``) took 42 / 82 / 152 / 321 / 695 ms through oneDNN packed
-# at 64 / 128 / 256 / 512 / 1,024 rows and 51 / 89 / 179 / 313 / 583 through ``F.linear``.
+# steps), the BLAS's product beats oneDNN's on processors without AVX-512: a base decoder step's
+# weights in sequence (AMD EPYC Zen 3, 2 threads, ``bench_cpu_linear.py --micro``) took 42 / 82 / 152 /
+# 321 / 695 ms through oneDNN packed at 64 / 128 / 256 / 512 / 1,024 rows and 51 / 89 / 179 / 313 / 583
+# through ``F.linear``. With AVX-512 the packed product stays ahead at every size (Zen 4: 204 / 402 /
+# 803 / 1,633 ms against 250 / 463 / 911 / 1,871 at 512 / 1,024 / 2,048 / 4,096 rows), see blas_min_rows.
 BLAS_MIN_ROWS = 512
 
 
@@ -88,39 +90,30 @@ def onednn_packed_weight(weight: Tensor) -> Tensor:
 
 
 @functools.cache
-def onednn_usable() -> bool:
-    """Whether this PyTorch has oneDNN's linear operator and it computes what ``F.linear`` does.
+def onednn_usable(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether this PyTorch has oneDNN's linear operator and it computes what ``F.linear`` does in
+    ``dtype`` (fp32, or bf16 within its rounding).
 
     The operator is private (PyTorch's compiler emits it), so its presence and meaning are checked
-    here, once per process, instead of trusted.
+    here, once per process and dtype, instead of trusted.
     """
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return False
     generator = torch.Generator().manual_seed(0)
-    x, weight, bias = (torch.randn(shape, generator=generator) for shape in ((3, 2, 16), (24, 16), (24,)))
+    x, weight, bias = (torch.randn(shape, generator=generator).to(dtype) for shape in ((3, 2, 16), (24, 16), (24,)))
+    atol, rtol = (1e-4, 1.3e-6) if dtype == torch.float32 else (0.05, 0.02)
     try:
         with torch.inference_mode():
-            expected = F.linear(x, weight, bias)
+            expected = F.linear(x.float(), weight.float(), bias.float())
             plain = onednn_linear(x, weight, bias)
             packed_weight = onednn_packed_weight(weight)
             packed = onednn_linear(x, packed_weight, bias)
             relu = onednn_linear_relu(x, packed_weight, bias)
-            added = onednn_linear_add(x, x[..., :1].expand(expected.shape), packed_weight, bias)
-            wanted = ((plain, expected), (packed, expected), (relu, expected.relu()), (added, expected + x[..., :1]))
-            return all(torch.allclose(got, want, atol=1e-4) for got, want in wanted)
+            added = onednn_linear_add(x, x[..., :1].expand(expected.shape).contiguous(), packed_weight, bias)
+            wanted = ((plain, expected), (packed, expected), (relu, expected.relu()), (added, expected + x[..., :1].float()))
+            return all(got.dtype == dtype and torch.allclose(got.float(), want, rtol, atol) for got, want in wanted)
     except (RuntimeError, TypeError, AttributeError):
         return False
-
-
-def cpu_vendor() -> str:
-    """The processor's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...), or "" where unknown."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def cpu_linear_choice() -> str:
@@ -146,6 +139,21 @@ def use_onednn() -> bool:
     return choice in ("onednn", "packed") or (torch.backends.mkl.is_available() and vendor not in ("", "GenuineIntel"))
 
 
+def blas_min_rows() -> int | None:
+    """From how many input rows on a product leaves oneDNN for the BLAS: ``BLAS_MIN_ROWS`` on processors
+    without AVX-512 (Zen 3 measured), never with it (Zen 4 measured: see ``BLAS_MIN_ROWS``)."""
+    return None if "AVX512" in torch.backends.cpu.get_cpu_capability() else BLAS_MIN_ROWS
+
+
+def packs_bf16_weights() -> bool:
+    """Whether a bf16 model's linear layers read oneDNN-packed copies of their weights: under ``auto``
+    or ``packed``, where the processor multiplies bf16 in hardware and oneDNN computes it. On an AMD
+    EPYC Zen 4 (AVX512-BF16, 2 threads) a base decoder step's products took 3.8 / 3.1 / 5.1 / 13.2 ms
+    at 1 / 4 / 16 / 64 rows with packed bf16 weights against 7.2 / 8.0 / 10.4 / 19.1 ms with PyTorch's
+    (``F.linear``, which reorders the weight on every call) and 6.5 / 5.4 / 8.4 / 25.2 ms in fp32 packed."""
+    return cpu_linear_choice() in ("auto", "packed") and native_bf16_cpu() and onednn_usable(torch.bfloat16)
+
+
 def one_row_in_parts() -> bool:
     """Whether one input row runs through the BLAS as a batch of products over parts of the input
     rather than through oneDNN: under ``auto``, on processors without AVX-512 (where it was measured
@@ -159,6 +167,7 @@ class InferenceLinear(nn.Linear):
 
     packed_weight: Tensor | None = None
     one_row_parts: bool = False
+    blas_from_rows: int | None = BLAS_MIN_ROWS  # None: oneDNN at every row count
     # forward() as a function over plain tensors, made at the first product (the threads are known
     # then): a module's parameters are looked up through ``nn.Module.__getattr__`` on every access, and
     # at one row the look-ups and checks of a method cost about 13 us of a 20-50 us product (small
@@ -168,14 +177,22 @@ class InferenceLinear(nn.Linear):
     _fused: tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]] | None = None
 
     @classmethod
-    def sharing(cls, linear: nn.Linear, packed: bool = False, one_row_parts: bool = False) -> InferenceLinear:
+    def sharing(
+        cls,
+        linear: nn.Linear,
+        packed: bool = False,
+        one_row_parts: bool = False,
+        blas_from_rows: int | None = BLAS_MIN_ROWS,
+    ) -> InferenceLinear:
         """An InferenceLinear holding ``linear``'s own parameter objects (so tied weights stay tied),
-        with a oneDNN-packed copy of the weight for products of 2 or more rows if ``packed``, and one
-        row through the BLAS in parts if ``one_row_parts`` (the weight then stored transposed)."""
+        with a oneDNN-packed copy of the weight if ``packed`` (read by products of 2 or more rows in
+        fp32, of every row count in bf16), one row through the BLAS in parts if ``one_row_parts`` (the
+        weight then stored transposed), and products of ``blas_from_rows`` rows or more through the BLAS."""
         fast = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         fast.weight = linear.weight
         fast.bias = linear.bias
         fast.packed_weight = onednn_packed_weight(linear.weight) if packed else None
+        fast.blas_from_rows = blas_from_rows
         if one_row_parts:
             store_weight_transposed(fast)  # the parts are then views of W^T; oneDNN reads the packed copy
             fast.one_row_parts = fast.weight.t().is_contiguous()
@@ -217,14 +234,23 @@ class InferenceLinear(nn.Linear):
             self._fused = self._make_fused_products()
         return self._fused
 
+    def _packed_rows(self) -> range:
+        """The input row counts whose products read the packed weight: from 2 rows in fp32 (at one row
+        oneDNN is as fast with the plain weight, Zen 3 and Zen 4), from 1 in bf16 (1.9x faster packed,
+        Zen 4), up to ``blas_from_rows``; none without a packed copy."""
+        if self.packed_weight is None:
+            return range(0)
+        first = 2 if self.weight.dtype == torch.float32 else 1
+        return range(first, self.blas_from_rows or torch.iinfo(torch.int64).max)
+
     def _make_fused_products(self) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]:
         product, bias, packed, in_features = self.product(), self.bias, self.packed_weight, self.in_features
         if packed is None:
             return (lambda x: F.relu(product(x))), (lambda x, residual: residual + product(x))
-        packed_weight = packed
+        packed_weight, packed_rows = packed, self._packed_rows()
 
         def fused(x: Tensor) -> bool:  # where product() would take the packed weight
-            return 1 < x.numel() // in_features < BLAS_MIN_ROWS and not torch.is_grad_enabled()
+            return x.numel() // in_features in packed_rows and not torch.is_grad_enabled()
 
         def product_relu(x: Tensor) -> Tensor:
             return onednn_linear_relu(x, packed_weight, bias) if fused(x) else F.relu(product(x))
@@ -237,6 +263,8 @@ class InferenceLinear(nn.Linear):
     def _make_product(self) -> Callable[[Tensor], Tensor]:
         weight, bias, packed, in_features = self.weight, self.bias, self.packed_weight, self.in_features
         one_row = one_row_product(weight, bias) if self.one_row_parts else None
+        packed_rows, blas_from_rows = self._packed_rows(), self.blas_from_rows or torch.iinfo(torch.int64).max
+        packed_weight = weight if packed is None else packed  # packed_rows is empty without a packed copy
 
         def product(x: Tensor) -> Tensor:
             if torch.is_grad_enabled() and weight.requires_grad:  # oneDNN's operator has no gradient
@@ -244,10 +272,10 @@ class InferenceLinear(nn.Linear):
             rows = x.numel() // in_features
             if rows == 1 and one_row is not None:
                 return one_row(x)
-            if rows >= BLAS_MIN_ROWS:
+            if rows in packed_rows:
+                return onednn_linear(x, packed_weight, bias)
+            if rows >= blas_from_rows:
                 return F.linear(x, weight, bias)
-            if packed is not None and rows > 1:
-                return onednn_linear(x, packed, bias)
             if rows in SWAPPED_OPERANDS_ROWS:
                 return swapped_operands_linear(x, weight, bias)
             return onednn_linear(x, weight, bias)
@@ -302,19 +330,29 @@ def swapped_operands_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> T
     return product.t().contiguous().view(*x.shape[:-1], weight.size(0))
 
 
-def prepare_for_cpu_inference(model: nn.Module, output: nn.Linear) -> None:
-    """Give ``model``'s linear layers the products chosen by the number of rows where
-    :func:`use_onednn`, else store the ``output`` projection's weight transposed. For a model on the
-    CPU in fp32 that only runs inference."""
+def prepare_for_cpu_inference(model: nn.Module, output: nn.Linear, dtype: torch.dtype = torch.float32) -> None:
+    """Give ``model``'s linear layers the products chosen by the number of rows. For a model on the
+    CPU that only runs inference, its weights in ``dtype``: in fp32 where :func:`use_onednn`, else
+    the ``output`` projection's weight is stored transposed; in bf16 with packed weights where
+    :func:`packs_bf16_weights`; otherwise as they are."""
+    if dtype == torch.bfloat16:
+        if packs_bf16_weights():
+            _replace_linears(model, packed=True, in_parts=False)
+        return
+    if dtype != torch.float32:
+        return
     if not use_onednn():
         store_weight_transposed(output)
         return
-    packed = cpu_linear_choice() != "onednn"
-    in_parts = one_row_in_parts()
+    _replace_linears(model, packed=cpu_linear_choice() != "onednn", in_parts=one_row_in_parts())
+
+
+def _replace_linears(model: nn.Module, packed: bool, in_parts: bool) -> None:
+    blas_from_rows = blas_min_rows()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, InferenceLinear.sharing(child, packed, in_parts))
+                setattr(parent, name, InferenceLinear.sharing(child, packed, in_parts, blas_from_rows))
 
 
 def store_weight_transposed(linear: nn.Linear) -> None:

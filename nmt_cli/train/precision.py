@@ -9,24 +9,10 @@ such CPUs and on CUDA devices that support it, and fp32 everywhere else.
 from __future__ import annotations
 
 import contextlib
-from functools import lru_cache
-from pathlib import Path
 
 import torch
 
-NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-
-
-@lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """The processor's feature flags (Linux ``/proc/cpuinfo``); empty where they cannot be read."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith(("flags", "Features")):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+from ..utils.cpu import NATIVE_BF16_CPU_FLAGS, cpu_flags
 
 
 def native_bf16(device: torch.device) -> bool:

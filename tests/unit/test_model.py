@@ -690,6 +690,87 @@ def test_cpu_linear_choice_from_the_environment(monkeypatch):
         assert cpu_inference.use_onednn() is (expected and usable)
 
 
+def _recorded_onednn_calls(monkeypatch) -> list[tuple[int, bool]]:
+    """(rows, packed weight?) of every oneDNN product from now on."""
+    from nmt_cli.model import cpu_inference
+
+    calls: list[tuple[int, bool]] = []
+    kernel = cpu_inference.onednn_linear
+
+    def recorded(x, weight, bias):
+        calls.append((x.numel() // x.size(-1), weight.is_mkldnn))
+        return kernel(x, weight, bias)
+
+    monkeypatch.setattr(cpu_inference, "onednn_linear", recorded)
+    return calls
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
+def test_the_blas_takes_large_products_only_without_avx512(monkeypatch):
+    """From BLAS_MIN_ROWS rows on products leave oneDNN for the BLAS on processors without AVX-512;
+    with AVX-512 the packed weight serves every count of 2 rows and more."""
+    from nmt_cli.model import cpu_inference
+
+    many = cpu_inference.BLAS_MIN_ROWS
+    for capability, expected in (("AVX2", many), ("DEFAULT", many), ("AVX512", None)):
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert cpu_inference.blas_min_rows() == expected
+        monkeypatch.setenv("NMT_CPU_LINEAR", "packed")
+        model = tiny("sinusoidal", "pre")
+        cpu_inference.prepare_for_cpu_inference(model, model.output)
+        assert model.decoder_layers[0].ffn.w1.blas_from_rows == expected
+    calls = _recorded_onednn_calls(monkeypatch)
+    plain = torch.nn.Linear(8, 6)
+    fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, blas_from_rows=None)
+    with torch.inference_mode():
+        for rows in (1, 2, many, 4 * many):
+            x = torch.randn(rows, 8)
+            torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(fast.product_add()(x, x[:, :6]), plain(x) + x[:, :6], atol=1e-5, rtol=1e-5)
+    assert calls == [(1, False), (1, False), (2, True), (many, True), (4 * many, True)]
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
+def test_bf16_models_read_packed_weights_where_the_processor_multiplies_bf16(monkeypatch):
+    """In bf16 every linear layer reads a oneDNN-packed copy of its weight, one row included, under
+    auto or packed where the processor multiplies bf16 in hardware; elsewhere, under blas or onednn,
+    and in fp16 the layers stay as they are. The outputs stay those of the bf16 model."""
+    import copy
+
+    from nmt_cli.model import cpu_inference
+
+    if not cpu_inference.onednn_usable(torch.bfloat16):
+        pytest.skip("this PyTorch's oneDNN does not compute bf16 on this processor")
+    model = tiny("sinusoidal", "pre").eval().to(torch.bfloat16)
+    src, tgt = torch.tensor([[5, 6, 7, 8, 3]]), torch.tensor([[2, 10, 11, 12]])
+    with torch.inference_mode():
+        expected = model.logits(model.decode(tgt, *model.encode(src))).float()
+    cases = [(True, "auto", torch.bfloat16, True), (True, "packed", torch.bfloat16, True)]
+    cases += [(False, "auto", torch.bfloat16, False), (True, "blas", torch.bfloat16, False)]
+    cases += [(True, "onednn", torch.bfloat16, False), (True, "auto", torch.float16, False)]
+    for native, choice, dtype, replaced in cases:
+        monkeypatch.setattr(cpu_inference, "native_bf16_cpu", lambda n=native: n)
+        monkeypatch.setenv("NMT_CPU_LINEAR", choice)
+        prepared = copy.deepcopy(model)
+        cpu_inference.prepare_for_cpu_inference(prepared, prepared.output, dtype)
+        linears = [m for m in prepared.modules() if isinstance(m, cpu_inference.InferenceLinear)]
+        all_linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert len(linears) == (len(all_linears) if replaced else 0)
+        assert all(m.packed_weight is not None for m in linears)
+        assert prepared.output.weight is prepared.tgt_embed.weight  # tying kept
+        with torch.inference_mode():
+            got = prepared.logits(prepared.decode(tgt, *prepared.encode(src))).float()
+        torch.testing.assert_close(got, expected, atol=0.1, rtol=0.05)  # within bf16's rounding
+    calls = _recorded_onednn_calls(monkeypatch)
+    plain = torch.nn.Linear(8, 6).to(torch.bfloat16)
+    fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, blas_from_rows=None)
+    with torch.inference_mode():
+        for rows in (1, 3):
+            x = torch.randn(rows, 8, dtype=torch.bfloat16)
+            torch.testing.assert_close(fast(x).float(), plain(x).float(), atol=0.05, rtol=0.02)
+    assert calls == [(1, True), (3, True)]
+
+
 def test_tying_and_rezero_start():
     model = build_model(ModelConfig(layers=1, d_model=16, n_heads=2, d_ff=32, norm="rezero"), 30, 30)
     assert model.output.weight is model.tgt_embed.weight is model.src_embed.weight
