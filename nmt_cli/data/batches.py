@@ -8,7 +8,7 @@ counting batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,3 +124,19 @@ def pad_rows(rows: Sequence[np.ndarray | list[int]]) -> torch.Tensor:
 def target_tokens(data: ParallelData, indices: np.ndarray) -> int:
     """Target tokens (with EOS) of a batch, from the stored lengths alone."""
     return int(data.tgt.lengths[indices].sum() + len(indices))
+
+
+def decoding_batches(widths: Sequence[int], todo: Sequence[int], batch_size: int, batch_tokens: int) -> Iterator[list[int]]:
+    """Batches for translation: the lines ``todo`` (indices into ``widths``, each line's tokens with its
+    EOS), longest first, each batch at most ``batch_size`` lines (0: no limit) and at most
+    ``batch_tokens`` tokens counting padding to its first (longest) line. Both engines of ``nmt
+    translate`` batch this way."""
+    batch: list[int] = []
+    for i in sorted(todo, key=lambda i: widths[i], reverse=True):
+        too_many = batch_size and len(batch) >= batch_size
+        if batch and (too_many or (len(batch) + 1) * widths[batch[0]] > batch_tokens):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch

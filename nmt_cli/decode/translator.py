@@ -18,7 +18,7 @@ import sentencepiece as spm
 import torch
 
 from ..config import DecodeConfig, Recipe, recipe_from_dict
-from ..data.batches import pad_rows
+from ..data.batches import decoding_batches, pad_rows
 from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
 from ..model.cpu_inference import prepare_for_cpu_inference
@@ -246,17 +246,8 @@ class Translator:
         return worker_count(requested, threads, self.device, len(batches), rows)
 
     def _batches(self, todo: list[int], encoded: list[list[int]]) -> Iterator[list[int]]:
-        order = sorted(todo, key=lambda i: len(encoded[i]), reverse=True)
-        batch: list[int] = []
-        for i in order:
-            width = len(encoded[batch[0]]) + 1 if batch else len(encoded[i]) + 1
-            too_many = self.config.batch_size and len(batch) >= self.config.batch_size
-            if batch and (too_many or (len(batch) + 1) * width > self.config.batch_tokens):
-                yield batch
-                batch = []
-            batch.append(i)
-        if batch:
-            yield batch
+        widths = [len(tokens) + 1 for tokens in encoded]
+        return decoding_batches(widths, todo, self.config.batch_size, self.config.batch_tokens)
 
     def _detokenize(self, hyp: Hypothesis, source: list[int]) -> Translated:
         self.stats.output_tokens += len(hyp.tokens) + 1

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..config import DecodeConfig, dump_recipe, load_recipe
+from ..data.batches import decoding_batches
 from ..decode.translator import LoadedModel
 from ..errors import NmtError
 from ..model.attention import CrossAttention, SelfAttention
@@ -238,29 +239,34 @@ class CTranslate2Engine:
     def translate(self, lines: Sequence[str], config: DecodeConfig, nbest: int = 1) -> list[list[tuple[str, float]]]:
         """n-best (text, score) per line. CTranslate2 normalises scores by |Y|^alpha (no GNMT form).
 
-        CTranslate2 takes one length limit per call, so the lines go in groups of equal limits, each
-        line limited to ``max_len_a`` x its own length + ``max_len_b`` as in our search (one call for all
-        gave every line the longest line's limit: a short line that repeats itself ran on for as long).
+        The lines go in our engine's batches (``decoding_batches``: longest first, ``batch_size`` lines,
+        ``batch_tokens`` tokens), each limited to ``max_len_a`` x its longest line + ``max_len_b`` tokens
+        before EOS, as our search limits each line (one line per batch: the same limit). CTranslate2
+        takes one limit per call, so each batch is a call of its own, all submitted at once so that its
+        ``inter_threads`` workers take them in turn. (One call for a whole block gave every line the
+        block's longest limit: a short line that repeated itself ran on for as long.)
         """
         pieces = [self.src.encode(line.strip(), out_type=str) for line in lines]
         results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
-        by_limit: dict[int, list[int]] = {}
-        for i, piece_list in enumerate(pieces):
-            if piece_list:
-                # CTranslate2's limit counts the tokens before EOS, as ours does (at least one)
-                limit = max(1, int(config.max_len_a * len(piece_list) + config.max_len_b))
-                by_limit.setdefault(limit, []).append(i)
-        for limit, todo in sorted(by_limit.items()):
-            outputs = self.translator.translate_batch(
-                [pieces[i] for i in todo],
+        todo = [i for i, line_pieces in enumerate(pieces) if line_pieces]
+        widths = [len(line_pieces) + 1 for line_pieces in pieces]
+        submitted = []
+        for batch in decoding_batches(widths, todo, config.batch_size, config.batch_tokens):
+            limit = max(1, int(config.max_len_a * len(pieces[batch[0]]) + config.max_len_b))  # batch[0]: longest
+            pending = self.translator.translate_batch(
+                [pieces[i] for i in batch],
                 beam_size=config.beam,
                 num_hypotheses=nbest,
                 return_scores=True,
                 length_penalty=config.alpha,
-                max_batch_size=config.batch_size or 0,
+                max_batch_size=0,  # the batch as given
                 max_decoding_length=limit,
+                asynchronous=True,
             )
-            for i, output in zip(todo, outputs):
+            submitted.append((batch, pending))
+        for batch, pending in submitted:
+            for i, result in zip(batch, pending):
+                output = result.result()
                 self.output_tokens += len(output.hypotheses[0]) + 1
                 results[i] = [(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)]
         return results

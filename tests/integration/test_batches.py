@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nmt_cli.data.batches import make_batches
+from nmt_cli.data.batches import decoding_batches, make_batches
 
 
 @pytest.fixture
@@ -41,3 +41,14 @@ def test_order_is_deterministic_per_seed_and_epoch(lengths):
     assert not all(np.array_equal(a, b) for a, b in zip(first, other))
     evaluation = make_batches(lengths, 1024, 1000, seed=None)
     assert [int(lengths[b].max()) for b in evaluation] == sorted(int(lengths[b].max()) for b in evaluation)
+
+
+def test_decoding_batches_longest_first_within_lines_and_tokens():
+    widths = [3, 10, 5, 7, 5, 1]
+    todo = [0, 1, 2, 3, 4]  # line 5 left out (an empty line, say)
+    assert list(decoding_batches(widths, todo, batch_size=2, batch_tokens=10**6)) == [[1, 3], [2, 4], [0]]
+    # at most 20 tokens counting padding to the batch's longest line: 2 x 10, then 3 x 5
+    assert list(decoding_batches(widths, todo, batch_size=0, batch_tokens=20)) == [[1, 3], [2, 4, 0]]
+    assert list(decoding_batches(widths, todo, batch_size=0, batch_tokens=19)) == [[1], [3, 2], [4, 0]]
+    assert list(decoding_batches(widths, [], batch_size=0, batch_tokens=20)) == []
+    assert list(decoding_batches([50], [0], batch_size=0, batch_tokens=20)) == [[0]]  # a line longer than the budget

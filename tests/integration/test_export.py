@@ -45,11 +45,11 @@ def test_exported_model_gives_the_same_greedy_outputs(overfit, tmp_path):
     # --workers: CTranslate2's inter_threads, batches translated at once, the same outputs
     two = CTranslate2Engine(out, threads=2, workers=2)
     assert [h[0][0] for h in two.translate(lines, replace(config, batch_size=3))] == ours_beam
-    # Each line's own length limit (a x its length + b), not the longest line's: tight limits cut
-    # the short lines' outputs where ours cuts them
-    tight = replace(loaded.recipe.decode, beam=1, max_len_a=0.5, max_len_b=1)
+    # Each batch's own length limit (a x its longest line + b), not the longest of all lines: one line
+    # per batch, tight limits cut each output where ours cuts it
+    tight = replace(loaded.recipe.decode, beam=1, max_len_a=0.5, max_len_b=1, batch_size=1)
     ours_cut = [h[0][0] for h in Translator(loaded, tight).translate(lines)]
-    assert ours_cut != ours and [h[0][0] for h in engine.translate(lines, tight)] == ours_cut
+    assert ours_cut != ours and [h[0][0] for h in two.translate(lines, tight)] == ours_cut
     refused = runner.invoke(app, ["translate", "--engine", "ctranslate2", "-m", str(out), "--stop", "top"], input="A dog.\n")
     assert refused.exit_code != 0 and refused.output.count("\n") == 1 and "--stop beam" in refused.output
     gnmt = runner.invoke(
