@@ -541,14 +541,7 @@ def test_packed_weights_for_two_rows_and_more(monkeypatch):
     2 and more with the packed copy; equal to F.linear; state dict, values and tying unchanged."""
     from nmt_cli.model import cpu_inference
 
-    calls: list[tuple[int, bool]] = []
-    kernel = cpu_inference.onednn_linear
-
-    def recorded(x, w, b):
-        calls.append((x.numel() // x.size(-1), w.is_mkldnn))
-        return kernel(x, w, b)
-
-    monkeypatch.setattr(cpu_inference, "onednn_linear", recorded)
+    calls = _recorded_onednn_calls(monkeypatch)
     monkeypatch.setenv("NMT_CPU_LINEAR", "packed")
     for bias in (True, False):
         plain = torch.nn.Linear(8, 6, bias=bias)
