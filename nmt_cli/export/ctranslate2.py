@@ -228,7 +228,8 @@ class CTranslate2Engine:
         except (ValueError, RuntimeError) as err:
             raise NmtError(
                 f"{folder}: CTranslate2 cannot run it with compute type {compute_type} on {device} "
-                f"({str(err).splitlines()[0]}); use another --dtype, or leave it out"
+                f"({str(err).splitlines()[0]}); use another --dtype or leave it out, or if model.bin "
+                "is damaged, write the folder again with nmt export"
             ) from None
         self.src = spm.SentencePieceProcessor(model_file=str(folder / SPM_SOURCE))
         self.tgt = spm.SentencePieceProcessor(model_file=str(folder / SPM_TARGET))

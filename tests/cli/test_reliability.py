@@ -487,6 +487,10 @@ def test_ctranslate2_compute_type_it_cannot_run_is_one_line(short_run, tmp_path)
         app, ["translate", "-m", str(folder), "--engine", "ctranslate2", "--dtype", "fp32"], input="A man.\n"
     )
     assert fp32.exit_code == 0 and fp32.output.count("\n") >= 1
+    damaged = folder / "model.bin"
+    damaged.write_bytes(damaged.read_bytes()[:10_000])
+    result = runner.invoke(app, ["translate", "-m", str(folder), "--engine", "ctranslate2"], input="A man.\n")
+    assert result.exit_code == 1 and "write the folder again with nmt export" in one_line_error(result)
 
 
 def test_int8_runs_through_ctranslate2_and_is_refused_by_our_engine_in_one_line(short_run, tmp_path):
