@@ -15,8 +15,9 @@ export PYTHONUNBUFFERED=1
 python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))" | tee "$logs/device.txt"
 case $stage in
   tests)
-    python3 -m pytest -m cuda -v -s tests/test_cuda.py 2>&1 | tee "$logs/cuda_tests.log" || true
-    python3 -m pytest -q tests/test_hf_peer.py 2>&1 | tee -a "$logs/cuda_tests.log" ;;
+    # No `|| true`: a failing GPU test fails the stage (pipefail passes pytest's code through tee).
+    python3 -m pytest -m cuda -v -s tests/integration/test_cuda.py 2>&1 | tee "$logs/cuda_tests.log"
+    python3 -m pytest -q tests/unit/test_hf_peer.py 2>&1 | tee -a "$logs/cuda_tests.log" ;;
   train)
     python3 benchmarks/bench_gpu.py train --models base,big --max-tokens 12288 --steps 30 \
       --warmup 10 --rounds 3 2>&1 | tee "$logs/train.log" ;;

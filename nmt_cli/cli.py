@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 
 from .errors import NmtError
+from .utils.files import describe_os_error
+from .utils.signals import Interrupted, signals_unwind
 from .version import __version__
 
 app = typer.Typer(
@@ -34,12 +36,17 @@ def report_error(message: str) -> None:
 
 
 def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn NmtError (and file-system errors) into a one-line message and an exit code."""
+    """Turn NmtError (and file-system errors) into a one-line message and an exit code; SIGTERM and
+    SIGUSR1 unwind the command (every temporary file removed) and exit 128 + the signal's number."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with signals_unwind():
+                return func(*args, **kwargs)
+        except Interrupted as err:
+            report_error(str(err))
+            raise typer.Exit(err.exit_code) from None
         except NmtError as err:
             report_error(str(err))
             raise typer.Exit(err.exit_code) from None
@@ -48,8 +55,7 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(141) from None
         except OSError as err:
-            where = f"{err.filename}: " if err.filename else ""
-            report_error(f"{where}{err.strerror or err}")
+            report_error(describe_os_error(err))
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             report_error("interrupted")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import typer
@@ -63,4 +64,7 @@ def run(
     keep_freed_memory()  # each step's buffers reused, not faulted in anew (utils/allocator.py)
     weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     limits = Limits(max_body_bytes=max_body, max_sentences=max_sentences, max_beam=max_beam)
+    # uvicorn drains the requests in flight on SIGTERM, then raises it again under the handler it found:
+    # the default one, so that a supervisor sees the server ended by SIGTERM (not an error exit).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     serve(models, host, port, _device(device), weights, limits, batch_tokens, max_queue, batching, log_level)

@@ -91,11 +91,32 @@ def run(
     progress: bool = typer.Option(
         None, "--progress/--no-progress", help="Progress on stderr (default: on when writing to a file).", show_default=False
     ),
+    chunk_lines: int = typer.Option(
+        10_000,
+        "--chunk-lines",
+        min=1,
+        max=10_000_000,
+        help="Lines read, sorted by length and batched together; with -i and -o also the unit of "
+        "progress kept for resuming (a killed run loses at most one chunk) and of --shard.",
+    ),
+    shard: str = typer.Option(
+        None,
+        "--shard",
+        metavar="I/N",
+        help="Translate only shard I of N (0 to N-1) of the -i file: consecutive lines, so the N "
+        "outputs concatenated in order equal one run's output (for array jobs; under torchrun "
+        "each process takes the shard of its rank by itself).",
+        show_default=False,
+    ),
+    restart: bool = typer.Option(
+        False, "--restart", help="Start over, discarding the progress an interrupted run of -o kept beside it."
+    ),
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
     import torch
 
     from ..config import DecodeConfig
+    from ..decode.file_job import Shard
     from ..decode.translator import TranslationStats, Translator, load_ensemble
     from ..utils.allocator import keep_freed_memory
 
@@ -152,9 +173,11 @@ def run(
     if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
     _check_output(output, input, models)
-    threads = threads or os.cpu_count() or 1
+    job_shard = _job_shard(shard, input, output)
+    launched = "WORLD_SIZE" in os.environ
+    threads = threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(threads)
-    target = _device(device)
+    target = _device(device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
     if engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine
 
@@ -170,7 +193,7 @@ def run(
                 "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
             )
         stats, max_positions = TranslationStats(), 0
-        results = _ct2_results(ct2, config, nbest, stats)
+        results = _ct2_results(ct2, config, nbest, stats, chunk_lines)
     else:
         # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs
         # with the allocator as it is, as it would on its own.
@@ -178,31 +201,120 @@ def run(
         weights = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         loaded = load_ensemble(models, target, weights)
         config = with_decoding(loaded.recipe.decode, options)
-        translator = Translator(loaded, config, target, nbest=nbest, alignments=alignments, alignment_layer=alignment_layer)
+        translator = Translator(
+            loaded,
+            config,
+            target,
+            nbest=nbest,
+            alignments=alignments,
+            alignment_layer=alignment_layer,
+            chunk_lines=chunk_lines,
+        )
         stats, max_positions = translator.stats, loaded.recipe.model.max_positions
-        results = translator.translate
+        prefixes = None
         if prefix is not None:
             from ..score.metrics import read_lines
 
             prefixes = read_lines(prefix)
-            results = lambda lines: translator.translate(lines, prefixes)  # noqa: E731
+        results = (
+            lambda lines, first=0: translator.translate(  # noqa: E731
+                lines, prefixes[first:] if prefixes is not None else None, first
+            )
+        )
     show = progress if progress is not None else output is not None
+    show = show and int(os.environ.get("RANK", "0")) == 0
     started = time.perf_counter()
-    with _lines(input) as lines, _sink(output) as sink:
-        for index, hyps in enumerate(_progress(results(lines), show)):
-            if nbest == 1:
-                sink.write("\t".join([hyps[0][0], *hyps[0][2:]]) + "\n")  # text, then alignments if asked
-            else:
-                for text, score, *alignment in hyps:
-                    sink.write("\t".join([str(index), f"{score:.4f}", text, *alignment]) + "\n")
+
+    def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
+        for index, hyps in enumerate(results(lines, first), start=first):
+            yield _format(index, hyps, nbest)
+
+    if input is not None and (output is not None or job_shard is not None):
+        identity = _job_identity(config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines)
+        _run_job(input, output, job_shard or Shard(), launched, chunk_lines, identity, texts, restart, show)
+    else:
+        with _lines(input) as lines, _sink(output) as sink:
+            for text in _progress(texts(lines), show):
+                sink.write(text)
     _report(stats, time.perf_counter() - started, show, max_positions)
 
 
-def _ct2_results(engine, config, nbest: int, stats, chunk: int = 2000):
+def _format(index: int, hyps: list, nbest: int) -> str:
+    """One input line's output: its translation (then alignments if asked), or INDEX, SCORE, TEXT lines."""
+    if nbest == 1:
+        return "\t".join([hyps[0][0], *hyps[0][2:]]) + "\n"
+    return "".join("\t".join([str(index), f"{score:.4f}", text, *alignment]) + "\n" for text, score, *alignment in hyps)
+
+
+def _job_shard(shard: str | None, input: Path | None, output: Path | None):
+    """The shard this process translates: ``--shard``, torchrun's rank, or None for the whole input."""
+    from ..decode.file_job import Shard
+
+    launched = Shard.of_torchrun()
+    if shard is not None and launched is not None:
+        raise NmtError("--shard: under torchrun each process takes the shard of its rank; drop --shard")
+    chosen = Shard.parse(shard) if shard is not None else launched
+    if chosen is not None and input is None:
+        raise NmtError("sharding reads the input twice (lines are counted first); give it with -i FILE, not on stdin")
+    if launched is not None and output is None:
+        raise NmtError("under torchrun the processes' shards are joined into one file: give it with -o FILE")
+    return chosen
+
+
+def _job_identity(config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines) -> dict:
+    """What makes a resumed translation the same job: the models' bytes and every setting that shapes the
+    output (threads, workers and the device do not: they change how fast, not what)."""
+    from dataclasses import asdict
+
+    from ..decode.file_job import file_sha256
+
+    files = [m / ("model.bin" if engine == "ctranslate2" else "model.pt") if m.is_dir() else m for m in models]
+    settings = {k: v for k, v in asdict(config).items() if k not in ("workers", "cuda_graphs")}
+    return {
+        "model": [file_sha256(path) for path in files],
+        "settings": {
+            **settings,
+            "engine": engine,
+            "dtype": dtype,
+            "nbest": nbest,
+            "alignments": alignments,
+            "alignment_layer": alignment_layer,
+            "chunk_lines": chunk_lines,
+        },
+        "prefix": file_sha256(prefix) if prefix is not None else None,
+    }
+
+
+def _run_job(input, output, shard, launched, chunk_lines, identity, texts, restart, show) -> None:
+    from ..decode.file_job import FileJob, InputFile
+    from ..utils.process import die_with_parent
+    from ..utils.signals import Interrupted
+
+    if launched:
+        die_with_parent(os.getppid())  # a killed torchrun takes its workers along
+    source = InputFile.scan(input)
+    job = FileJob(
+        source, shard, chunk_lines, {**identity, "input": source.sha256, "input_lines": source.lines}, output, launched
+    )
+    try:
+        with _lines(input) as lines:
+            job.run(lines, texts, sys.stdout.write, restart, lambda items, done, total: _progress(items, show, done, total))
+    except Interrupted:
+        if output is not None:
+            console.print(
+                f"{output}: {job.kept:,} of {job.shard_size:,} lines translated are kept beside it; run the same "
+                "command to continue",
+                markup=False,
+                soft_wrap=True,
+            )
+        raise
+
+
+def _ct2_results(engine, config, nbest: int, stats, chunk: int):
     """Chunked translation through CTranslate2, counting like the PyTorch translator does."""
     import itertools
 
-    def run(lines):
+    def run(lines, first=0):
         source = iter(lines)
         while block := [line.rstrip("\r\n") for line in itertools.islice(source, chunk)]:
             for hyps in engine.translate(block, config, nbest):
@@ -213,11 +325,14 @@ def _ct2_results(engine, config, nbest: int, stats, chunk: int = 2000):
     return run
 
 
-def _device(name: str):
+def _device(name: str, local_rank: int | None = None):
+    """The device to translate on; under torchrun, ``auto`` and ``cuda`` take the GPU of the local rank."""
     import torch
 
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and local_rank is not None:
+        name = f"cuda:{local_rank % max(torch.cuda.device_count(), 1)}"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise NmtError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
     try:
@@ -273,13 +388,13 @@ def _sink(path: Path | None) -> Iterator[IO[str]]:
         yield handle
 
 
-def _progress(items: Iterator, show: bool) -> Iterator:
+def _progress(items: Iterator, show: bool, done: int = 0, total: int | None = None) -> Iterator:
     if not show:
         yield from items
         return
     from tqdm import tqdm
 
-    yield from tqdm(items, desc="translate", unit=" sent", file=sys.stderr)
+    yield from tqdm(items, desc="translate", unit=" sent", file=sys.stderr, initial=done, total=total)
 
 
 def _report(stats, seconds: float, show: bool, max_positions: int) -> None:

@@ -136,6 +136,11 @@ def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple
             )
 
 
+def chunk_seed(seed: int, chunk_number: int) -> int:
+    """The sampling seed of a chunk: ``seed`` itself for the first, so short inputs sample as before."""
+    return (seed + chunk_number * 0x9E3779B97F4A7C15) % 2**63
+
+
 @dataclass
 class TranslationStats:
     """Counts the caller reports when translation ends."""
@@ -175,12 +180,23 @@ class Translator:
         self.align_model = first if alignments else None
         self.align_layer = alignment_layer_of(first, alignment_layer) if alignments else None
 
-    def translate(self, lines: Iterable[str], prefixes: Iterable[str] | None = None) -> Iterator[list[Translated]]:
+    def translate(
+        self, lines: Iterable[str], prefixes: Iterable[str] | None = None, first_line: int = 0
+    ) -> Iterator[list[Translated]]:
         """Yield, for every input line in order, its n-best list of (text, score); each output starts with
-        the line's target prefix when ``prefixes`` gives one (an empty prefix: none)."""
+        the line's target prefix when ``prefixes`` gives one (an empty prefix: none).
+
+        ``first_line`` is the index of the first line in the whole input (a chunk boundary, when a job
+        resumes or is one shard of several): sampling draws each chunk from a generator seeded by
+        ``decode.seed`` and the chunk's number, so a chunk samples the same wherever it is translated.
+        """
         source = iter(lines)
         starts = iter(prefixes) if prefixes is not None else None
+        chunk_number = first_line // self.chunk_lines
         while chunk := list(itertools.islice(source, self.chunk_lines)):
+            if self.generator is not None:
+                self.generator.manual_seed(chunk_seed(self.config.seed, chunk_number))
+            chunk_number += 1
             # A lone CR inside a line is a space here, as prepare reads it.
             chunk = [line.rstrip("\r\n").replace("\r", " ") for line in chunk]
             chunk_prefixes = None

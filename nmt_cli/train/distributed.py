@@ -7,6 +7,7 @@ nmt never launches processes of its own making: ``nmt train --nproc N`` runs
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import torch.distributed as dist
 
 from ..config import TrainConfig
 from ..utils.process import die_with_parent
+from ..utils.signals import PREEMPTION_SIGNALS
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,14 @@ def shutdown(info: DistInfo) -> None:
 
 
 def launch(nproc: int, train_args: list[str]) -> int:
-    """Run ``nmt train`` in ``nproc`` local processes through torchrun; return its exit code."""
+    """Run ``nmt train`` in ``nproc`` local processes through torchrun; return its exit code.
+
+    torchrun passes SIGTERM on to its workers, which save and exit (``train/stopping.py``); it would die
+    of SIGUSR1 and take its workers along unsaved, so this process passes both on to torchrun as SIGTERM
+    and waits for it (then exits 128 + the signal it received).
+    Ctrl-C reaches every process of the terminal's group by itself: this one ignores it and waits
+    while the workers finish their last update and write the model.
+    """
     command = [
         sys.executable,
         "-m",
@@ -111,4 +120,18 @@ def launch(nproc: int, train_args: list[str]) -> int:
         "train",
         *train_args,
     ]
-    return subprocess.call(command)
+    child = subprocess.Popen(command)
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in PREEMPTION_SIGNALS}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 + received[0] if received else code

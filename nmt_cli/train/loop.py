@@ -31,7 +31,7 @@ from ..data.vocab import PAD_ID, is_extension, load_vocab
 from ..errors import CheckpointError, NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model, count_parameters
 from ..utils.allocator import keep_freed_memory
-from ..utils.files import atomic_open, sha256_file
+from ..utils.files import append_line, atomic_open, sha256_file
 from ..utils.run_folder import RunFolder
 from . import checkpoint
 from .checkpoint import TrainingCheckpoint, data_identity, load_training, vocab_digest
@@ -58,6 +58,7 @@ from .precision import autocast, resolve_precision
 from .repulsive import repulse_heads
 from .schedule import learning_rate
 from .state import TrainState
+from .stopping import Preempted, StopRequest
 from .validate import ValidationResult, Vocabularies, validate
 
 Log = Callable[[str], None]
@@ -107,29 +108,6 @@ def load_dataset(recipe: Recipe) -> Dataset:
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
 
 
-class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag, so the loop can checkpoint and exit cleanly."""
-
-    def __init__(self) -> None:
-        self.signal: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> StopRequest:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        if self.signal is not None:  # a second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 class Trainer:
     """Holds the model, optimizer, data and state of one run; ``run()`` trains until a stop rule fires."""
 
@@ -161,6 +139,11 @@ class Trainer:
         self.max_tokens = recipe.train.max_tokens if isinstance(recipe.train.max_tokens, int) else CPU_MAX_TOKENS
         self.split = 1  # each batch runs as this many accumulation steps (raised after a CUDA OOM)
         self._warned_truncation = False
+        self.stop = StopRequest()  # signals, installed while run() trains (train/stopping.py)
+        self.stopped_by: str | None = None  # the signal that ended training, if one did
+        self.preempted = False  # every process agreed to stop for a preemption signal: save and leave
+        self._saved_step = -1  # the update of the newest checkpoint on disk (the same on every process)
+        self._validated_step = -1  # the update the last finished validation saw
 
     # ----------------------------------------------------------------- set-up
 
@@ -175,7 +158,7 @@ class Trainer:
         if start is not None:
             self._check_compatible(start)
             finished = self._finished_reason(start.payload["train_state"])
-            if finished:
+            if finished and not start.payload["train_state"].get("validation_due"):
                 if self.info.is_main and not self.folder.model_file.is_file():
                     self._restore(start)  # killed before the model file was written: write it now
                     self._write_model_file()
@@ -333,6 +316,7 @@ class Trainer:
         self.scheduler.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
         self.state.load_state_dict(payload["train_state"])
+        self._saved_step = self.state.step
         self.parent = payload.get("parent")
         if self.ema is not None:
             if payload.get("ema"):
@@ -407,59 +391,87 @@ class Trainer:
     # ----------------------------------------------------------------- the loop
 
     def run(self) -> TrainState:
-        """Train until a stop rule fires; write the final checkpoint and the model file."""
-        info, config = self.info, self.config
-        if info.is_main:
-            self.log(
-                f"model: {count_parameters(self.model):,} parameters; {len(self.data.train):,} training pairs; "
-                f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}"
-                + (f" ({torch.distributed.get_backend()})" if info.distributed else "")
-                + "; "
-                f"precision {self.precision}" + (" (auto)" if config.precision == "auto" else "")
-            )
-            too_long = int((self.data.train.pair_lengths > self.recipe.model.max_positions).sum())
-            if too_long:
-                self.log(
-                    f"{too_long:,} training pairs longer than model.max_positions "
-                    f"({self.recipe.model.max_positions}) are left out; raise it or lower data.clean.max_tokens"
-                )
+        """Train until a stop rule fires; write the final checkpoint and the model file (a preemption
+        signal writes the checkpoint only: ``train/stopping.py``)."""
+        self._log_start()
         self.model.train()
-        started = time.monotonic() - self.state.elapsed
-        window = _Window()
-        self.stopped_by: str | None = None
-        with StopRequest() as stop, self._progress() as bar:
+        self._window = _Window()
+        with self.stop, self._progress() as bar:
             reason = None
+            if self.state.validation_due:  # the validation a preemption interrupted runs first
+                reason = self._pending_validation()
             while reason is None:
-                batches = self._epoch_batches()
-                per_update = info.world_size * config.update_freq
-                n_updates = len(batches) // per_update
-                if n_updates == 0:
-                    raise NmtError(
-                        f"{self.recipe.data_dir}: one epoch holds fewer than {per_update} batches; "
-                        "lower train.max_tokens or train.update_freq"
-                    )
-                while reason is None and self.state.epoch_batches_done // per_update < n_updates:
-                    first = self.state.epoch_batches_done
-                    clock = time.perf_counter()
-                    sums = self._update(batches[first : first + per_update])
-                    window.add({**sums, "updates": 1, "seconds": time.perf_counter() - clock})
-                    self.state.epoch_batches_done += per_update
-                    self.state.elapsed = time.monotonic() - started
-                    if sums["skipped"]:  # fp16 overflow: the data is consumed, the update does not count
-                        self.state.skipped_updates += 1
-                        reason = self._stop_reason(stop)
-                        continue
-                    self.state.step += 1
-                    bar.update(1)
-                    reason = self._after_update(window, bar, stop)
-                if reason is None:
-                    self.state.epoch += 1
-                    self.state.epoch_batches_done = 0
-                    if config.max_epochs and self.state.epoch > config.max_epochs:
-                        reason = f"reached {config.max_epochs} epochs"
-            self.stopped_by = stop.signal
-        self._finish(reason)
+                reason = self._train_epoch(bar)
+            self._finish(reason)
         return self.state
+
+    def _log_start(self) -> None:
+        info, config = self.info, self.config
+        if not info.is_main:
+            return
+        self.log(
+            f"model: {count_parameters(self.model):,} parameters; {len(self.data.train):,} training pairs; "
+            f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}"
+            + (f" ({torch.distributed.get_backend()})" if info.distributed else "")
+            + "; "
+            f"precision {self.precision}" + (" (auto)" if config.precision == "auto" else "")
+        )
+        too_long = int((self.data.train.pair_lengths > self.recipe.model.max_positions).sum())
+        if too_long:
+            self.log(
+                f"{too_long:,} training pairs longer than model.max_positions "
+                f"({self.recipe.model.max_positions}) are left out; raise it or lower data.clean.max_tokens"
+            )
+
+    def _pending_validation(self) -> str | None:
+        if self._validate_and_track():
+            return f"no improvement in {self.config.patience} validations (early stopping)"
+        return self._stop_reason()
+
+    def _train_epoch(self, bar: Any) -> str | None:
+        """Updates over the rest of this epoch's batches; returns why training stops, or None for the next epoch."""
+        info, config = self.info, self.config
+        started = time.monotonic() - self.state.elapsed
+        window = self._window
+        try:
+            # A single process may drop what a preemption interrupts; processes of a group must finish
+            # the update together (the others wait for this one's gradients).
+            with self.stop.interruptible(enabled=not info.distributed):
+                batches = self._epoch_batches()
+        except Preempted:
+            return self._stop_reason()
+        per_update = info.world_size * config.update_freq
+        n_updates = len(batches) // per_update
+        if n_updates == 0:
+            raise NmtError(
+                f"{self.recipe.data_dir}: one epoch holds fewer than {per_update} batches; "
+                "lower train.max_tokens or train.update_freq"
+            )
+        while self.state.epoch_batches_done // per_update < n_updates:
+            first = self.state.epoch_batches_done
+            clock = time.perf_counter()
+            try:
+                sums = self._update(batches[first : first + per_update])
+            except Preempted:
+                self.log(f"update {self.state.step + 1:,} abandoned at {self.stop.signal}: it runs again on resuming")
+                return self._stop_reason()
+            window.add({**sums, "updates": 1, "seconds": time.perf_counter() - clock})
+            self.state.epoch_batches_done += per_update
+            self.state.elapsed = time.monotonic() - started
+            if sums["skipped"]:  # fp16 overflow: the data is consumed, the update does not count
+                self.state.skipped_updates += 1
+                reason = self._stop_reason()
+            else:
+                self.state.step += 1
+                bar.update(1)
+                reason = self._after_update(window, bar)
+            if reason is not None:
+                return reason
+        self.state.epoch += 1
+        self.state.epoch_batches_done = 0
+        if config.max_epochs and self.state.epoch > config.max_epochs:
+            return f"reached {config.max_epochs} epochs"
+        return None
 
     def _epoch_batches(self) -> list[np.ndarray]:
         return make_batches(
@@ -506,6 +518,35 @@ class Trainer:
         pieces = [
             indices[part] for indices in group[info.rank :: info.world_size] for part in split_rows(len(indices), self.split)
         ]
+        rng = _rng_states(info.device)
+        try:
+            # Forward and backward passes change nothing but the gradients and the random state, both
+            # put back here when a preemption drops them; the optimizer step below always completes.
+            with self.stop.interruptible(enabled=not info.distributed):
+                sums = self._accumulate(pieces, total_tokens)
+        except Preempted:
+            self.optimizer.zero_grad(set_to_none=True)
+            _set_rng_states(rng, info.device)
+            raise
+        self.scaler.unscale_(self.optimizer)
+        if self.recipe.model.repulsive:
+            repulse_heads(self.model, self.recipe.model.repulsive)
+        sums["grad_norm"] = _gradient_norm(self.model, self.config.clip_norm)  # before clipping
+        self.last_lr = self.optimizer.param_groups[0]["lr"]  # the rate this update used
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+        self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients overflowed
+        self.scaler.update()
+        skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
+        if not skipped:
+            self.scheduler.step()  # a skipped update must not advance the learning-rate schedule
+            if self.ema is not None:
+                self.ema.update(self.state.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        return {**sums, "skipped": skipped}
+
+    def _accumulate(self, pieces: list[np.ndarray], total_tokens: int) -> dict[str, Any]:
+        """Forward and backward over this process's batches of one update; the gradients add up."""
+        info = self.info
         sums: dict[str, Any] = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0, "slots": 0}
         for i, indices in enumerate(pieces):
             batch = collate(self.data.train, indices).to(info.device)
@@ -528,28 +569,14 @@ class Trainer:
             sums["tokens"] += n
             sums["src_tokens"] += batch.source_tokens
             sums["slots"] += batch.src.numel() + batch.tgt_out.numel()  # real tokens and padding, both sides
-        self.scaler.unscale_(self.optimizer)
-        if self.recipe.model.repulsive:
-            repulse_heads(self.model, self.recipe.model.repulsive)
-        sums["grad_norm"] = _gradient_norm(self.model, self.config.clip_norm)  # before clipping
-        self.last_lr = self.optimizer.param_groups[0]["lr"]  # the rate this update used
-        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-        self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients overflowed
-        self.scaler.update()
-        skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
-        if not skipped:
-            self.scheduler.step()  # a skipped update must not advance the learning-rate schedule
-            if self.ema is not None:
-                self.ema.update(self.state.step)
-        self.optimizer.zero_grad(set_to_none=True)
-        return {**sums, "skipped": skipped}
+        return sums
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.precision, self.info.device)
 
     # ----------------------------------------------------------------- after each update
 
-    def _after_update(self, window: _Window, bar: Any, stop: StopRequest) -> str | None:
+    def _after_update(self, window: _Window, bar: Any) -> str | None:
         config, state = self.config, self.state
         if state.step % config.log_every == 0:
             self._log_train(window, bar)
@@ -559,14 +586,17 @@ class Trainer:
         timed = config.save_minutes and time.monotonic() - self._last_save_time >= 60 * config.save_minutes
         if (config.save_every and state.step % config.save_every == 0) or timed:
             self._save()
-        return self._stop_reason(stop)
+        return self._stop_reason()
 
-    def _stop_reason(self, stop: StopRequest) -> str | None:
-        """Why training stops now (a signal, the time or update budget), or None to go on."""
-        config, state = self.config, self.state
+    def _stop_reason(self) -> str | None:
+        """Why training stops now (a signal, the time or update budget), or None to go on. Every process
+        of a group calls it after the same update and gets the same answer."""
+        config, state, stop = self.config, self.state, self.stop
         time_up = bool(config.max_seconds) and state.elapsed >= config.max_seconds
         if all_true_anywhere(stop.signal is not None or time_up, self.info):
             if stop.signal is not None or not time_up:
+                self.preempted = all_true_anywhere(stop.preempted, self.info)
+                self.stopped_by = stop.signal or ("SIGTERM" if self.preempted else "SIGINT")
                 return f"stopped by {stop.signal or 'another process'}"
             return f"reached max_time {config.max_time}"
         if config.max_steps and state.step >= config.max_steps:
@@ -606,10 +636,18 @@ class Trainer:
         if self.data.valid is None or self.data.valid_refs is None:
             return False
         stop = False
+        self._validated_step = self.state.step  # on every process: the final validation is not repeated
         if self.info.is_main:
-            result = validate(
-                self.model, self.data.valid, self.data.valid_refs, self.data.vocabs, self.recipe, self.info.device
-            )
+            try:
+                with self.stop.interruptible():  # the other processes wait in the collective below
+                    result = validate(
+                        self.model, self.data.valid, self.data.valid_refs, self.data.vocabs, self.recipe, self.info.device
+                    )
+            except Preempted:
+                self.state.validation_due = True  # saved with the checkpoint; resuming runs it first
+                self.log(f"validation at update {self.state.step:,} abandoned at {self.stop.signal}; it runs on resuming")
+                return all_true_anywhere(False, self.info)
+            self.state.validation_due = False
             self._write_metrics({"step": self.state.step, **result.as_dict()})
             self.log(_describe_validation(self.state.step, result))
             if result.truncated and not self._warned_truncation:
@@ -660,21 +698,35 @@ class Trainer:
             }
             checkpoint.save(self.folder.step_path(self.state.step), payload, kind="training")
             self.folder.prune(self.config.keep_last)
+        self._saved_step = self.state.step
         barrier(self.info)
 
     def _finish(self, reason: str) -> None:
-        """Final checkpoint, validation and model file (averaged if the recipe asks)."""
-        if self.config.validate_every == 0 or self.state.step % self.config.validate_every:
-            self._validate_and_track()  # validate the final weights unless that just happened
-        last = self.folder.step_checkpoints()
-        if not last or last[-1] != self.folder.step_path(self.state.step):
+        """Final validation, checkpoint and model file (averaged if the recipe asks); after a preemption
+        signal only the checkpoint, so that it is on disk before the job is killed."""
+        if not self.preempted and self._validated_step != self.state.step:
+            self._validate_and_track()  # the final weights, unless that just happened
+        if not self.preempted:  # a preemption signal may have come since the loop stopped
+            self.preempted = all_true_anywhere(self.stop.preempted, self.info)
+            if self.preempted:
+                self.stopped_by = self.stop.signal or "SIGTERM"
+        if self._saved_step != self.state.step:
             self._save()
         if self.info.is_main:
             self.log(f"stopped after update {self.state.step:,}: {reason}")
-            self._write_model_file()
+            if not self.preempted:
+                self._write_model_file_unless_preempted()
             if self.events is not None:
                 self.events.close()
         barrier(self.info)
+
+    def _write_model_file_unless_preempted(self) -> None:
+        try:
+            with self.stop.interruptible():
+                self._write_model_file()
+        except Preempted:
+            self.stopped_by = self.stop.signal
+            self.log(f"{self.folder.model_file} not written ({self.stop.signal}); the next `nmt train` writes it")
 
     def _write_model_file(self) -> None:
         if self.ema is not None:
@@ -695,8 +747,7 @@ class Trainer:
 
     def _write_metrics(self, record: dict[str, Any]) -> None:
         if self.info.is_main:
-            with open(self.metrics_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+            append_line(self.metrics_path, json.dumps(record))
             if self.events is None:
                 self.events = EventWriter(self.folder.tensorboard_dir, self.config.tensorboard)
             self.events.write(record)
@@ -759,6 +810,17 @@ def _model_difference(
         if then != now:
             return key, then, now
     return None
+
+
+def _rng_states(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The random states an update draws its dropout masks from (CPU, and the GPU's when training there)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _set_rng_states(states: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+    torch.set_rng_state(states[0])
+    if states[1] is not None:
+        torch.cuda.set_rng_state(states[1], device)
 
 
 def _gradient_norm(model: torch.nn.Module, clip: float) -> torch.Tensor:
@@ -841,12 +903,12 @@ def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_fr
         shutdown(info)
     if trainer.stopped_by:
         code = 128 + signal.Signals[trainer.stopped_by].value  # 130 for SIGINT, 143 for SIGTERM
+        skipped = " (validation and the model file left for later)" if trainer.preempted else ""
         raise TrainingStopped(
             trainer.stopped_by,
             code,
-            f"{recipe.run_dir}: stopped by {trainer.stopped_by} after "
-            f"update {trainer.state.step:,} with a checkpoint written; run the same command to "
-            "resume",
+            f"{recipe.run_dir}: stopped by {trainer.stopped_by} after update {trainer.state.step:,} with a "
+            f"checkpoint written{skipped}; run the same command to resume",
         )
     return recipe.run_dir
 

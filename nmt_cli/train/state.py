@@ -19,6 +19,7 @@ class TrainState:
     elapsed: float = 0.0
     max_tokens: int = 0  # the batch size in use (train.max_tokens: auto resolves once, then resumes keep it)
     skipped_updates: int = 0  # fp16 updates skipped because the scaled gradients overflowed
+    validation_due: bool = False  # the validation of this update was abandoned (preemption): resuming runs it
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,11 +7,13 @@ leaves a half-written file that looks complete.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import io
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, cast
@@ -21,6 +23,49 @@ from .process import pid_alive
 
 # The temporary files of atomic_path: ".NAME.tmpPID".
 TEMP_PATTERN = re.compile(r"^\..+\.tmp(\d+)$")
+
+# A write that failed for want of room: the disk is full, the user's quota is used up, or the file
+# passed the size limit (``ulimit -f``; Python ignores SIGXFSZ, so the write fails with EFBIG).
+NO_ROOM = frozenset(code for code in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None)) if code is not None)
+
+
+def describe_os_error(err: OSError, path: str | os.PathLike[str] | None = None) -> str:
+    """One line for a failed file operation: the path, what failed and, when there was no room, the
+    free space on that disk and what to do."""
+    where = path if path is not None else err.filename
+    prefix = f"{where}: " if where else ""
+    if err.errno not in NO_ROOM:
+        return f"{prefix}{err.strerror or err}"
+    room = f"{_human(free_space(where))} free on its disk" if where else "no room left"
+    if err.errno == errno.EFBIG:
+        room += "; the file passed the size limit (ulimit -f) or the file system's largest file"
+    return (
+        f"{prefix}cannot be written ({err.strerror}; {room}); free some space or write elsewhere and run the same "
+        "command again: the files written before are untouched"
+    )
+
+
+def free_space(path: str | os.PathLike[str]) -> int:
+    """Bytes free to this user on the disk holding ``path`` (or its nearest existing parent)."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 0
+
+
+def _human(size: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:,} {unit}" if unit == "bytes" else f"{size:,.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    return str(size)
+
+
+class WriteFailed(NmtError):
+    """A file could not be written for want of room (disk full, quota, size limit)."""
 
 
 @contextlib.contextmanager
@@ -36,6 +81,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, final)
+    except OSError as err:
+        if err.errno in NO_ROOM:
+            raise WriteFailed(describe_os_error(err, final)) from None
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -60,6 +109,33 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", **kwargs) -> Iter
     """Open a temporary file for writing that replaces ``path`` only when closed cleanly."""
     with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as handle:
         yield handle
+
+
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """Append ``line`` and a newline to a text file; a failed write (disk full) is undone, so the file
+    never ends in half a line that would spoil the next one appended."""
+    data = (line + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            write_all(fd, data)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            if err.errno in NO_ROOM:
+                raise WriteFailed(describe_os_error(err, path)) from None
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until every byte is written: a short write (the disk filling up) is followed by
+    one that fails with the reason, instead of passing unnoticed."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def ensure_writable_dir(folder: str | os.PathLike[str]) -> Path:

@@ -6,16 +6,17 @@ Any damage to a file (truncation, corruption, a foreign pickle) becomes a one-li
 
 from __future__ import annotations
 
+import os
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
 from ..errors import CheckpointError
 from ..version import __version__
-from .files import atomic_path
+from .files import NO_ROOM, WriteFailed, atomic_path, describe_os_error, write_all
 from .run_folder import MODEL_FILE
 
 FORMAT_VERSION = 1
@@ -28,7 +29,38 @@ def save(path: Path, payload: dict[str, Any], kind: str) -> None:
         raise ValueError(f"checkpoint kind {kind!r}")
     payload = {"format_version": FORMAT_VERSION, "nmt_version": __version__, **payload, "kind": kind}
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        writer = _CheckedWriter(fd)
+        try:
+            torch.save(payload, cast(IO[bytes], writer))
+            os.fsync(fd)  # on disk before the rename makes it the checkpoint: a crash cannot leave it empty
+        except (RuntimeError, OSError) as err:
+            failed = writer.error or (err if isinstance(err, OSError) else None)
+            if failed is not None and failed.errno in NO_ROOM:
+                raise WriteFailed(describe_os_error(failed, path)) from None
+            raise
+        finally:
+            os.close(fd)
+
+
+class _CheckedWriter:
+    """The file object torch.save writes to: it keeps the OSError of a failed write, which torch
+    turns into a RuntimeError that no longer says the disk was full."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            write_all(self.fd, data)
+        except OSError as err:
+            self.error = err
+            raise
+        return len(data)
+
+    def flush(self) -> None:
+        pass
 
 
 def load(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict[str, Any]:
