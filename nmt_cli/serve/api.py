@@ -3,12 +3,17 @@
 Handlers never decode: they check a request, turn its text into source ids, hand a
 :class:`.loop.Job` to the model's decoding loop and wait for it, or for the client to go away
 (then its rows are freed at the loop's next step). Errors are ``{"error": "..."}`` with a 4xx/5xx
-status, as LibreTranslate answers them.
+status, as LibreTranslate answers them. LibreTranslate's routes are all here (``/translate``,
+``/detect``, ``/languages``, ``/frontend/settings``, ``/translate_file``, ``/suggest``), read as its
+server reads them: JSON, form-encoded or multipart bodies (``body.py``). Every response is counted
+in ``/metrics`` by route and status; a client that goes away is one log line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,11 +23,64 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from ..decode.search import Hypothesis
+from .body import read_fields
+from .languages import LanguageDetector, language_name
 from .loop import Job, QueueFull, ShuttingDown
 from .metrics import ServerMetrics
 from .requests import BadRequest, Limits, ServedModel, TranslationRequest, parse_request
+
+log = logging.getLogger("nmt.serve")
+# Paths counted under their own name in nmt_http_responses_total; any other is "other" (bounded labels).
+ROUTES = (
+    "/",
+    "/health",
+    "/models",
+    "/languages",
+    "/metrics",
+    "/translate",
+    "/detect",
+    "/frontend/settings",
+    "/translate_file",
+    "/suggest",
+)
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON as UTF-8; text that UTF-8 cannot hold (a lone surrogate a client sent) as \\u escapes, not a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+class CountResponses:
+    """ASGI middleware: every HTTP response counted by route and status, errors and refusals included."""
+
+    def __init__(self, app: Any, metrics: ServerMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what the server answers when the application raises before responding
+
+        async def counted(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            path = scope.get("path", "")
+            self.metrics.responses.labels(path if path in ROUTES else "other", str(status)).inc()
 
 
 @dataclass
@@ -45,12 +103,20 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
         for model in models:  # uvicorn has answered every request by now (SIGTERM drains them first)
             await asyncio.to_thread(model.loop.stop)
 
-    app = FastAPI(title="nmt serve", lifespan=lifespan)
+    app = FastAPI(title="nmt serve", lifespan=lifespan, default_response_class=SafeJSONResponse)
+    app.add_middleware(CountResponses, metrics=metrics)
     page = resources.files("nmt_cli.serve").joinpath("page.html").read_text(encoding="utf-8")
+    languages_known = sorted({m.source for m in models} | {m.target for m in models})
+    detector = LanguageDetector(languages_known)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, err: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(err.detail)}, status_code=err.status_code)
+        return SafeJSONResponse({"error": str(err.detail)}, status_code=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, err: Exception) -> JSONResponse:
+        log.error("internal error: %s: %s", type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+        return SafeJSONResponse({"error": f"internal error ({type(err).__name__}); the server goes on"}, status_code=500)
 
     @app.get("/", response_class=HTMLResponse)
     async def index() -> str:
@@ -66,9 +132,60 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
 
     @app.get("/languages")
     async def languages() -> list[dict[str, Any]]:
-        """LibreTranslate's list: each source language and the targets it can be translated into."""
+        """LibreTranslate's list: each language text can be translated from, its name and its targets."""
         sources = sorted({m.source for m in models})
-        return [{"code": s, "name": s, "targets": sorted({m.target for m in models if m.source == s})} for s in sources]
+        return [
+            {"code": code, "name": language_name(code), "targets": sorted({m.target for m in models if m.source == code})}
+            for code in sources
+        ]
+
+    @app.get("/frontend/settings")
+    async def frontend_settings() -> dict[str, Any]:
+        """What LibreTranslate's web page and clients read first: limits, keys, the default pair."""
+        first = models[0]
+        return {
+            "charLimit": limits.max_body_bytes,
+            "frontendTimeout": 500,
+            "apiKeys": False,
+            "keyRequired": False,
+            "suggestions": False,
+            "filesTranslation": False,
+            "supportedFilesFormat": [],
+            "language": {
+                "source": {"code": first.source, "name": language_name(first.source)},
+                "target": {"code": first.target, "name": language_name(first.target)},
+            },
+        }
+
+    @app.post("/detect")
+    async def detect(request: Request) -> Response:
+        try:
+            fields, _ = await read_fields(request, limits.max_body_bytes)
+            text = fields.get("q")
+            if isinstance(text, list) and text and all(isinstance(t, str) for t in text):
+                text = "\n".join(text)
+            if not isinstance(text, str):
+                raise BadRequest(400, '"q" must be a string: the text whose language to detect')
+            if detector.unavailable:
+                raise BadRequest(501, detector.unavailable)
+            ranked = detector.detect(text.encode("utf-8", "replace").decode("utf-8"))
+            return SafeJSONResponse([{"confidence": confidence, "language": code} for code, confidence in ranked])
+        except BadRequest as err:
+            return SafeJSONResponse({"error": err.message}, status_code=err.status)
+        except ClientDisconnect:
+            log.info("a client went away before its /detect request was read")
+            return Response(status_code=499)
+
+    @app.post("/translate_file")
+    async def translate_file() -> Response:
+        return SafeJSONResponse(
+            {"error": "file translation is not available on this server yet; send the text to POST /translate"},
+            status_code=501,
+        )
+
+    @app.post("/suggest")
+    async def suggest() -> Response:
+        return SafeJSONResponse({"error": "suggestions are disabled on this server"}, status_code=403)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -79,34 +196,28 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
         started = time.perf_counter()
         metrics.in_flight.inc()
         try:
-            parsed = parse_request(await _body(request, limits.max_body_bytes), models, limits)
+            fields, from_form = await read_fields(request, limits.max_body_bytes)
+            parsed = parse_request(fields, from_form, models, limits, detector)
             decoded = await _decode(request, parsed)
             if decoded is None:
                 metrics.requests.labels("cancelled").inc()
+                log.info("a client went away before its translation was ready")
                 return Response(status_code=499)  # nobody is listening any more
             metrics.requests.labels("ok").inc()
-            return JSONResponse(_answer(parsed, decoded, time.perf_counter() - started))
+            return SafeJSONResponse(_answer(parsed, decoded, time.perf_counter() - started))
         except BadRequest as err:
             metrics.requests.labels("error" if err.status >= 500 else "refused").inc()
             headers = {"Retry-After": "1"} if err.status in (429, 503) else None
-            return JSONResponse({"error": err.message}, status_code=err.status, headers=headers)
+            return SafeJSONResponse({"error": err.message}, status_code=err.status, headers=headers)
+        except ClientDisconnect:
+            metrics.requests.labels("cancelled").inc()
+            log.info("a client went away before its request was read")
+            return Response(status_code=499)
         finally:
             metrics.in_flight.dec()
             metrics.latency.observe(time.perf_counter() - started)
 
     return app
-
-
-async def _body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise BadRequest(413, f"the body has {int(declared):,} bytes; the limit is {limit:,}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise BadRequest(413, f"the body is over the limit of {limit:,} bytes")
-    return bytes(body)
 
 
 async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | None:
@@ -193,6 +304,11 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
         if parsed.nbest > 1:
             others = [[a["text"] for a in alternatives[1:]] for alternatives in texts]
             body["alternatives"] = others[0] if parsed.single else others
+        if parsed.detected is not None:  # one language for the request, repeated per text as LibreTranslate does
+            found = {"confidence": parsed.detected[1], "language": parsed.detected[0]}
+            body["detectedLanguage"] = found if parsed.single else [found] * len(texts)
+        if parsed.ignored:
+            body["ignored"] = parsed.ignored
         return body
     return {
         "model": parsed.model.name,
@@ -208,6 +324,7 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
             for alternatives, cut in zip(texts, decoded.truncated)
         ],
         "time_ms": round(seconds * 1000, 2),
+        **({"ignored": parsed.ignored} if parsed.ignored else {}),
     }
 
 
@@ -217,8 +334,9 @@ def _describe(model: ServedModel) -> dict[str, Any]:
         "name": model.name,
         "source": model.source,
         "target": model.target,
+        "source_name": language_name(model.source),
+        "target_name": language_name(model.target),
         "recipe": recipe.name,
-        "path": str(model.loaded.path),
         "parameters": model.parameters,
         "layers": recipe.model.layers,
         "d_model": recipe.model.d_model,

@@ -21,6 +21,9 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("nmt_requests", "HTTP translation requests by outcome", ["status"], registry=r)
+        self.responses = Counter(
+            "nmt_http_responses", "HTTP responses of every route, by route and status code", ["route", "code"], registry=r
+        )
         self.in_flight = Gauge("nmt_requests_in_flight", "translation requests being answered", registry=r)
         self.latency = Histogram(
             "nmt_request_latency_seconds", "time from a request's arrival to its answer", buckets=LATENCY_BUCKETS, registry=r

@@ -1,7 +1,7 @@
 """The two request shapes ``POST /translate`` accepts, read and checked before anything is queued.
 
-- LibreTranslate's: ``{"q": "text" | ["text", ...], "source": "en", "target": "de", "format": "text",
-  "alternatives": 0}``, answered ``{"translatedText": ...}`` (and ``"alternatives"``);
+- LibreTranslate's: ``{"q": "text" | ["text", ...], "source": "en" | "auto", "target": "de", "format": "text",
+  "alternatives": 0}``, answered ``{"translatedText": ...}`` (and ``"alternatives"``, ``"detectedLanguage"``);
 - ours: ``{"text": "text" | [...], "model": "en-de" (or "source"/"target"), "beam": 4, "nbest": 1,
   "alpha": 0.6}``, answered with scores, n-best lists and timing.
 
@@ -11,11 +11,14 @@ Every problem is a :class:`BadRequest` with the HTTP status and a one-line reaso
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
-from typing import Any
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from ..config import DecodeConfig
 from ..decode.translator import LoadedModel
+from ..utils.text import replace_control_characters
 from .loop import DecodingLoop
 
 
@@ -58,75 +61,132 @@ class TranslationRequest:
     model: ServedModel
     config: DecodeConfig
     nbest: int
+    detected: tuple[str, float] | None = None  # "source": "auto": the language found, confidence 0-100
+    ignored: list[str] = field(default_factory=list)  # fields of the body this request shape does not read
 
 
-def parse_request(body: bytes, models: list[ServedModel], limits: Limits) -> TranslationRequest:
-    """Read a request body; raise :class:`BadRequest` naming the field and the fix."""
-    try:
-        fields = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadRequest(400, f"the body is not valid JSON ({err})") from None
-    if not isinstance(fields, dict):
-        raise BadRequest(400, 'the body must be a JSON object, e.g. {"q": "Hello", "source": "en", "target": "de"}')
+# The fields each request shape reads; others are ignored and named in the answer ("ignored").
+# LibreTranslate's api_key and secret are taken and ignored: this server asks for no key.
+LIBRE_FIELDS = frozenset({"q", "source", "target", "format", "alternatives", "api_key", "secret"})
+OUR_FIELDS = frozenset({"text", "model", "source", "target", "beam", "nbest", "alpha", "format", "api_key"})
+STRING_FIELDS = ("source", "target", "model", "format")
+
+
+def parse_request(
+    fields: dict[str, Any], from_form: bool, models: list[ServedModel], limits: Limits, detector: Detector | None = None
+) -> TranslationRequest:
+    """Check a request's fields; raise :class:`BadRequest` naming the field and the fix. ``from_form``:
+    the values are a form's strings, whose numbers are read here."""
     libre = "q" in fields
     if libre == ("text" in fields):
         raise BadRequest(400, 'give the text as "q" (LibreTranslate) or "text" (nmt), exactly one of them')
+    for name in STRING_FIELDS:
+        if name in fields and not isinstance(fields[name], str):
+            raise BadRequest(400, f'"{name}" must be a string')
     texts, single = _texts(fields["q" if libre else "text"], "q" if libre else "text")
     if sum(len(text.split("\n")) for text in texts) > limits.max_sentences:
         raise BadRequest(413, f"more than {limits.max_sentences} lines in one request; split it")
     if not any(text.strip() for text in texts):
         raise BadRequest(400, "the text is empty")
     if fields.get("format", "text") != "text":
-        raise BadRequest(400, f'format "{fields["format"]}" is not supported; use "text"')
-    model = _model(fields, models)
+        raise BadRequest(400, f'format "{_shown(fields["format"])}" is not supported; use "text"')
+    model, detected = _model(fields, models, texts, detector)
     defaults = model.loaded.recipe.decode
     if libre:
-        alternatives = _integer(fields, "alternatives", 0, 0, limits.max_beam - 1)
+        alternatives = _integer(fields, "alternatives", 0, 0, limits.max_beam - 1, from_form)
         nbest = alternatives + 1
         beam = max(defaults.beam, nbest)
         alpha = defaults.alpha
     else:
-        beam = _integer(fields, "beam", defaults.beam, 1, limits.max_beam)
-        nbest = _integer(fields, "nbest", 1, 1, beam)
-        alpha = _number(fields, "alpha", defaults.alpha, 0.0, 10.0)
+        beam = _integer(fields, "beam", defaults.beam, 1, limits.max_beam, from_form)
+        nbest = _integer(fields, "nbest", 1, 1, beam, from_form)
+        alpha = _number(fields, "alpha", defaults.alpha, 0.0, 10.0, from_form)
     config = replace(defaults, beam=beam, alpha=alpha, sampling=False)
-    return TranslationRequest(texts, single, libre, model, config, nbest)
+    ignored = sorted(set(fields) - (LIBRE_FIELDS if libre else OUR_FIELDS))
+    return TranslationRequest(texts, single, libre, model, config, nbest, detected, [_shown(k) for k in ignored])
+
+
+class Detector(Protocol):
+    """Language identification (``languages.LanguageDetector``): (language, confidence 0-100), best first."""
+
+    unavailable: str | None
+
+    def detect(self, text: str) -> list[tuple[str, float]]: ...
 
 
 def _texts(value: Any, name: str) -> tuple[list[str], bool]:
     if isinstance(value, str):
-        return [value], True
-    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
-        return value, False
-    raise BadRequest(400, f'"{name}" must be a string or a non-empty list of strings')
+        texts, single = [value], True
+    elif isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        texts, single = value, False
+    else:
+        raise BadRequest(400, f'"{name}" must be a string or a non-empty list of strings')
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            code = f"\\u{ord(text[err.start]):04x}"
+            raise BadRequest(
+                400, f'"{name}" holds a lone surrogate ({code}), which is not text; send valid Unicode'
+            ) from None
+    return [replace_control_characters(text) for text in texts], single
 
 
-def _model(fields: dict[str, Any], models: list[ServedModel]) -> ServedModel:
-    """The model named by "model", or by "source"/"target" ("auto" or none: the only one that fits)."""
+def _model(
+    fields: dict[str, Any], models: list[ServedModel], texts: list[str], detector: Detector | None
+) -> tuple[ServedModel, tuple[str, float] | None]:
+    """The model named by "model", or by "source"/"target" ("auto" or none: detected, or the only one
+    that fits), and the detected source language with its confidence when it was detected."""
     if "model" in fields:
         for model in models:
             if model.name == fields["model"]:
-                return model
-        raise BadRequest(400, f'no model "{fields["model"]}"; GET /models lists them')
+                return model, None
+        raise BadRequest(400, f'no model "{_shown(fields["model"])}"; GET /models lists them')
     source, target = fields.get("source", "auto"), fields.get("target")
+    detected = None
+    if source == "auto" and detector is not None and not detector.unavailable:
+        readers = sorted({m.source for m in models if target in (None, m.target)})
+        ranked = [pair for pair in detector.detect(" ".join(texts)) if pair[0] in readers]
+        if ranked:
+            detected = ranked[0]
+            source = detected[0]
     fits = [m for m in models if source in ("auto", m.source) and target in (None, m.target)]
     if len(fits) == 1:
-        return fits[0]
+        return fits[0], detected
     pairs = ", ".join(f"{m.source}-{m.target}" for m in models)
     if not fits:
-        raise BadRequest(400, f"no model translates {source} to {target or 'any language'}; this server has {pairs}")
+        wanted = f"{_shown(source)} to {_shown(target) if target is not None else 'any language'}"
+        raise BadRequest(400, f"no model translates {wanted}; this server has {pairs}")
     raise BadRequest(400, f"several models fit ({pairs}); name the source and target languages")
 
 
-def _integer(fields: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+def _integer(fields: dict[str, Any], name: str, default: int, low: int, high: int, from_form: bool = False) -> int:
     value = fields.get(name, default)
+    if from_form and isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,9}", value.strip()):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BadRequest(400, f'"{name}" must be a whole number from {low} to {high}')
     return value
 
 
-def _number(fields: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
+def _number(fields: dict[str, Any], name: str, default: float, low: float, high: float, from_form: bool = False) -> float:
     value = fields.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+    if from_form and isinstance(value, str) and re.fullmatch(r"[+-]?(\d{1,9}(\.\d{0,9})?|\.\d{1,9})", value.strip()):
+        value = float(value)
+    # JSON's NaN and Infinity parse as floats: math.isfinite refuses them where a range check alone might not.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
         raise BadRequest(400, f'"{name}" must be a number from {low:g} to {high:g}')
     return float(value)
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    """A client's value as an error message may quote it: printable, short, no lone surrogates."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)[:limit]
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

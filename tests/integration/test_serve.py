@@ -138,7 +138,7 @@ def test_libretranslate_shape(client, loaded, overfit):
     assert many.json()["translatedText"] == [hyps[0][0] for hyps in expected]
     assert many.json()["alternatives"] == [[text for text, _ in hyps[1:]] for hyps in expected]
     languages = client.get("/languages").json()
-    assert languages == [{"code": "en", "name": "en", "targets": ["de"]}]
+    assert languages == [{"code": "en", "name": "English", "targets": ["de"]}]
 
 
 def test_our_shape_has_nbest_lists_scores_and_timing(client, loaded, overfit):
@@ -403,3 +403,32 @@ def test_web_page_translates_in_a_real_browser(server, loaded, overfit, tmp_path
     assert (tmp_path / "page.png").stat().st_size > 1000
     if os.environ.get("NMT_SCREENSHOT"):  # docs/images/serve.png is taken this way
         shutil.copy(tmp_path / "page.png", os.environ["NMT_SCREENSHOT"])
+
+
+def test_web_page_keeps_lines_and_shows_source_and_target_side_by_side(server, loaded, overfit):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, url = server
+    _, src, _ = overfit
+    lines = [src[0], src[5], UNSEEN[0]]
+    browser = browser_or_skip()
+    try:
+        browser.set_window_size(1280, 900)
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#pair option"))
+        pair = browser.find_element(By.CSS_SELECTOR, "#pair option").text
+        browser.find_element(By.ID, "text").send_keys("\n".join(lines))  # typed: Enter between the lines
+        browser.find_element(By.ID, "go").click()
+        wait.until(lambda b: b.find_element(By.ID, "output").text.strip())
+        shown = browser.find_element(By.ID, "output").text  # as rendered: line breaks included
+        source_box = browser.find_element(By.ID, "text").rect
+        target_box = browser.find_element(By.ID, "output").rect
+        copy_button = browser.find_element(By.ID, "copy").is_displayed()
+    finally:
+        browser.quit()
+    assert shown.split("\n") == [hyps[0][0] for hyps in translated(loaded, lines)]
+    assert target_box["x"] > source_box["x"] + source_box["width"] / 2  # beside it, not below
+    assert abs(target_box["y"] - source_box["y"]) < 5
+    assert pair.startswith("English → German") and copy_button
