@@ -7,6 +7,7 @@ command modules, so ``nmt --help`` stays instant.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -41,6 +42,11 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for name, value in kwargs.items():
+            # Click reads "nan" and "inf" as floats, and NaN passes every min/max check: no option means them.
+            if isinstance(value, float) and not math.isfinite(value):
+                report_error(f"--{name.replace('_', '-')}: {value} is not a finite number")
+                raise typer.Exit(2)
         try:
             with signals_unwind():
                 return func(*args, **kwargs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -42,9 +43,9 @@ def _sub(cls: type) -> Any:
 class CleanConfig:
     """Filters applied to training pairs (Moses clean-corpus-n practice); valid/test are only stripped."""
 
-    min_tokens: int = _opt(1, "drop pairs with fewer whitespace tokens on either side", ge=0)
-    max_tokens: int = _opt(250, "drop pairs with more whitespace tokens on either side", ge=1)
-    max_ratio: float = _opt(1.5, "drop pairs whose token-count ratio exceeds this (0 disables)", ge=0)
+    min_tokens: int = _opt(1, "drop pairs with fewer whitespace tokens on either side", ge=0, le=100_000)
+    max_tokens: int = _opt(250, "drop pairs with more whitespace tokens on either side", ge=1, le=1_000_000)
+    max_ratio: float = _opt(1.5, "drop pairs whose token-count ratio exceeds this (0 disables)", ge=0, le=1000)
     dedup: bool = _opt(False, "drop exact duplicate pairs (keeps 8 bytes per distinct pair in memory)")
 
 
@@ -66,8 +67,8 @@ class DataConfig:
         "(tagged back-translation, Caswell et al. 2019); <BT> is one piece of the vocabulary",
     )
     clean: CleanConfig = _sub(CleanConfig)
-    workers: int = _opt(0, "encoding worker processes (0: one per CPU core)", ge=0)
-    chunk_lines: int = _opt(20000, "lines per encoding chunk (bounds memory per worker)", ge=1)
+    workers: int = _opt(0, "encoding worker processes (0: one per CPU core)", ge=0, le=4096)
+    chunk_lines: int = _opt(20000, "lines per encoding chunk (bounds memory per worker)", ge=1, le=10_000_000)
     encoding_errors: Literal["strict", "replace"] = _opt(
         "strict", "on invalid UTF-8: stop with the file and line (strict) or replace the bytes"
     )
@@ -78,7 +79,7 @@ class VocabConfig:
     """SentencePiece subword vocabulary."""
 
     type: Literal["bpe", "unigram"] = _opt("bpe", "bpe, or unigram (word-piece style)")
-    size: int = _opt(37000, "vocabulary size per model (the paper: 37k joint BPE for EN-DE)", ge=16)
+    size: int = _opt(37000, "vocabulary size per model (the paper: 37k joint BPE for EN-DE)", ge=16, le=10_000_000)
     joint: bool = _opt(True, "one model for both languages (required by model.share_embeddings)")
     character_coverage: float = _opt(1.0, "share of characters covered (0.9995 for CJK)", gt=0, le=1)
     input_sentence_size: int = _opt(
@@ -86,8 +87,9 @@ class VocabConfig:
         "most lines the vocabulary is learned from; with more, an even sample (bpe counts their words, "
         "unigram holds these lines in memory, ~22 bytes a character, checked against free memory first)",
         ge=1000,
+        le=2**31 - 1,
     )
-    threads: int = _opt(0, "SentencePiece training threads (0: all cores)", ge=0)
+    threads: int = _opt(0, "SentencePiece training threads (0: all cores)", ge=0, le=4096)
     normalization: Literal["identity", "nmt_nfkc", "nfkc"] = _opt(
         "identity", "SentencePiece normalization; identity keeps the text exactly as cleaned"
     )
@@ -97,6 +99,7 @@ class VocabConfig:
         "with vocab.from: learn up to N new pieces from the new training data and append them "
         "to the reused vocabulary (old ids unchanged; train.init_from grows the embeddings)",
         ge=0,
+        le=10_000_000,
     )
     from_: str = field(
         default="",
@@ -142,7 +145,7 @@ class ModelConfig:
         "sinusoidal (paper), learned (paper variant E), relative (Shaw et al. 2018), xl "
         "(Transformer-XL relative attention, Dai et al. 2019: sinusoidal R_(i-j), biases u and v)",
     )
-    max_relative_position: int = _opt(16, "clipping distance k of relative positions", ge=1)
+    max_relative_position: int = _opt(16, "clipping distance k of relative positions", ge=1, le=1 << 20)
     norm: Literal["post", "pre", "rezero"] = _opt(
         "post", "post: LN(x+F(x)) (paper); pre: x+F(LN(x)) with final LN; rezero: x+a*F(x)"
     )
@@ -161,6 +164,7 @@ class ModelConfig:
         "repulsive multi-head attention (An et al. 2020): weight w of the SVGD repulsion "
         "between heads' Q/K/V weights (their code: 0.01); 0: off",
         ge=0,
+        le=100,
     )
     share_embeddings: bool = _opt(True, "one embedding for source and target (needs vocab.joint)")
     tie_output: bool = _opt(True, "output projection tied to the target embedding")
@@ -196,10 +200,11 @@ class TrainConfig:
         "tokens per batch per process, padding included; auto: the largest batch that fits in GPU memory "
         "(probed at start; 4096 on the CPU)",
         ge=1,
+        le=100_000_000,
     )
-    update_freq: int = _opt(1, "batches accumulated per update (per process)", ge=1)
-    max_steps: int = _opt(100_000, "stop after this many updates (0: no limit)", ge=0)
-    max_epochs: int = _opt(0, "stop after this many epochs (0: no limit)", ge=0)
+    update_freq: int = _opt(1, "batches accumulated per update (per process)", ge=1, le=100_000)
+    max_steps: int = _opt(100_000, "stop after this many updates (0: no limit)", ge=0, le=10**12)
+    max_epochs: int = _opt(0, "stop after this many epochs (0: no limit)", ge=0, le=1_000_000)
     max_time: str = _opt("", "stop after this wall-clock time, e.g. 30m, 2h (empty: no limit)")
     lr_schedule: Literal["noam", "inverse_sqrt", "inverse_sqrt_nowarmup", "constant"] = _opt(
         "noam",
@@ -207,30 +212,30 @@ class TrainConfig:
         "lr*sqrt(w/s); inverse_sqrt_nowarmup: lr*sqrt(w/(w+s)) from the first update (T-Fixup; w = train.warmup); "
         "constant",
     )
-    lr: float = _opt(7e-4, "peak learning rate (inverse_sqrt, constant)", gt=0)
-    lr_scale: float = _opt(1.0, "factor on the noam schedule", gt=0)
-    warmup: int = _opt(4000, "warm-up updates", ge=0)
+    lr: float = _opt(7e-4, "peak learning rate (inverse_sqrt, constant)", gt=0, le=10)
+    lr_scale: float = _opt(1.0, "factor on the noam schedule", gt=0, le=1000)
+    warmup: int = _opt(4000, "warm-up updates", ge=0, le=10**9)
     adam_beta1: float = _opt(0.9, "Adam beta1", ge=0, le=1)
     adam_beta2: float = _opt(0.98, "Adam beta2", ge=0, le=1)
-    adam_eps: float = _opt(1e-9, "Adam epsilon", gt=0)
-    weight_decay: float = _opt(0.0, "decoupled weight decay (AdamW) ", ge=0)
-    clip_norm: float = _opt(0.0, "clip the gradient norm to this (0: off)", ge=0)
+    adam_eps: float = _opt(1e-9, "Adam epsilon", gt=0, le=1)
+    weight_decay: float = _opt(0.0, "decoupled weight decay (AdamW) ", ge=0, le=10)
+    clip_norm: float = _opt(0.0, "clip the gradient norm to this (0: off)", ge=0, le=1e6)
     label_smoothing: float = _opt(0.1, "label smoothing epsilon", ge=0, le=1)
-    validate_every: int = _opt(1000, "validate every N updates (0: only at the end)", ge=0)
+    validate_every: int = _opt(1000, "validate every N updates (0: only at the end)", ge=0, le=10**12)
     valid_bleu: bool = _opt(True, "decode the validation set and report sacreBLEU")
-    valid_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)", ge=1)
-    patience: int = _opt(0, "stop after N validations without improvement (0: off)", ge=0)
-    save_every: int = _opt(1000, "write a checkpoint every N updates (0: off)", ge=0)
-    save_minutes: float = _opt(0.0, "also write one every T minutes (the paper: 10)", ge=0)
-    keep_last: int = _opt(5, "keep the last K step checkpoints (0: keep all)", ge=0)
-    average_last: int = _opt(0, "average the last N checkpoints at the end (0: off)", ge=0)
+    valid_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)", ge=1, le=1024)
+    patience: int = _opt(0, "stop after N validations without improvement (0: off)", ge=0, le=1_000_000)
+    save_every: int = _opt(1000, "write a checkpoint every N updates (0: off)", ge=0, le=10**12)
+    save_minutes: float = _opt(0.0, "also write one every T minutes (the paper: 10)", ge=0, le=1_000_000)
+    keep_last: int = _opt(5, "keep the last K step checkpoints (0: keep all)", ge=0, le=1_000_000)
+    average_last: int = _opt(0, "average the last N checkpoints at the end (0: off)", ge=0, le=1_000_000)
     ema_decay: float = _opt(
         0.0,
         "keep an exponential moving average of the weights with this decay, e.g. 0.9999, written as model.ema.pt (0: off)",
         ge=0,
         lt=1,
     )
-    log_every: int = _opt(100, "log metrics every N updates", ge=1)
+    log_every: int = _opt(100, "log metrics every N updates", ge=1, le=10**12)
     tensorboard: bool = _opt(
         True,
         "also write the metrics as TensorBoard event files to RUN/tensorboard "
@@ -243,9 +248,9 @@ class TrainConfig:
     )
     compile: bool = _opt(False, "torch.compile the model")
     activation_checkpointing: bool = _opt(False, "recompute layer activations in backward (saves memory)")
-    threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0)
+    threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0, le=4096)
     device: Literal["auto", "cpu", "cuda"] = _opt("auto", "auto picks CUDA when available")
-    dist_timeout_minutes: float = _opt(10.0, "give up when another process is silent this long", gt=0)
+    dist_timeout_minutes: float = _opt(10.0, "give up when another process is silent this long", gt=0, le=10_080)
 
     @property
     def max_seconds(self) -> float:
@@ -259,8 +264,8 @@ class TrainConfig:
 class DecodeConfig:
     """Beam search defaults used by validation and ``nmt translate``."""
 
-    beam: int = _opt(4, "beam size (1: greedy)", ge=1)
-    alpha: float = _opt(0.6, "length penalty exponent (0: none)", ge=0)
+    beam: int = _opt(4, "beam size (1: greedy)", ge=1, le=1024)
+    alpha: float = _opt(0.6, "length penalty exponent (0: none)", ge=0, le=10)
     length_penalty: Literal["gnmt", "average"] = _opt(
         "gnmt", "gnmt: ((5+|Y|)/6)^alpha (the paper); average: |Y|^alpha (fairseq, Marian, CTranslate2)"
     )
@@ -270,10 +275,10 @@ class DecodeConfig:
         "top: as soon as its best candidate ends (OpenNMT-py); bound: once no open hypothesis "
         "can still beat them (slowest, exhaustive within the length limit)",
     )
-    max_len_a: float = _opt(1.0, "maximum output length is a * source length + b", ge=0)
-    max_len_b: int = _opt(50, "see max_len_a", ge=0)
-    batch_tokens: int = _opt(6000, "source tokens per decoding batch", ge=1)
-    batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0)
+    max_len_a: float = _opt(1.0, "maximum output length is a * source length + b", ge=0, le=100)
+    max_len_b: int = _opt(50, "see max_len_a", ge=0, le=100_000)
+    batch_tokens: int = _opt(6000, "source tokens per decoding batch", ge=1, le=100_000_000)
+    batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0, le=10_000_000)
     workers: int = _opt(
         0,
         "on the CPU, batches translated at once, each on threads / workers of the threads (0: one per "
@@ -292,8 +297,8 @@ class DecodeConfig:
         "sample each output token instead of searching (back-translation, diverse "
         "n-best lists); with nbest K, up to K distinct samples per line",
     )
-    temperature: float = _opt(1.0, "sampling: divide the logits by this (below 1: sharper, above 1: flatter)", gt=0)
-    top_k: int = _opt(0, "sampling: draw from the K most probable tokens only (0: all)", ge=0)
+    temperature: float = _opt(1.0, "sampling: divide the logits by this (below 1: sharper, above 1: flatter)", gt=0, le=100)
+    top_k: int = _opt(0, "sampling: draw from the K most probable tokens only (0: all)", ge=0, le=10_000_000)
     top_p: float = _opt(
         1.0,
         "sampling: draw from the smallest set of tokens whose probability reaches P (nucleus sampling; 1: all)",
@@ -490,14 +495,35 @@ def _apply_override(raw: dict[str, Any], item: str) -> None:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
-    node = raw
     parts = key.strip().split(".")
+    _check_override(item, parts, value)
+    node = raw
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
             raise RecipeError(f"--set {item!r}: '{part}' is a value, not a section")
         node = child
     node[parts[-1]] = value
+
+
+def _check_override(item: str, parts: list[str], value: Any) -> None:
+    """A ``--set`` key and value checked on their own, so that a typo is reported as the option's, not as an
+    unknown key of the recipe file."""
+    cls: Any = Recipe
+    path = ""
+    for depth, part in enumerate(parts):
+        by_key = {_key_of(f): f for f in fields(cls)}
+        if part not in by_key:
+            close = difflib.get_close_matches(part, list(by_key), n=1)
+            hint = f"did you mean '{path}{close[0]}'?" if close else f"valid keys: {', '.join(by_key)}"
+            raise RecipeError(f"--set {item}: unknown key '{path}{part}'; {hint}")
+        kind = typing.get_type_hints(cls)[by_key[part].name]
+        if depth < len(parts) - 1:
+            if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+                raise RecipeError(f"--set {item}: '{path}{part}' is a value, not a section")
+            cls, path = kind, f"{path}{part}."
+        else:
+            _coerce(kind, value, path + part, by_key[part].metadata, f"--set {item}")
 
 
 def override_section(section: Any, values: typing.Mapping[str, Any], sources: typing.Mapping[str, str]) -> Any:
@@ -586,6 +612,8 @@ def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], sou
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail("a number")
         value = float(value)
+        if not math.isfinite(value):  # .nan and .inf are YAML numbers; no setting means them
+            fail("a finite number")
     elif kind is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)

@@ -8,6 +8,7 @@ import sys
 import typer
 
 from ..errors import NmtError
+from .common import console
 
 
 def run(
@@ -28,7 +29,7 @@ def run(
     ),
     lang: str = typer.Option("de", "--lang", help="Target language for --paper-bleu's Moses tokenizer."),
     compare: bool = typer.Option(False, "--compare", help="Paired bootstrap resampling: is HYP_B different from HYP_A?"),
-    samples: int = typer.Option(1000, "--samples", help="Bootstrap samples for --compare.", min=10),
+    samples: int = typer.Option(1000, "--samples", help="Bootstrap samples for --compare.", min=10, max=1_000_000),
     models: list[str] = typer.Option(
         None,
         "--model",
@@ -51,6 +52,8 @@ def run(
         return
 
     names = [n.strip().lower() for n in metrics.split(",") if n.strip()]
+    if not names:
+        raise NmtError(f"--metrics {metrics!r} names no metric; choose from {', '.join(m.METRICS)}")
     for name in names:
         if name not in m.METRICS:
             raise NmtError(f"--metrics: unknown metric '{name}'; choose from {', '.join(m.METRICS)}")
@@ -60,9 +63,9 @@ def run(
     if len(files) < needed:
         raise NmtError(f"give {'HYP_A HYP_B REF' if compare else 'HYP REF'} [REF...]: {len(files)} file(s) given")
     stdin_text = sys.stdin.read() if "-" in files else None
-    hyps = [m.read_lines(f, stdin_text) for f in files[: needed - 1]]
+    hyps = [m.read_lines(f, stdin_text, _note) for f in files[: needed - 1]]
     ref_files = files[needed - 1 :]
-    refs = [m.read_lines(f) for f in ref_files]
+    refs = [m.read_lines(f, note=_note) for f in ref_files]
     for hyp, name in zip(hyps, files):
         m.check_aligned(hyp, name, refs, ref_files)
     if compare:
@@ -111,7 +114,7 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
     if len(files) != 2:
         raise NmtError(f"--model scores pairs: give SRC HYP (two files), not {len(files)}")
     stdin_text = sys.stdin.read() if "-" in files else None
-    sources, hypotheses = (read_lines(f, stdin_text) for f in files)
+    sources, hypotheses = (read_lines(f, stdin_text, _note) for f in files)
     check_aligned(hypotheses, files[1], [sources], [files[0]])
     target = _device(device)
     loaded = load_ensemble(models, target)
@@ -141,3 +144,7 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def _note(message: str) -> None:
+    console.print(message, markup=False, soft_wrap=True)

@@ -23,7 +23,7 @@ def run(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
+    threads: int = typer.Option(0, "--threads", min=0, max=4096, help="CPU threads (0: all cores)."),
     dtype: str = typer.Option("fp32", "--dtype", help="Weights and arithmetic: fp32, bf16 or fp16."),
     batching: bool = typer.Option(
         True,
@@ -32,10 +32,16 @@ def run(
         "the running batch at the next decoder step. Off: one request at a time.",
     ),
     batch_tokens: int = decode_option("batch_tokens", "--batch-tokens"),
-    max_queue: int = typer.Option(1024, "--max-queue", min=1, help="Sentences waiting at most; more: HTTP 429."),
-    max_sentences: int = typer.Option(128, "--max-sentences", min=1, help="Lines per request at most; more: 413."),
-    max_body: int = typer.Option(1_000_000, "--max-body-bytes", min=1, help="Request body size at most; more: 413."),
-    max_beam: int = typer.Option(16, "--max-beam", min=1, help="Largest beam a request may ask for."),
+    max_queue: int = typer.Option(
+        1024, "--max-queue", min=1, max=10_000_000, help="Sentences waiting at most; more: HTTP 429."
+    ),
+    max_sentences: int = typer.Option(
+        128, "--max-sentences", min=1, max=1_000_000, help="Lines per request at most; more: 413."
+    ),
+    max_body: int = typer.Option(
+        1_000_000, "--max-body-bytes", min=1, max=1 << 30, help="Request body size at most; more: 413."
+    ),
+    max_beam: int = typer.Option(16, "--max-beam", min=1, max=1024, help="Largest beam a request may ask for."),
     log_level: str = typer.Option("info", "--log-level", help="critical, error, warning, info or debug."),
 ) -> None:
     """Serve models over HTTP: POST /translate (LibreTranslate's API and ours), a web page at /."""
@@ -50,6 +56,7 @@ def run(
     from ..serve.requests import Limits
     from ..serve.server import serve
     from ..utils.allocator import keep_freed_memory
+    from ..utils.cpu import check_parallelism
     from .translate import _device
 
     with_decoding(DecodeConfig(), {"batch_tokens": batch_tokens})  # a bad value fails as the recipe key would
@@ -60,6 +67,7 @@ def run(
     for path in models:
         if not path.exists():
             raise NmtError(f"{path}: model not found (a folder written by nmt train, or a checkpoint file)")
+    check_parallelism(threads, "--threads")
     torch.set_num_threads(threads or os.cpu_count() or 1)
     keep_freed_memory()  # each step's buffers reused, not faulted in anew (utils/allocator.py)
     weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]

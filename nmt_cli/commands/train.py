@@ -20,8 +20,10 @@ def run(
         help="Continue from the newest checkpoint of the run folder (default: when one exists).",
         show_default=False,
     ),
-    nproc: int = typer.Option(0, "--nproc", help="Launch N processes on this machine through torchrun (CPU: gloo).", min=0),
-    gpus: int = typer.Option(0, "--gpus", help="Launch one process per GPU through torchrun (NCCL).", min=0),
+    nproc: int = typer.Option(
+        0, "--nproc", help="Launch N processes on this machine through torchrun (CPU: gloo).", min=0, max=4096
+    ),
+    gpus: int = typer.Option(0, "--gpus", help="Launch one process per GPU through torchrun (NCCL).", min=0, max=4096),
     start_from: str = typer.Option(
         None,
         "--from",
@@ -30,7 +32,11 @@ def run(
     ),
 ) -> None:
     """Train the model the recipe describes; the run folder holds checkpoints, metrics and model.pt."""
+    from ..utils.cpu import check_parallelism
+
     resolved = recipe_from_cli(recipe, overrides)  # validate before launching anything
+    if nproc:
+        check_parallelism(nproc, "--nproc")
     processes = gpus or nproc
     if gpus:
         _check_gpus(gpus)

@@ -36,13 +36,13 @@ def run(
     max_len_a: float = decode_option("max_len_a", "--max-len-a"),
     max_len_b: int = decode_option("max_len_b", "--max-len-b"),
     nbest: int = typer.Option(
-        1, "--nbest", "-n", min=1, help="Print the N best hypotheses as INDEX<tab>SCORE<tab>TEXT lines."
+        1, "--nbest", "-n", min=1, max=1024, help="Print the N best hypotheses as INDEX<tab>SCORE<tab>TEXT lines."
     ),
     batch_tokens: int = decode_option("batch_tokens", "--batch-tokens"),
     batch_size: int = decode_option("batch_size", "--batch-size"),
     workers: int = decode_option("workers", "--workers"),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads (0: all cores)."),
+    threads: int = typer.Option(0, "--threads", min=0, max=4096, help="CPU threads (0: all cores)."),
     dtype: str = typer.Option(
         None,
         "--dtype",
@@ -74,6 +74,8 @@ def run(
     alignment_layer: int = typer.Option(
         None,
         "--alignment-layer",
+        min=-1024,
+        max=1024,
         help="Decoder layer for --alignments (negative: from the end). [the penultimate]",
         show_default=False,
     ),
@@ -119,6 +121,7 @@ def run(
     from ..decode.file_job import Shard
     from ..decode.translator import TranslationStats, Translator, load_ensemble
     from ..utils.allocator import keep_freed_memory
+    from ..utils.cpu import check_parallelism
 
     options = dict(
         beam=beam,
@@ -173,6 +176,7 @@ def run(
     if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
     _check_output(output, input, models)
+    check_parallelism(threads, "--threads")
     job_shard = _job_shard(shard, input, output)
     launched = "WORLD_SIZE" in os.environ
     threads = threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -314,9 +318,11 @@ def _ct2_results(engine, config, nbest: int, stats, chunk: int):
     """Chunked translation through CTranslate2, counting like the PyTorch translator does."""
     import itertools
 
+    from ..decode.translator import clean_source_line
+
     def run(lines, first=0):
         source = iter(lines)
-        while block := [line.rstrip("\r\n") for line in itertools.islice(source, chunk)]:
+        while block := [clean_source_line(line, stats) for line in itertools.islice(source, chunk)]:
             for hyps in engine.translate(block, config, nbest):
                 stats.sentences += 1
                 stats.output_tokens = engine.output_tokens
@@ -398,6 +404,13 @@ def _progress(items: Iterator, show: bool, done: int = 0, total: int | None = No
 
 
 def _report(stats, seconds: float, show: bool, max_positions: int) -> None:
+    if stats.control_lines:
+        console.print(
+            f"note: {stats.control_lines:,} input line(s) held control characters (NUL, escape, ...), each "
+            "translated as a space",
+            markup=False,
+            soft_wrap=True,
+        )
     if stats.truncated:
         console.print(
             f"warning: {stats.truncated} input line(s) longer than the model's {max_positions - 1} "

@@ -20,6 +20,7 @@ from typing import NoReturn
 from ..config import CleanConfig
 from ..errors import DataError
 from ..utils.files import open_binary
+from ..utils.text import has_control_characters, replace_control_characters
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class HashingReader:
         self.bom_removed = False
         self.lone_cr_lines = 0
         self.replaced_lines = 0  # lines with invalid UTF-8 replaced (--encoding-errors replace)
+        self.control_lines = 0  # lines with control characters (NUL, escape, ...), each replaced by a space
 
     def __iter__(self) -> Iterator[str]:
         with open_binary(self.path) as handle:
@@ -78,6 +80,9 @@ class HashingReader:
         if "\r" in line:
             self.lone_cr_lines += 1
             line = line.replace("\r", " ")
+        if has_control_characters(line):
+            self.control_lines += 1
+            line = replace_control_characters(line)
         return line
 
     def _decode(self, raw: bytes) -> str:
@@ -103,6 +108,11 @@ class HashingReader:
             )
         if self.replaced_lines:
             notes.append(f"{self.path}: {self.replaced_lines:,} line(s) had invalid UTF-8, replaced by U+FFFD")
+        if self.control_lines:
+            notes.append(
+                f"{self.path}: {self.control_lines:,} line(s) held control characters (NUL, escape, ...), each "
+                "replaced by a space"
+            )
         return notes
 
 

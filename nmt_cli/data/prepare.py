@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from ..config import Recipe, recipe_to_dict, require_data
 from ..errors import DataError
+from ..utils.cpu import check_parallelism
 from ..utils.files import atomic_open, ensure_writable_dir, remove_stale_temps
 from ..utils.process import die_with_parent
 from ..version import __version__
@@ -43,6 +44,8 @@ Log = Callable[[str], None]
 
 def prepare(recipe: Recipe, force: bool = False, log: Log = print, progress: bool = True) -> dict[str, Any]:
     """Run every step of preparation for ``recipe``; return the metadata written to meta.json."""
+    check_parallelism(recipe.data.workers, "data.workers")
+    check_parallelism(recipe.vocab.threads, "vocab.threads")
     require_data(recipe)
     out = ensure_writable_dir(recipe.data_dir)
     (out / "text").mkdir(exist_ok=True)

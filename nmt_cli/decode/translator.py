@@ -24,6 +24,7 @@ from ..errors import CheckpointError, NmtError
 from ..model.cpu_inference import prepare_for_cpu_inference
 from ..model.transformer import Transformer, build_model
 from ..utils import torchfile
+from ..utils.text import has_control_characters, replace_control_characters
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import attention_maps, pharaoh, word_alignment
 from .ensemble import Ensemble
@@ -150,6 +151,17 @@ class TranslationStats:
     truncated: int = 0
     output_tokens: int = 0
     truncated_lines: list[int] = field(default_factory=list)
+    control_lines: int = 0  # lines with control characters, each replaced by a space
+
+
+def clean_source_line(line: str, stats: TranslationStats) -> str:
+    """A source line without its line end; a lone CR and any control character inside it are spaces, as
+    prepare reads them (``utils/text.py``), counted in ``stats``."""
+    line = line.rstrip("\r\n").replace("\r", " ")
+    if has_control_characters(line):
+        stats.control_lines += 1
+        line = replace_control_characters(line)
+    return line
 
 
 class Translator:
@@ -197,8 +209,7 @@ class Translator:
             if self.generator is not None:
                 self.generator.manual_seed(chunk_seed(self.config.seed, chunk_number))
             chunk_number += 1
-            # A lone CR inside a line is a space here, as prepare reads it.
-            chunk = [line.rstrip("\r\n").replace("\r", " ") for line in chunk]
+            chunk = [self._clean(line) for line in chunk]
             chunk_prefixes = None
             if starts is not None:
                 chunk_prefixes = [line.rstrip("\r\n").strip() for line in itertools.islice(starts, len(chunk))]
@@ -208,6 +219,9 @@ class Translator:
                         "but the input goes on; give one prefix line (empty: none) per input line"
                     )
             yield from self._translate_chunk(chunk, chunk_prefixes)
+
+    def _clean(self, line: str) -> str:
+        return clean_source_line(line, self.stats)
 
     def _translate_chunk(self, lines: list[str], prefixes: list[str] | None = None) -> list[list[Translated]]:
         encoded = self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)

@@ -185,7 +185,7 @@ def export(loaded: LoadedModel, output: Path, quantization: str | None = None, f
 
 
 def _check_output(model: Path, output: Path, force: bool) -> None:
-    refuse_output_inside_runs(output, "an exported model")
+    refuse_output_inside_runs(output, "an exported model", lambda run: run.with_name(f"{run.name}-ct2"))
     source, target = model.resolve(), output.resolve()
     if target == source or target in source.parents:
         raise NmtError(f"{output}: holds the model being exported ({model}); export into another folder")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 from ..errors import DataError
 from ..utils.files import split_lines
+from ..utils.text import has_control_characters, replace_control_characters
 
 METRICS = ("bleu", "chrf", "ter")
 
@@ -135,8 +136,22 @@ def _with_references(name: str, refs: list[list[str]]) -> Metric:
     return cls(references=refs)
 
 
-def read_lines(path: str | Path, stdin_text: str | None = None) -> list[str]:
-    """Lines of a UTF-8 text file (``-`` reads the given stdin text), with one-line errors."""
+def read_lines(path: str | Path, stdin_text: str | None = None, note: Callable[[str], None] | None = None) -> list[str]:
+    """Lines of a UTF-8 text file (``-`` reads the given stdin text), with one-line errors. Control
+    characters inside a line become spaces (``utils/text.py``); ``note`` hears how many lines held them."""
+    lines = _read_raw_lines(path, stdin_text)
+    held = [i for i, line in enumerate(lines) if has_control_characters(line)]
+    for i in held:
+        lines[i] = replace_control_characters(lines[i])
+    if held and note is not None:
+        note(
+            f"{path}: {len(held):,} line(s) held control characters (NUL, escape, ...), each replaced by a space "
+            f"(first: line {held[0] + 1})"
+        )
+    return lines
+
+
+def _read_raw_lines(path: str | Path, stdin_text: str | None) -> list[str]:
     if str(path) == "-":
         return split_lines(stdin_text or "")
     path = Path(path)

@@ -126,10 +126,18 @@ def select_checkpoints(inputs: Sequence[Path], last: int = 0) -> list[Path]:
         return found[-n:]
     if last:
         raise CheckpointError("--last goes with a single run folder; name checkpoint files without it")
-    for path in inputs:
-        if not Path(path).is_file():
+    seen: dict[tuple[int, int], Path] = {}  # (device, inode): one file under two names or links counts once
+    for path in map(Path, inputs):
+        if not path.is_file():
             raise CheckpointError(f"{path}: checkpoint not found")
-    return [Path(p) for p in inputs]
+        stat = path.stat()
+        if (stat.st_dev, stat.st_ino) in seen:
+            raise CheckpointError(
+                f"{path}: given twice (the same file as {seen[stat.st_dev, stat.st_ino]}); it would count double "
+                "in the average. Name each checkpoint once"
+            )
+        seen[stat.st_dev, stat.st_ino] = path
+    return list(seen.values())
 
 
 class _RunningMean:
@@ -236,6 +244,8 @@ def average_checkpoints(paths: Sequence[Path], output: Path) -> dict[str, Any]:
             raise CheckpointError(
                 f"{path}: different model settings from {first['path']}; average only checkpoints of one architecture"
             )
+        else:
+            _check_same_vocabulary(payload.get("vocab") or {}, first["vocab"] or {}, path, first["path"])
         mean.add(payload["model"], str(path))
         steps.append(_step_of(payload))
         del payload  # unmaps the file
@@ -251,6 +261,18 @@ def average_checkpoints(paths: Sequence[Path], output: Path) -> dict[str, Any]:
     }
     save(output, result, kind="weights")
     return result
+
+
+def _check_same_vocabulary(vocab: Mapping[str, Any], first: Mapping[str, Any], path: Path, first_path: Path) -> None:
+    """Averaged rows must mean the same pieces: the ensemble path refuses other vocabularies, and so does this."""
+    for side in ("src", "tgt"):
+        if vocab.get(side) != first.get(side):
+            ours = vocab_digest(vocab[side]) if isinstance(vocab.get(side), bytes) else "none"
+            theirs = vocab_digest(first[side]) if isinstance(first.get(side), bytes) else "none"
+            raise CheckpointError(
+                f"{path}: its {side} vocabulary (SentencePiece model sha256 {ours}) is not the one of {first_path} "
+                f"({theirs}): the same row would mean other pieces. Average only checkpoints of one vocabulary"
+            )
 
 
 def _step_of(payload: Mapping[str, Any]) -> int | None:

@@ -31,6 +31,7 @@ from ..data.vocab import PAD_ID, is_extension, load_vocab
 from ..errors import CheckpointError, NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model, count_parameters
 from ..utils.allocator import keep_freed_memory
+from ..utils.cpu import check_parallelism
 from ..utils.files import append_line, atomic_open, sha256_file
 from ..utils.run_folder import RunFolder
 from . import checkpoint
@@ -883,6 +884,7 @@ def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_fr
 
     ``start_from`` (``--from``) names the checkpoint to resume from: a step number or a file.
     """
+    check_parallelism(recipe.train.threads, "train.threads")  # before the lock: a crash would leave it behind
     info = init_distributed(recipe.train)
     try:
         # One `nmt train` per run folder: the main process holds its lock for the whole run.

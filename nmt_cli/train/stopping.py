@@ -3,14 +3,14 @@
 - **Ctrl-C (SIGINT)**: the update in progress finishes, then training ends as if a stop rule had
   fired: a final validation, a checkpoint, the model file (averaged if the recipe asks); exit 130.
   A second Ctrl-C stops at once (every file is written atomically, so nothing is half-written).
-- **SIGTERM or SIGUSR1 (preemption)**: a cluster is taking the job away and kills it about 30 s
-  later (SLURM, torchrun). Training writes a checkpoint of the last finished update and exits
-  128 + the signal's number (143 for SIGTERM): no validation, no averaging. Work that can be dropped
-  and redone after resuming (an update's forward and backward passes in a single process, a
-  validation, the model file) runs inside :meth:`StopRequest.interruptible` and is abandoned at the
-  signal instead of at its end: a signal that arrives during a long validation would otherwise be
-  honoured only after it (and after the kill). Further preemption signals are ignored: the save
-  must finish.
+- **SIGTERM or SIGUSR1 (preemption)**: a cluster is taking the job away and kills it about 30 s later
+  (SLURM, torchrun). SIGHUP (the terminal went away) is taken the same way. Training writes a checkpoint
+  of the last finished update and exits 128 + the signal's number (143 for SIGTERM): no validation, no
+  averaging. Work that can be dropped and redone after resuming (an update's forward and backward passes
+  in a single process, a validation, the model file) runs inside :meth:`StopRequest.interruptible` and
+  is abandoned at the signal instead of at its end: a signal that arrives during a long validation would
+  otherwise be honoured only after it (and after the kill). Further preemption signals are ignored: the
+  save must finish.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from ..utils.signals import PREEMPTION_SIGNALS
+from ..utils.signals import STOP_SIGNALS
 
 
 class Preempted(BaseException):
@@ -45,7 +45,7 @@ class StopRequest:
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():  # elsewhere Python allows no handlers
-            for sig in (signal.SIGINT, *PREEMPTION_SIGNALS):
+            for sig in (signal.SIGINT, *STOP_SIGNALS):
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -6,8 +6,11 @@ Zen 4 and an Intel Xeon), so training's precision and inference's products are c
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
+
+from ..errors import NmtError
 
 # Flags of processors that multiply bf16 in hardware (elsewhere bf16 is emulated, slower than fp32)
 NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -52,3 +55,28 @@ def cpu_vendor() -> str:
 def native_bf16_cpu() -> bool:
     """True where the processor multiplies bf16 in hardware (AVX512-BF16 or AMX)."""
     return bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
+
+
+# Threads or processes per core that a command accepts: a little oversubscription can pay (waiting on I/O,
+# hyper-threads a container hides), thousands per core cannot, and far beyond the machine OpenMP cannot
+# create its threads and the process dies without a word.
+PER_CORE_LIMIT = 4
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, as taskset and Slurm set it), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_parallelism(value: int, option: str) -> int:
+    """A thread or process count (0: one per core), refused in one line when it is far above this
+    machine's cores; returns the count to use."""
+    limit = PER_CORE_LIMIT * cores()
+    if value > limit:
+        raise NmtError(
+            f"{option} {value}: this machine gives this process {cores()} core(s); use at most {limit} (0: one per core)"
+        )
+    return value or cores()

@@ -158,16 +158,24 @@ class RunFolder:
         )
 
 
-def refuse_output_inside_runs(output: Path, what: str) -> None:
-    """``nmt average -o`` / ``nmt export``: never into a run's ``checkpoints/`` or over a run folder."""
+def run_holding(output: Path) -> Path | None:
+    """The run folder whose ``checkpoints/`` holds ``output`` (at any depth), or None."""
     resolved = output.resolve()
     for folder in (resolved, *resolved.parents):
         if folder.name == CHECKPOINT_DIR and RunFolder.looks_like_run(folder.parent):
-            raise NmtError(
-                f"{output}: is inside the training checkpoints of {folder.parent}; {what} would be "
-                "taken for a training checkpoint there. Write it elsewhere (e.g. "
-                f"{folder.parent / MODEL_FILE})"
-            )
+            return folder.parent
+    return None
+
+
+def refuse_output_inside_runs(output: Path, what: str, elsewhere: Callable[[Path], Path]) -> None:
+    """``nmt average -o`` / ``nmt export``: never into a run's ``checkpoints/``. ``elsewhere(run)`` is the
+    place the message suggests instead: the caller's, so that it passes the caller's own checks too."""
+    run = run_holding(output)
+    if run is not None:
+        raise NmtError(
+            f"{output}: is inside the training checkpoints of {run}; {what} would be taken for a training "
+            f"checkpoint there. Write it elsewhere, e.g. {elsewhere(run)}"
+        )
 
 
 def _read_lock(path: Path) -> tuple[int | None, str]:

@@ -2,11 +2,12 @@
 
 SLURM sends SIGTERM (or the signal chosen with ``--signal``, often SIGUSR1) and kills the job about
 30 seconds later; torchrun forwards SIGTERM to its workers and does the same. Python's default for
-both is to die on the spot, without running a single ``finally`` block: temporary files stay
-behind, locks are not released. :func:`signals_unwind` makes them unwind the stack like Ctrl-C
-does instead, so every command cleans up and exits ``128 + signal number`` (143 for SIGTERM, as
-a shell reports). ``nmt train`` replaces this for its loop with a stop request of its own
-(``train/stopping.py``), because there a signal must end in a checkpoint, not in an exception.
+both (and for SIGHUP, when the terminal goes away) is to die on the spot, without running a single
+``finally`` block: temporary files stay behind, locks are not released. :func:`signals_unwind` makes
+them unwind the stack like Ctrl-C does instead, so every command cleans up and exits
+``128 + signal number`` (143 for SIGTERM, as a shell reports). ``nmt train`` replaces this for its
+loop with a stop request of its own (``train/stopping.py``), because there a signal must end in a
+checkpoint, not in an exception.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-# The signals that mean "stop soon, the job is being taken away" (SIGUSR1 is absent on Windows).
+# The signals that mean "stop soon, the job is being taken away" (SIGUSR1 is absent on Windows)...
 PREEMPTION_SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name)
 )
+# ... and those that end a command the same way: these, and SIGHUP (the terminal went away).
+STOP_SIGNALS: tuple[signal.Signals, ...] = PREEMPTION_SIGNALS + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 
 
 class Interrupted(BaseException):
@@ -39,12 +42,12 @@ def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def signals_unwind() -> Iterator[None]:
-    """While inside, SIGTERM and SIGUSR1 raise :class:`Interrupted` in the main thread (elsewhere,
+    """While inside, SIGTERM, SIGUSR1 and SIGHUP raise :class:`Interrupted` in the main thread (elsewhere,
     where Python allows no handlers, nothing changes)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in PREEMPTION_SIGNALS}
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
