@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from nmt_cli.cli import app
 from nmt_cli.config import Recipe, load_recipe
@@ -29,6 +30,12 @@ from nmt_cli.utils.text import replace_control_characters
 
 def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nmt_cli", *args], input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess:
+    """``nmt ARGS`` in this process (for refusals that come before any model is loaded: no start-up cost)."""
+    result = CliRunner().invoke(app, list(args), input="")
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def one_error(result: subprocess.CompletedProcess) -> str:
@@ -143,7 +150,7 @@ def test_every_numeric_option_has_a_range_or_is_a_checked_recipe_key():
     ],
 )
 def test_non_finite_numbers_are_refused_on_every_command_line(args):
-    result = nmt(*args, stdin="")
+    result = invoke(*args)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
 
@@ -151,7 +158,7 @@ def test_non_finite_numbers_are_refused_on_every_command_line(args):
 def test_absurd_decoding_numbers_are_refused_before_loading(overfit):
     run = str(overfit[0])
     for flag, value in (("--alpha", "1e6"), ("--beam", "100000"), ("--max-len-a", "1e9")):
-        result = nmt("translate", "-m", run, flag, value, stdin="A dog.\n")
+        result = invoke("translate", "-m", run, flag, value)
         assert result.returncode == 2 and flag in one_error(result)
 
 
@@ -216,7 +223,7 @@ def test_an_empty_metrics_list_is_refused(tmp_path):
     hyp = tmp_path / "h.txt"
     hyp.write_text("a\n")
     for metrics in ("", " , "):
-        result = nmt("score", str(hyp), str(hyp), "--metrics", metrics)
+        result = invoke("score", str(hyp), str(hyp), "--metrics", metrics)
         assert result.returncode == 1 and "names no metric" in one_error(result)
 
 
@@ -227,5 +234,5 @@ def test_a_typo_in_set_is_reported_as_the_option(prepared):
         ("train.lrr=1", "--set train.lrr=1: unknown key 'train.lrr'; did you mean 'train.lr'?"),
         ("train.lr=abc", "--set train.lr=abc: train.lr: expected a number"),
     ):
-        result = nmt("config", recipe, "--set", item)
+        result = invoke("config", recipe, "--set", item)
         assert result.returncode == 2 and words in one_error(result)
