@@ -303,7 +303,7 @@ def _run_job(input, output, shard, launched, chunk_lines, identity, texts, resta
     try:
         with _lines(input) as lines:
             job.run(lines, texts, sys.stdout.write, restart, lambda items, done, total: _progress(items, show, done, total))
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):
         if output is not None:
             console.print(
                 f"{output}: {job.kept:,} of {job.shard_size:,} lines translated are kept beside it; run the same "
