@@ -113,6 +113,19 @@ def run(
     restart: bool = typer.Option(
         False, "--restart", help="Start over, discarding the progress an interrupted run of -o kept beside it."
     ),
+    file_format: str = typer.Option(
+        None,
+        "--file-format",
+        help="Translate -i as this format instead of the one its extension says: lines (one output line per "
+        "input line, the default for stdin and unknown extensions) or po (gettext: .po, .pot).",
+        show_default=False,
+    ),
+    fuzzy: bool = typer.Option(
+        True, "--fuzzy/--no-fuzzy", help="gettext: flag machine translations fuzzy, for a translator to review."
+    ),
+    retranslate: bool = typer.Option(
+        False, "--retranslate", help="gettext: translate entries that already have a translation too."
+    ),
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
     import torch
@@ -120,6 +133,7 @@ def run(
     from ..config import DecodeConfig
     from ..decode.file_job import Shard
     from ..decode.translator import TranslationStats, Translator, load_ensemble
+    from ..formats import LINES, format_for
     from ..utils.allocator import keep_freed_memory
     from ..utils.cpu import check_parallelism
 
@@ -177,6 +191,9 @@ def run(
         raise NmtError(f"{input}: input file not found")
     _check_output(output, input, models)
     check_parallelism(threads, "--threads")
+    chosen_format = format_for(input, file_format)
+    if chosen_format != LINES:
+        _check_file_format_options(chosen_format, input, nbest, alignments, prefix, shard, sampling)
     job_shard = _job_shard(shard, input, output)
     launched = "WORLD_SIZE" in os.environ
     threads = threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -198,6 +215,7 @@ def run(
             )
         stats, max_positions = TranslationStats(), 0
         results = _ct2_results(ct2, config, nbest, stats, chunk_lines)
+        languages = ct2.languages
     else:
         # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs
         # with the allocator as it is, as it would on its own.
@@ -215,6 +233,7 @@ def run(
             chunk_lines=chunk_lines,
         )
         stats, max_positions = translator.stats, loaded.recipe.model.max_positions
+        languages = (loaded.recipe.data.src_lang, loaded.recipe.data.tgt_lang)
         prefixes = None
         if prefix is not None:
             from ..score.metrics import read_lines
@@ -233,7 +252,12 @@ def run(
         for index, hyps in enumerate(results(lines, first), start=first):
             yield _format(index, hyps, nbest)
 
-    if input is not None and (output is not None or job_shard is not None):
+    if chosen_format != LINES:
+        assert input is not None
+        count = _translate_document(input, output, chosen_format, results, languages, fuzzy, retranslate)
+        if show:
+            console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
+    elif input is not None and (output is not None or job_shard is not None):
         identity = _job_identity(config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines)
         _run_job(input, output, job_shard or Shard(), launched, chunk_lines, identity, texts, restart, show)
     else:
@@ -241,6 +265,36 @@ def run(
             for text in _progress(texts(lines), show):
                 sink.write(text)
     _report(stats, time.perf_counter() - started, show, max_positions)
+
+
+def _check_file_format_options(chosen, input, nbest, alignments, prefix, shard, sampling) -> None:
+    """What line-by-line options mean nothing for a document."""
+    if input is None:
+        raise NmtError(f"--file-format {chosen}: give the file with -i (a document is read whole, not from stdin)")
+    for given, flag in (
+        (nbest > 1, "--nbest"),
+        (alignments, "--alignments"),
+        (prefix is not None, "--prefix"),
+        (shard is not None, "--shard"),
+        (sampling, "--sampling"),
+    ):
+        if given:
+            raise NmtError(f"{flag} applies to line-by-line translation; {input} is translated as a {chosen} file")
+
+
+def _translate_document(input, output, chosen, results, languages, fuzzy, retranslate) -> int:
+    """A document in its own format (``nmt_cli/formats``), its sentences through this command's engine."""
+    from ..formats import translate_file
+
+    def sentences(lines: list[str]) -> list[str]:
+        return [hyps[0][0] for hyps in results(iter(lines))]
+
+    source_language, target_language = languages
+    if not target_language:
+        raise NmtError(
+            f"{input}: the model does not say its target language (no recipe beside it); a {chosen} file needs it"
+        )
+    return translate_file(input, output, sentences, source_language, target_language, chosen, fuzzy, retranslate)
 
 
 def _format(index: int, hyps: list, nbest: int) -> str:

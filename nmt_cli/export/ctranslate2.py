@@ -235,7 +235,10 @@ class CTranslate2Engine:
         self.tgt = spm.SentencePieceProcessor(model_file=str(folder / SPM_TARGET))
         self.output_tokens = 0
         recipe = folder / RECIPE_FILE
-        self.decode_config = load_recipe(recipe).decode if recipe.is_file() else DecodeConfig()
+        stored = load_recipe(recipe) if recipe.is_file() else None
+        self.decode_config = stored.decode if stored is not None else DecodeConfig()
+        # The language pair, for file formats that name it (a gettext catalogue's Language); "" when unknown.
+        self.languages = (stored.data.src_lang, stored.data.tgt_lang) if stored is not None else ("", "")
 
     def translate(self, lines: Sequence[str], config: DecodeConfig, nbest: int = 1) -> list[list[tuple[str, float]]]:
         """n-best (text, score) per line. CTranslate2 normalises scores by |Y|^alpha (no GNMT form).

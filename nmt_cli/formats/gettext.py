@@ -1,0 +1,161 @@
+"""gettext catalogues (``.po``, ``.pot``): msgid -> msgstr, plural forms, everything else kept.
+
+Read and written with polib (the maintained Python reader and writer of PO files). What changes:
+
+- every untranslated entry gets a translation; entries already translated (fuzzy ones included: a
+  translator wrote them) are left alone unless ``retranslate`` asks; obsolete ones (``#~``) always;
+- a plural entry fills every ``msgstr[i]`` the target language has (its Plural-Forms: the header's when
+  it names the target language, else Babel's CLDR-derived table): form i takes the translation of
+  msgid when the number that picks it is 1, else of msgid_plural;
+- machine translations are flagged ``fuzzy`` (a translator reviews them; tools skip them when compiling)
+  unless ``fuzzy=False``;
+- the header's Language and Plural-Forms are set for the target language, and a template's
+  ``charset=CHARSET`` becomes UTF-8. msgctxt, comments, flags, references and the entry order are kept.
+
+Placeholders are kept exactly (``segments.py``), so ``msgfmt -c`` accepts c-format entries.
+"""
+
+from __future__ import annotations
+
+import gettext as stdlib_gettext
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ..errors import NmtError
+from ..version import __version__
+from .segments import TranslateSentences, translate_texts
+from .textfile import TextFile
+
+FUZZY = "fuzzy"
+
+
+@dataclass(frozen=True)
+class PluralForms:
+    """A language's plural rule: how many forms, and which form a number takes."""
+
+    count: int
+    expression: str
+
+    @property
+    def header(self) -> str:
+        return f"nplurals={self.count}; plural={self.expression};"
+
+    def singular_forms(self) -> list[bool]:
+        """For each form, whether the number 1 selects it (that form translates msgid, the others msgid_plural)."""
+        choose: Callable[[int], int] = stdlib_gettext.c2py(self.expression)
+        return [choose(1) == form for form in range(self.count)]
+
+
+def plural_forms(language: str, header: str = "", header_language: str = "") -> PluralForms:
+    """The target language's plural rule: the catalogue header's when it is for that language, else Babel's."""
+    if header and _same_language(header_language, language):
+        parsed = _parse_plural_header(header)
+        if parsed is not None:
+            return parsed
+    try:
+        from babel.core import UnknownLocaleError
+        from babel.messages.plurals import get_plural
+    except ImportError:
+        raise NmtError(
+            "translating a gettext catalogue needs the plural rules of its target language: pip install 'nmt-cli[files]'"
+        ) from None
+    try:
+        rule = get_plural(language.replace("-", "_"))
+    except (ValueError, UnknownLocaleError):
+        raise NmtError(
+            f"no plural rule is known for the language '{language}'; give the catalogue a Plural-Forms header "
+            "and a Language header naming it"
+        ) from None
+    return PluralForms(rule.num_plurals, rule.plural_expr)
+
+
+def _parse_plural_header(text: str) -> PluralForms | None:
+    match = re.search(r"nplurals\s*=\s*(\d+)\s*;\s*plural\s*=\s*(.+?)\s*;?\s*$", text)
+    if not match:
+        return None
+    try:
+        stdlib_gettext.c2py(match.group(2))
+    except (ValueError, SyntaxError):
+        return None
+    return PluralForms(int(match.group(1)), match.group(2))
+
+
+def _same_language(a: str, b: str) -> bool:
+    return a.replace("-", "_").lower() == b.replace("-", "_").lower() if a and b else False
+
+
+def translate_po(
+    source: TextFile,
+    translate: TranslateSentences,
+    source_language: str,
+    target_language: str,
+    fuzzy: bool = True,
+    retranslate: bool = False,
+) -> tuple[str, int]:
+    """The catalogue in ``source`` translated; returns its new text and how many entries were translated."""
+    try:
+        import polib
+    except ImportError:
+        raise NmtError("translating gettext catalogues needs polib: pip install 'nmt-cli[files]'") from None
+    try:
+        catalogue = polib.pofile(source.text)
+    except (OSError, ValueError, IndexError) as err:
+        line = re.search(r"line (\d+)", str(err))
+        where = f"{source.path}:{line.group(1)}" if line else str(source.path)
+        raise NmtError(f"{where}: not valid gettext syntax ({_first_line(err)}); msgfmt -c shows the same") from None
+    content = [line for line in source.text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if content and not len(catalogue) and not catalogue.metadata:
+        raise NmtError(f"{source.path}: no gettext entry could be read from it; is it a .po file?")
+    metadata = catalogue.metadata
+    plurals = plural_forms(target_language, metadata.get("Plural-Forms", ""), metadata.get("Language", ""))
+    todo = [
+        entry
+        for entry in catalogue
+        if entry.msgid and not entry.obsolete and (retranslate or not entry.translated() and FUZZY not in entry.flags)
+    ]
+    texts = [entry.msgid for entry in todo] + [entry.msgid_plural for entry in todo if entry.msgid_plural]
+    done = iter(translate_texts(texts, translate, source_language))
+    singular = {id(entry): next(done) for entry in todo}
+    plural = {id(entry): next(done) for entry in todo if entry.msgid_plural}
+    forms = plurals.singular_forms()
+    for entry in todo:
+        if entry.msgid_plural:
+            entry.msgstr_plural = {
+                i: singular[id(entry)] if takes_one else plural[id(entry)] for i, takes_one in enumerate(forms)
+            }
+        else:
+            entry.msgstr = singular[id(entry)]
+        if fuzzy and FUZZY not in entry.flags:
+            entry.flags.insert(0, FUZZY)  # first, as the gettext tools write it
+        elif not fuzzy and FUZZY in entry.flags:
+            entry.flags.remove(FUZZY)
+    metadata["Language"] = target_language
+    metadata["Plural-Forms"] = plurals.header
+    if todo:
+        metadata["PO-Revision-Date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M+0000")
+        metadata["X-Generator"] = f"nmt {__version__}"
+    content_type = metadata.get("Content-Type", "")
+    if "charset=CHARSET" in content_type or not content_type:
+        metadata["Content-Type"] = "text/plain; charset=UTF-8"
+    metadata.setdefault("Content-Transfer-Encoding", "8bit")
+    return _unwrapped_as_written(catalogue), len(todo)
+
+
+def _unwrapped_as_written(catalogue) -> str:  # type: ignore[no-untyped-def]
+    text = str(catalogue)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def declared_charset(data: bytes) -> str | None:
+    """The charset a catalogue's header declares (``Content-Type: text/plain; charset=ISO-8859-1``)."""
+    match = re.search(rb"charset=([A-Za-z0-9_.:-]+)", data[:4096])
+    if not match or match.group(1).upper() == b"CHARSET":
+        return None
+    return match.group(1).decode("ascii")
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -1,0 +1,62 @@
+"""From a file's texts to sentences and back: the one place formats meet the translator.
+
+A format hands over texts (a message, a paragraph); each is cut into lines, each line into sentences
+(sentencex, Wikimedia's rule-based splitter: abbreviations and numbers handled for 250 languages, no
+model to download; when it is not installed a line is one sentence). Every sentence of the whole
+file goes to the translator in one call, so they are sorted and batched together as ``nmt
+translate`` batches a file's lines. Each translation then gets its source's placeholders back
+(``placeholders.py``) and the texts are put together again with the source's spacing and line breaks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from .placeholders import repair
+
+# Sentences in, translations out, in order (a Translator's best hypotheses).
+TranslateSentences = Callable[[list[str]], list[str]]
+
+_SPACE_AROUND = re.compile(r"^(\s*)(.*?)(\s*)$", re.DOTALL)
+
+
+def split_sentences(line: str, language: str) -> list[str]:
+    """``line`` as sentences whose concatenation is ``line`` (spaces kept with the sentence before them)."""
+    if not line.strip():
+        return [line]
+    try:
+        from sentencex import segment
+    except ImportError:
+        return [line]
+    pieces = list(segment(language, line))
+    return pieces if "".join(pieces) == line else [line]
+
+
+def translate_texts(texts: Sequence[str], translate: TranslateSentences, source_language: str) -> list[str]:
+    """Each text translated sentence by sentence, with its line breaks, spacing and placeholders kept."""
+    plans: list[list[list[tuple[str, str, str]]]] = []  # per text, per line, per sentence: (before, core, after)
+    cores: list[str] = []
+    for text in texts:
+        lines = []
+        for line in text.split("\n"):
+            sentences = []
+            for sentence in split_sentences(line, source_language):
+                before, core, after = _SPACE_AROUND.match(sentence).groups()  # type: ignore[union-attr]
+                sentences.append((before, core, after))
+                if core:
+                    cores.append(core)
+            lines.append(sentences)
+        plans.append(lines)
+    translated = iter(translate(cores) if cores else [])
+    out = []
+    for lines in plans:
+        rebuilt = []
+        for sentences in lines:
+            rebuilt.append(
+                "".join(
+                    before + (repair(core, next(translated)) if core else "") + after for before, core, after in sentences
+                )
+            )
+        out.append("\n".join(rebuilt))
+    return out

@@ -1,0 +1,75 @@
+"""A text file's bytes as text, and back to bytes the way it was: encoding, byte-order mark, line ends.
+
+The encoding is, in this order: the one a byte-order mark says (UTF-8, UTF-16 LE/BE, UTF-32), the one
+the file declares (a catalogue's ``charset=``, given by the format), else UTF-8. The translation is
+written in the same encoding, with the same mark and the same line ends (LF or CRLF), so a tool that
+read the input reads the output.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import NmtError
+from ..utils.files import atomic_open
+
+BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+@dataclass(frozen=True)
+class TextFile:
+    """A file's text (LF line ends) and how to write text back like it."""
+
+    path: Path
+    text: str
+    encoding: str
+    bom: bytes
+    crlf: bool
+
+    @staticmethod
+    def read(path: Path, declared: Callable[[bytes], str | None] = lambda _data: None) -> TextFile:
+        data = path.read_bytes()
+        bom, encoding = next(((mark, name) for mark, name in BOMS if data.startswith(mark)), (b"", ""))
+        encoding = encoding or declared(data) or "utf-8"
+        try:
+            text = data[len(bom) :].decode(encoding)
+        except LookupError:
+            raise NmtError(f"{path}: declares the unknown encoding '{encoding}'; save it as UTF-8") from None
+        except UnicodeDecodeError as err:
+            line = data[: err.start].count(b"\n") + 1
+            raise NmtError(f"{path}:{line}: not valid {encoding}; save the file in the encoding it declares") from None
+        crlf = "\r\n" in text
+        return TextFile(path, text.replace("\r\n", "\n"), encoding, bom, crlf)
+
+    def encode(self, text: str) -> bytes:
+        """``text`` as this file's bytes; a character its encoding cannot hold is a one-line error."""
+        if self.crlf:
+            text = text.replace("\n", "\r\n")
+        try:
+            return self.bom + text.encode(self.encoding)
+        except UnicodeEncodeError as err:
+            raise NmtError(
+                f"{self.path}: the translation holds '{err.object[err.start : err.end]}', which {self.encoding} "
+                "cannot encode; convert the file to UTF-8 (and its charset declaration) first"
+            ) from None
+
+    def write(self, output: Path | None, text: str) -> None:
+        """Write ``text`` like this file to ``output`` (atomically), or to stdout."""
+        data = self.encode(text)
+        if output is None:
+            import sys
+
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+            return
+        with atomic_open(output, "wb") as handle:
+            handle.write(data)
