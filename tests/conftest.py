@@ -182,3 +182,42 @@ def overfit(tmp_path_factory: pytest.TempPathFactory, multi30k: Path):
     prepare(recipe, log=lambda _m: None, progress=False)
     train(recipe, log=lambda _m: None)
     return recipe.run_dir, src, tgt
+
+
+def start_server(model: Path, *args: str) -> tuple:
+    """``nmt serve -m MODEL ARGS`` in its own process on a free loopback port, once it answers /health:
+    (process, url, log lines, the thread that reads them; a full pipe would stop the server)."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nmt_cli", "serve", "-m", str(model), "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    log: list[str] = []
+    reader = threading.Thread(target=lambda: log.extend(process.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while True:
+        if process.poll() is not None:
+            reader.join(10)
+            raise AssertionError(f"the server exited: {''.join(log)}")
+        try:
+            if urllib.request.urlopen(url + "/health", timeout=5).status == 200:
+                return process, url, log, reader
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("the server did not start")
+        time.sleep(0.05)

@@ -304,31 +304,19 @@ def translate(model: Path, source: Path, output: Path | None, *extra: str, **kw)
     return nmt("translate", "-m", str(model), "-i", str(source), *out, "--chunk-lines", "40", "--beam", "3", *extra, **kw)
 
 
+def start_translation(model: Path, source: Path, output: Path) -> subprocess.Popen:
+    """``translate`` (below) as a process to signal while it runs."""
+    cmd = [sys.executable, "-m", "nmt_cli", "translate", "-m", str(model), "-i", str(source), "-o", str(output)]
+    return subprocess.Popen(
+        [*cmd, "--chunk-lines", "40", "--beam", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+
+
 def test_killed_translation_resumes_to_the_same_bytes(model_and_input, tmp_path):
     model, source, whole = model_and_input
     output = tmp_path / "out.de"
     record = tmp_path / "out.de.partial.json"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nmt_cli",
-            "translate",
-            "-m",
-            str(model),
-            "-i",
-            str(source),
-            "-o",
-            str(output),
-            "--chunk-lines",
-            "40",
-            "--beam",
-            "3",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_translation(model, source, output)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if record.exists() and json.loads(record.read_text() or "{}").get("lines", 0) > 0:
@@ -349,27 +337,7 @@ def test_killed_translation_resumes_to_the_same_bytes(model_and_input, tmp_path)
 def test_sigterm_keeps_the_progress_and_says_so(model_and_input, tmp_path):
     model, source, _ = model_and_input
     output = tmp_path / "out.de"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nmt_cli",
-            "translate",
-            "-m",
-            str(model),
-            "-i",
-            str(source),
-            "-o",
-            str(output),
-            "--chunk-lines",
-            "40",
-            "--beam",
-            "3",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_translation(model, source, output)
     record = tmp_path / "out.de.partial.json"
     deadline = time.monotonic() + 120
     while not record.exists() and time.monotonic() < deadline:

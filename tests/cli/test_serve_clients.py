@@ -13,14 +13,10 @@ import asyncio
 import json
 import random
 import socket
-import subprocess
-import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
+from conftest import start_server
 
 httpx = pytest.importorskip("httpx")
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="libretranslatepy is in the dev extra")
@@ -30,49 +26,9 @@ pytest.importorskip("fastapi", reason="nmt serve needs the serve extra")
 
 @pytest.fixture(scope="module")
 def server(overfit):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nmt_cli",
-            "serve",
-            "-m",
-            str(overfit[0]),
-            "--port",
-            str(port),
-            "--threads",
-            "1",
-            "--max-sentences",
-            "16",
-            "--max-body-bytes",
-            "20000",
-            "--log-level",
-            "info",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process, url, log, reader = start_server(
+        overfit[0], "--threads", "1", "--max-sentences", "16", "--max-body-bytes", "20000", "--log-level", "info"
     )
-    url = f"http://127.0.0.1:{port}"
-    log: list[str] = []  # read all along: a full pipe would stop the server at its next log line
-    reader = threading.Thread(target=lambda: log.extend(process.stdout), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    while True:
-        if process.poll() is not None:
-            reader.join(10)
-            raise AssertionError(f"the server exited: {''.join(log)}")
-        try:
-            if urllib.request.urlopen(url + "/health", timeout=5).status == 200:
-                break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError("the server did not start")
-        time.sleep(0.1)
     yield process, url, log, reader
     process.terminate()
     process.wait(60)

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import start_server
 
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batches import pad_rows
@@ -212,12 +213,6 @@ def test_models_health_metrics_and_page(client, loaded):
 # --------------------------------------------------------------------------- a real server process
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def post(url, payload, timeout=120):
     request = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as answer:
@@ -243,39 +238,7 @@ def wait_for(condition, what, timeout=120):
 @pytest.fixture()
 def server(overfit):
     """`nmt serve` in its own process, with a small token budget so long requests take many steps."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nmt_cli",
-            "serve",
-            "-m",
-            str(overfit[0]),
-            "--port",
-            str(port),
-            "--threads",
-            "1",
-            "--batch-tokens",
-            "40",
-            "--log-level",
-            "warning",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        if process.poll() is not None:
-            raise AssertionError(f"the server exited: {process.stdout.read()}")
-        try:
-            return urllib.request.urlopen(url + "/health", timeout=5).status == 200
-        except (urllib.error.URLError, ConnectionError):
-            return False
-
-    wait_for(up, "the server to start")
+    process, url, _, _ = start_server(overfit[0], "--threads", "1", "--batch-tokens", "40", "--log-level", "warning")
     yield process, url
     if process.poll() is None:
         process.kill()
