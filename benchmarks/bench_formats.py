@@ -56,8 +56,19 @@ def main() -> None:
         source, output = (work / "app.pot", work / "de.po") if kind == "po" else (work / "app.en", work / "app.de")
         started = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "nmt_cli", "translate", "-m", args.model, "-i", str(source), "-o", str(output),
-             "--no-progress"],
+            [
+                sys.executable,
+                "-m",
+                "nmt_cli",
+                "translate",
+                "-m",
+                args.model,
+                "-i",
+                str(source),
+                "-o",
+                str(output),
+                "--no-progress",
+            ],
             check=True,
             capture_output=True,
         )

@@ -69,7 +69,8 @@ def _insert(text: str, token: str, where: float) -> str:
     if not text:
         return token
     goal = round(where * len(text))
-    spaces = [0, *(i for i, ch in enumerate(text) if ch == " "), len(text)]
+    inside = {i for match in PLACEHOLDER.finditer(text) for i in range(match.start(), match.end())}
+    spaces = [0, *(i for i, ch in enumerate(text) if ch == " " and i not in inside), len(text)]
     cut = min(spaces, key=lambda i: abs(i - goal))
     if cut == 0:
         return f"{token} {text}"

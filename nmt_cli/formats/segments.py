@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from .placeholders import repair
+from .placeholders import PLACEHOLDER, repair
 
 # Sentences in, translations out, in order (a Translator's best hypotheses).
 TranslateSentences = Callable[[list[str]], list[str]]
@@ -30,7 +30,17 @@ def split_sentences(line: str, language: str) -> list[str]:
     except ImportError:
         return [line]
     pieces = list(segment(language, line))
-    return pieces if "".join(pieces) == line else [line]
+    if "".join(pieces) != line:
+        return [line]
+    # The splitter knows abbreviations, not printf: "%.*s" would be cut after "%." Never cut inside a placeholder.
+    inside = {i for match in PLACEHOLDER.finditer(line) for i in range(match.start() + 1, match.end())}
+    cuts, at = [0], 0
+    for piece in pieces[:-1]:
+        at += len(piece)
+        if at not in inside:
+            cuts.append(at)
+    cuts.append(len(line))
+    return [line[start:end] for start, end in zip(cuts, cuts[1:])]
 
 
 def translate_texts(texts: Sequence[str], translate: TranslateSentences, source_language: str) -> list[str]:

@@ -162,6 +162,9 @@ def test_placeholders_are_kept_exactly_whatever_the_model_does():
     assert repair("Open %s now", "Jetzt öffnen") == "Jetzt %s öffnen"
     assert repair("Open %s", "Öffne %s %s {0}") == "Öffne %s"
     assert Counter(placeholders(repair("%s: %d", "nichts"))) == Counter(["%s", "%d"])
+    # never inside another placeholder (a tag with a space in it)
+    repaired = repair("%s <disk device> <partition number>", "%s")
+    assert Counter(placeholders(repaired)) == Counter(["%s", "<disk device>", "<partition number>"])
 
 
 def test_texts_keep_lines_spacing_and_sentences(tmp_path):
@@ -179,3 +182,13 @@ def test_texts_keep_lines_spacing_and_sentences(tmp_path):
     po.write_text('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\nmsgid "Hello %s."\nmsgstr ""\n')
     assert translate_file(po, tmp_path / "x.po", shout, "en", "de") == 1
     assert 'msgstr "HELLO %s."' in (tmp_path / "x.po").read_text()
+
+
+def test_sentences_are_never_cut_inside_a_placeholder():
+    from nmt_cli.formats.segments import split_sentences
+
+    assert split_sentences("%.*s is in index", "en") == ["%.*s is in index"]
+    assert split_sentences("Stopped at %s... %.*s. Next one.", "en") == ["Stopped at %s... ", "%.*s. ", "Next one."]
+    line = "Use <disk device. partition> here. Then go."
+    assert "".join(split_sentences(line, "en")) == line
+    assert all(piece.count("<") == piece.count(">") for piece in split_sentences(line, "en"))
