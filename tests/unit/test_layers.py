@@ -1,7 +1,7 @@
 """The import layers of docs/architecture.md: every import between two parts of the package goes down.
 
 cli -> commands -> pipeline -> train / export / serve / attention_figure -> decode -> data / model /
-score / curves -> config -> utils -> errors -> version. Imports inside functions count too.
+score / curves / formats -> config -> utils -> errors -> version. Imports inside functions count too.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ LAYER = {
     "model": 3,
     "score": 3,
     "curves": 3,
+    "formats": 3,
     "config": 2,
     "utils": 1.5,
     "errors": 1,
