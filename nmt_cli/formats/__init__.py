@@ -43,14 +43,43 @@ def translate_file(
     """Translate the file at ``path`` into ``output`` (stdout when None) in its own format; returns the number
     of entries (or segments) translated. The input is only read; the output is written atomically."""
     chosen = format_for(path, file_format)
+    if chosen == LINES:
+        raise NmtError(f"{path}: {chosen} files are translated line by line; call nmt translate without --file-format")
+    data, count = translate_bytes(
+        path.read_bytes(), path, translate, source_language, target_language, chosen, fuzzy, retranslate
+    )
+    TextFile.write_bytes(output, data)
+    return count
+
+
+def translate_bytes(
+    data: bytes,
+    name: Path,
+    translate: TranslateSentences,
+    source_language: str,
+    target_language: str,
+    file_format: str | None = None,
+    fuzzy: bool = True,
+    retranslate: bool = False,
+) -> tuple[bytes, int]:
+    """A document's bytes translated in its format (chosen by ``name``'s extension unless given), as bytes in
+    the input's encoding and line ends, and the number of entries translated (the server's /translate_file)."""
+    chosen = format_for(name, file_format)
     if chosen == "po":
         from .gettext import declared_charset, translate_po
 
-        source = TextFile.read(path, declared_charset)
+        source = TextFile.decode(data, name, declared_charset)
         text, count = translate_po(source, translate, source_language, target_language, fuzzy, retranslate)
-        source.write(output, text)
-        return count
-    raise NmtError(f"{path}: {chosen} files are translated line by line; call nmt translate without --file-format")
+        return source.encode(text), count
+    raise NmtError(f"{name}: not a document format nmt reads; documents: {', '.join(sorted(EXTENSIONS))}")
 
 
-__all__ = ["FORMATS", "TranslateSentences", "format_for", "translate_file", "translate_texts"]
+__all__ = [
+    "EXTENSIONS",
+    "FORMATS",
+    "TranslateSentences",
+    "format_for",
+    "translate_bytes",
+    "translate_file",
+    "translate_texts",
+]

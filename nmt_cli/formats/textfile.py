@@ -37,7 +37,11 @@ class TextFile:
 
     @staticmethod
     def read(path: Path, declared: Callable[[bytes], str | None] = lambda _data: None) -> TextFile:
-        data = path.read_bytes()
+        return TextFile.decode(path.read_bytes(), path, declared)
+
+    @staticmethod
+    def decode(data: bytes, path: Path, declared: Callable[[bytes], str | None] = lambda _data: None) -> TextFile:
+        """``data`` (the bytes of a file named ``path``) as text; errors name ``path``."""
         bom, encoding = next(((mark, name) for mark, name in BOMS if data.startswith(mark)), (b"", ""))
         encoding = encoding or declared(data) or "utf-8"
         try:
@@ -64,7 +68,11 @@ class TextFile:
 
     def write(self, output: Path | None, text: str) -> None:
         """Write ``text`` like this file to ``output`` (atomically), or to stdout."""
-        data = self.encode(text)
+        TextFile.write_bytes(output, self.encode(text))
+
+    @staticmethod
+    def write_bytes(output: Path | None, data: bytes) -> None:
+        """``data`` to ``output`` (atomically), or to stdout."""
         if output is None:
             import sys
 

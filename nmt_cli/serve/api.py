@@ -14,23 +14,31 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from ..decode.search import Hypothesis
+from ..errors import NmtError
+from ..formats import EXTENSIONS, translate_bytes
 from .body import read_fields
 from .languages import LanguageDetector, language_name
 from .loop import Job, QueueFull, ShuttingDown
 from .metrics import ServerMetrics
-from .requests import BadRequest, Limits, ServedModel, TranslationRequest, parse_request
+from .requests import BadRequest, Limits, ServedModel, TranslationRequest, parse_request, pick_model, shown
 
 log = logging.getLogger("nmt.serve")
 # Paths counted under their own name in nmt_http_responses_total; any other is "other" (bounded labels).
@@ -80,7 +88,8 @@ class CountResponses:
             await self.app(scope, receive, counted)
         finally:
             path = scope.get("path", "")
-            self.metrics.responses.labels(path if path in ROUTES else "other", str(status)).inc()
+            route = next((r for r in ROUTES if path == r or (r != "/" and path.startswith(r + "/"))), "other")
+            self.metrics.responses.labels(route, str(status)).inc()
 
 
 @dataclass
@@ -149,8 +158,8 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
             "apiKeys": False,
             "keyRequired": False,
             "suggestions": False,
-            "filesTranslation": False,
-            "supportedFilesFormat": [],
+            "filesTranslation": True,
+            "supportedFilesFormat": sorted(EXTENSIONS),
             "language": {
                 "source": {"code": first.source, "name": language_name(first.source)},
                 "target": {"code": first.target, "name": language_name(first.target)},
@@ -176,11 +185,45 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
             log.info("a client went away before its /detect request was read")
             return Response(status_code=499)
 
+    translated_files = TranslatedFiles()
+
     @app.post("/translate_file")
-    async def translate_file() -> Response:
-        return SafeJSONResponse(
-            {"error": "file translation is not available on this server yet; send the text to POST /translate"},
-            status_code=501,
+    async def translate_file(request: Request) -> Response:
+        """LibreTranslate's: a multipart ``file`` (gettext .po/.pot so far), answered with the URL of its
+        translation; the sentences go through the model's decoding loop like any request's."""
+        try:
+            fields, _ = await read_fields(request, limits.max_body_bytes)
+            upload = fields.get("file")
+            if not isinstance(upload, UploadFile):
+                raise BadRequest(400, 'send the document as the multipart field "file"')
+            name = Path(upload.filename or "file").name
+            if Path(name).suffix.lower() not in EXTENSIONS:
+                formats = ", ".join(sorted(EXTENSIONS))
+                raise BadRequest(400, f"{shown(name)}: not a document format this server translates ({formats})")
+            model, _ = pick_model({k: v for k, v in fields.items() if k in ("source", "target")}, models, [], None)
+            data = await upload.read()
+            sentences = _sentences_through_loop(model)
+            try:
+                translated, _ = await asyncio.to_thread(
+                    translate_bytes, data, Path(name), sentences, model.source, model.target
+                )
+            except NmtError as err:
+                raise BadRequest(400, str(err)) from None
+            token = translated_files.keep(name, translated)
+            return SafeJSONResponse({"translatedFileUrl": f"{request.base_url}download_file/{token}/{name}"})
+        except BadRequest as err:
+            return SafeJSONResponse({"error": err.message}, status_code=err.status)
+        except ClientDisconnect:
+            log.info("a client went away before its file was read")
+            return Response(status_code=499)
+
+    @app.get("/download_file/{token}/{name}")
+    async def download_file(token: str, name: str) -> Response:
+        found = translated_files.get(token, name)
+        if found is None:
+            return SafeJSONResponse({"error": "no such translated file (they are kept for the last 100)"}, status_code=404)
+        return Response(
+            found, media_type="application/octet-stream", headers={"Content-Disposition": f'attachment; filename="{name}"'}
         )
 
     @app.post("/suggest")
@@ -258,6 +301,62 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
         for i, hyps in zip(todo, job.results):
             results_flat[i] = hyps
     return Decoded(lines, _regroup(results_flat, lines), _regroup(truncated_flat, lines))
+
+
+class TranslatedFiles:
+    """The last translated documents, by an unguessable token, for /download_file (kept in memory)."""
+
+    def __init__(self, keep: int = 100) -> None:
+        self.files: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self.limit = keep
+
+    def keep(self, name: str, data: bytes) -> str:
+        token = secrets.token_urlsafe(16)
+        self.files[token] = (name, data)
+        while len(self.files) > self.limit:
+            self.files.popitem(last=False)
+        return token
+
+    def get(self, token: str, name: str) -> bytes | None:
+        found = self.files.get(token)
+        return found[1] if found is not None and found[0] == name else None
+
+
+def _sentences_through_loop(model: ServedModel, block: int = 64):
+    """A sentences -> translations function for a document (run in a worker thread): the sentences join the
+    model's running batch in blocks, as requests' lines do, so a file never holds the queue alone."""
+    loaded, max_src = model.loaded, model.loaded.recipe.model.max_positions - 1
+
+    def translate(sentences: list[str]) -> list[str]:
+        out: list[str] = []
+        for start in range(0, len(sentences), block):
+            encoded = [ids[:max_src] for ids in loaded.src_vocab.encode(sentences[start : start + block], out_type=int)]
+            todo = [i for i, ids in enumerate(encoded) if ids]  # a sentence of no pieces has no translation
+            finished = threading.Event()
+            job = Job([encoded[i] for i in todo], loaded.recipe.decode, 1, on_done=_setter(finished))
+            while todo:
+                try:
+                    model.loop.submit(job)
+                    break
+                except QueueFull:
+                    time.sleep(0.05)  # the queue is full of requests: wait for room
+                except ShuttingDown as err:
+                    raise NmtError(str(err)) from None
+            if todo:
+                finished.wait()
+            if job.error:
+                raise NmtError(job.error)
+            texts = [""] * len(encoded)
+            for i, hyps in zip(todo, job.results):
+                texts[i] = loaded.tgt_vocab.decode(hyps[0].tokens) if hyps else ""
+            out += texts
+        return out
+
+    return translate
+
+
+def _setter(event: threading.Event) -> Callable[[Job], None]:
+    return lambda _job: event.set()
 
 
 def _resolve_from_thread(loop: asyncio.AbstractEventLoop, future: asyncio.Future, job: Job) -> None:

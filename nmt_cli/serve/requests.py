@@ -89,8 +89,8 @@ def parse_request(
     if not any(text.strip() for text in texts):
         raise BadRequest(400, "the text is empty")
     if fields.get("format", "text") != "text":
-        raise BadRequest(400, f'format "{_shown(fields["format"])}" is not supported; use "text"')
-    model, detected = _model(fields, models, texts, detector)
+        raise BadRequest(400, f'format "{shown(fields["format"])}" is not supported; use "text"')
+    model, detected = pick_model(fields, models, texts, detector)
     defaults = model.loaded.recipe.decode
     if libre:
         alternatives = _integer(fields, "alternatives", 0, 0, limits.max_beam - 1, from_form)
@@ -103,7 +103,7 @@ def parse_request(
         alpha = _number(fields, "alpha", defaults.alpha, 0.0, 10.0, from_form)
     config = replace(defaults, beam=beam, alpha=alpha, sampling=False)
     ignored = sorted(set(fields) - (LIBRE_FIELDS if libre else OUR_FIELDS))
-    return TranslationRequest(texts, single, libre, model, config, nbest, detected, [_shown(k) for k in ignored])
+    return TranslationRequest(texts, single, libre, model, config, nbest, detected, [shown(k) for k in ignored])
 
 
 class Detector(Protocol):
@@ -132,7 +132,7 @@ def _texts(value: Any, name: str) -> tuple[list[str], bool]:
     return [replace_control_characters(text) for text in texts], single
 
 
-def _model(
+def pick_model(
     fields: dict[str, Any], models: list[ServedModel], texts: list[str], detector: Detector | None
 ) -> tuple[ServedModel, tuple[str, float] | None]:
     """The model named by "model", or by "source"/"target" ("auto" or none: detected, or the only one
@@ -141,7 +141,7 @@ def _model(
         for model in models:
             if model.name == fields["model"]:
                 return model, None
-        raise BadRequest(400, f'no model "{_shown(fields["model"])}"; GET /models lists them')
+        raise BadRequest(400, f'no model "{shown(fields["model"])}"; GET /models lists them')
     source, target = fields.get("source", "auto"), fields.get("target")
     detected = None
     if source == "auto" and detector is not None and not detector.unavailable:
@@ -155,7 +155,7 @@ def _model(
         return fits[0], detected
     pairs = ", ".join(f"{m.source}-{m.target}" for m in models)
     if not fits:
-        wanted = f"{_shown(source)} to {_shown(target) if target is not None else 'any language'}"
+        wanted = f"{shown(source)} to {shown(target) if target is not None else 'any language'}"
         raise BadRequest(400, f"no model translates {wanted}; this server has {pairs}")
     raise BadRequest(400, f"several models fit ({pairs}); name the source and target languages")
 
@@ -184,7 +184,7 @@ def _number(fields: dict[str, Any], name: str, default: float, low: float, high:
     return float(value)
 
 
-def _shown(value: Any, limit: int = 40) -> str:
+def shown(value: Any, limit: int = 40) -> str:
     """A client's value as an error message may quote it: printable, short, no lone surrogates."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)[:limit]
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -10,6 +10,7 @@ structured-hostile JSON, form and multipart bodies: no answer is a 5xx, the serv
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import random
 import socket
@@ -22,6 +23,7 @@ httpx = pytest.importorskip("httpx")
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="libretranslatepy is in the dev extra")
 libretranslate_aio = pytest.importorskip("libretranslate_aio", reason="libretranslate-aio is in the dev extra")
 pytest.importorskip("fastapi", reason="nmt serve needs the serve extra")
+polib = pytest.importorskip("polib", reason="polib is in the files extra")
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +71,24 @@ def test_libretranslate_aio_sync_and_async_clients(server, expected):
         assert client.detect(lines[1])[0].language == "en"
         assert [(lang.code, lang.name, lang.targets) for lang in client.languages()] == [("en", "English", ["de"])]
         settings = client.frontend_settings()
+        assert settings.supported_files_format == [".po", ".pot"]
         assert (settings.language.source.name, settings.language.target.name) == ("English", "German")
         assert not settings.key_required and client.health()
-        with pytest.raises(libretranslate_aio.LibreTranslateError, match="not available on this server yet") as raised:
-            client.translate_file(__import__("io").BytesIO(b"A dog."), "en", "de")
-        assert raised.value.status_code == 501
+        catalogue = (
+            'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+            f'#, c-format\nmsgid "%s: {lines[0]}"\nmsgstr ""\n'
+        )
+        upload = io.BytesIO(catalogue.encode())
+        upload.name = "messages.po"  # the client sends the file object's name as the file name
+        download = client.translate_file(upload, "en", "de").translated_file_url
+        assert download.startswith(url + "/download_file/") and download.endswith("/messages.po")
+        translated = polib.pofile(httpx.get(download, timeout=60).text)
+        assert translated.metadata["Language"] == "de"
+        (entry,) = translated
+        assert entry.msgstr.count("%s") == 1 and len(entry.msgstr) > 10 and entry.flags[0] == "fuzzy"
+        with pytest.raises(libretranslate_aio.LibreTranslateError, match="not a document format") as raised:
+            client.translate_file(io.BytesIO(b"<html></html>"), "en", "de")
+        assert raised.value.status_code == 400
 
     async def run() -> str:
         async with libretranslate_aio.AsyncLibreTranslate(url) as client:
@@ -109,6 +124,12 @@ def _hostile_bodies(rng: random.Random, line: str) -> list[tuple[str, bytes | di
         ("text/plain", line.encode(), "/translate"),
         ("", b"", "/translate"),
         ("", b"", "/detect"),
+        (
+            "multipart/form-data; boundary=zz",
+            b'--zz\r\nContent-Disposition: form-data; name="file"; filename="a.po"\r\n\r\nmsgid "x\r\n--zz--\r\n',
+            "/translate_file",
+        ),
+        ("application/json", b'{"file": "a.po"}', "/translate_file"),
     ]
     alphabet = [
         b"{",
@@ -159,7 +180,7 @@ def _hostile_bodies(rng: random.Random, line: str) -> list[tuple[str, bytes | di
             cases.append(("application/json", json.dumps(body_fields).encode(), "/translate"))
         else:
             form = {k: v if isinstance(v, str) else json.dumps(v) for k, v in body_fields.items()}
-            cases.append(("form", form, rng.choice(["/translate", "/detect"])))
+            cases.append(("form", form, rng.choice(["/translate", "/detect", "/translate_file"])))
     return cases
 
 
