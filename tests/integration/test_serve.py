@@ -395,3 +395,29 @@ def test_web_page_keeps_lines_and_shows_source_and_target_side_by_side(server, l
     assert target_box["x"] > source_box["x"] + source_box["width"] / 2  # beside it, not below
     assert abs(target_box["y"] - source_box["y"]) < 5
     assert pair.startswith("English → German") and copy_button
+
+
+def test_web_page_translates_an_uploaded_catalogue(server, overfit, tmp_path):
+    polib = pytest.importorskip("polib", reason="polib is in the files extra")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, url = server
+    _, src, _ = overfit
+    catalogue = tmp_path / "app.pot"
+    catalogue.write_text(f'msgid ""\nmsgstr ""\n\n#, c-format\nmsgid "%s {src[1]}"\nmsgstr ""\n', encoding="utf-8")
+    browser = browser_or_skip()
+    try:
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#pair option"))
+        browser.find_element(By.ID, "file").send_keys(str(catalogue))
+        browser.find_element(By.ID, "translate-file").click()
+        wait.until(lambda b: b.find_element(By.ID, "download").is_displayed())
+        link = browser.find_element(By.ID, "download").get_attribute("href")
+    finally:
+        browser.quit()
+    with urllib.request.urlopen(link, timeout=60) as answer:
+        translated = polib.pofile(answer.read().decode("utf-8"))
+    (entry,) = translated
+    assert translated.metadata["Language"] == "de" and entry.msgstr.count("%s") == 1 and "fuzzy" in entry.flags
