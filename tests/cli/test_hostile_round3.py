@@ -167,16 +167,16 @@ def test_absurd_decoding_numbers_are_refused_before_loading(overfit):
 
 def test_thread_counts_far_above_the_machine_are_refused_in_one_line(overfit, prepared, tmp_path):
     too_many = str(PER_CORE_LIMIT * cores() + 1)
-    translate = nmt("translate", "-m", str(overfit[0]), "--threads", too_many, stdin="A dog.\n")
+    translate = invoke("translate", "-m", str(overfit[0]), "--threads", too_many)
     assert translate.returncode == 1 and f"--threads {too_many}: this machine gives this process" in one_error(translate)
-    serve = nmt("serve", "-m", str(overfit[0]), "--threads", too_many, "--port", "0")
+    serve = invoke("serve", "-m", str(overfit[0]), "--threads", too_many, "--port", "0")
     assert serve.returncode == 1 and "--threads" in one_error(serve)
     run = tmp_path / "run"
     recipe = str(prepared.run_dir.parent / "tiny.yaml")
-    train = nmt("train", recipe, "--set", f"train.dir={run}", "--set", f"train.threads={too_many}")
+    train = invoke("train", recipe, "--set", f"train.dir={run}", "--set", f"train.threads={too_many}")
     assert train.returncode == 1 and "train.threads" in one_error(train)
     assert not run.exists()  # refused before the run folder and its lock
-    launch = nmt("train", recipe, "--set", f"train.dir={run}", "--nproc", too_many)
+    launch = invoke("train", recipe, "--set", f"train.dir={run}", "--nproc", too_many)
     assert launch.returncode == 1 and "--nproc" in one_error(launch) and not run.exists()
 
 
@@ -192,26 +192,26 @@ def test_average_refuses_other_vocabularies_and_one_file_twice(overfit, tmp_path
         foreign, {**payload, "vocab": {**payload["vocab"], "tgt": payload["vocab"]["tgt"] + b"\0"}}, kind="training"
     )
     out = tmp_path / "avg.pt"
-    mixed = nmt("average", str(first), str(foreign), "-o", str(out))
+    mixed = invoke("average", str(first), str(foreign), "-o", str(out))
     assert mixed.returncode == 1 and "tgt vocabulary" in one_error(mixed) and not out.exists()
 
-    twice = nmt("average", str(first), str(first.parent / ".." / "checkpoints" / first.name), "-o", str(out))
+    twice = invoke("average", str(first), str(first.parent / ".." / "checkpoints" / first.name), "-o", str(out))
     assert twice.returncode == 1 and "given twice" in one_error(twice) and not out.exists()
     link = tmp_path / "link.pt"
     os.link(first, link)
-    linked = nmt("average", str(first), str(link), "-o", str(out))
+    linked = invoke("average", str(first), str(link), "-o", str(out))
     assert linked.returncode == 1 and "given twice" in one_error(linked)
-    assert nmt("average", str(first), str(second), "-o", str(out)).returncode == 0
+    assert invoke("average", str(first), str(second), "-o", str(out)).returncode == 0
 
 
 def test_every_hint_of_average_names_a_file_the_same_command_accepts(overfit, tmp_path):
     run = overfit[0]
     inputs = [str(p) for p in checkpoint.step_checkpoints(run)[-2:]]
     for output in (run / "checkpoints" / "avg.pt", Path(inputs[0]), run / "checkpoints", tmp_path / "step_00000001.pt"):
-        refused = nmt("average", *inputs, "-o", str(output))
+        refused = invoke("average", *inputs, "-o", str(output))
         message = one_error(refused)
         suggested = message.rsplit("e.g. ", 1)[1].strip()
-        accepted = nmt("average", *inputs, "-o", suggested)
+        accepted = invoke("average", *inputs, "-o", suggested)
         assert accepted.returncode == 0, (message, accepted.stderr)
         Path(suggested).unlink()
 
