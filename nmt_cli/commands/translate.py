@@ -126,6 +126,12 @@ def run(
     retranslate: bool = typer.Option(
         False, "--retranslate", help="gettext: translate entries that already have a translation too."
     ),
+    markup: bool = typer.Option(
+        False,
+        "--markup",
+        help="Each input line is an HTML/XML fragment: its text is translated as one sentence and every tag "
+        "comes back, well-formed, around the words aligned to the words it wrapped.",
+    ),
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
     import torch
@@ -133,7 +139,7 @@ def run(
     from ..config import DecodeConfig
     from ..decode.file_job import Shard
     from ..decode.translator import TranslationStats, Translator, load_ensemble
-    from ..formats import LINES, format_for
+    from ..formats import LINES, format_for, needs_alignment
     from ..utils.allocator import keep_freed_memory
     from ..utils.cpu import check_parallelism
 
@@ -194,6 +200,9 @@ def run(
     chosen_format = format_for(input, file_format)
     if chosen_format != LINES:
         _check_file_format_options(chosen_format, input, nbest, alignments, prefix, shard, sampling)
+    if markup:
+        _check_markup_options(chosen_format, nbest, alignments, prefix)
+    aligned = (markup or needs_alignment(chosen_format)) and engine != "ctranslate2"
     job_shard = _job_shard(shard, input, output)
     launched = "WORLD_SIZE" in os.environ
     threads = threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -228,7 +237,7 @@ def run(
             config,
             target,
             nbest=nbest,
-            alignments=alignments,
+            alignments=alignments or aligned,
             alignment_layer=alignment_layer,
             chunk_lines=chunk_lines,
         )
@@ -249,16 +258,22 @@ def run(
     started = time.perf_counter()
 
     def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
+        if markup:
+            yield from _markup_lines(lines, first, _sentences(results, aligned), chunk_lines)
+            return
         for index, hyps in enumerate(results(lines, first), start=first):
             yield _format(index, hyps, nbest)
 
     if chosen_format != LINES:
         assert input is not None
-        count = _translate_document(input, output, chosen_format, results, languages, fuzzy, retranslate)
+        count = _translate_document(
+            input, output, chosen_format, _sentences(results, aligned), languages, fuzzy, retranslate
+        )
         if show:
             console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
     elif input is not None and (output is not None or job_shard is not None):
         identity = _job_identity(config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines)
+        identity["settings"]["markup"] = markup
         _run_job(input, output, job_shard or Shard(), launched, chunk_lines, identity, texts, restart, show)
     else:
         with _lines(input) as lines, _sink(output) as sink:
@@ -282,12 +297,47 @@ def _check_file_format_options(chosen, input, nbest, alignments, prefix, shard, 
             raise NmtError(f"{flag} applies to line-by-line translation; {input} is translated as a {chosen} file")
 
 
-def _translate_document(input, output, chosen, results, languages, fuzzy, retranslate) -> int:
+def _check_markup_options(chosen, nbest, alignments, prefix) -> None:
+    from ..formats import LINES
+
+    if chosen != LINES:
+        raise NmtError(f"--markup reads lines; a {chosen} file is translated with its markup already")
+    for given, flag in ((nbest > 1, "--nbest"), (alignments, "--alignments"), (prefix is not None, "--prefix")):
+        if given:
+            raise NmtError(f"{flag} does not go with --markup (the alignment places the tags); drop one of them")
+
+
+def _sentences(results, aligned: bool):
+    """This command's engine as ``formats.Sentences``: best translations, with word alignments when ``aligned``."""
+    from ..formats import Sentences
+
+    def translate(lines: list[str]) -> list[str]:
+        return [hyps[0][0] for hyps in results(iter(lines))]
+
+    def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
+        return [(hyps[0][0], _links(hyps[0][2])) for hyps in results(iter(lines))]
+
+    return Sentences(translate, align if aligned else None)
+
+
+def _links(pharaoh: str) -> list[tuple[int, int]]:
+    return [(int(i), int(j)) for i, j in (pair.split("-") for pair in pharaoh.split())]
+
+
+def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int) -> Iterator[str]:
+    """``--markup``: each line a fragment, translated with its tags (``formats/markup.py``), a chunk at a time."""
+    import itertools
+
+    from ..formats.markup import translate_fragments
+
+    while chunk := [line.rstrip("\r\n") for line in itertools.islice(lines, chunk_lines)]:
+        for line in translate_fragments(chunk, sentences, language=None):
+            yield line + "\n"
+
+
+def _translate_document(input, output, chosen, sentences, languages, fuzzy, retranslate) -> int:
     """A document in its own format (``nmt_cli/formats``), its sentences through this command's engine."""
     from ..formats import translate_file
-
-    def sentences(lines: list[str]) -> list[str]:
-        return [hyps[0][0] for hyps in results(iter(lines))]
 
     source_language, target_language = languages
     if not target_language:

@@ -33,6 +33,25 @@ class AttentionMaps:
 @torch.inference_mode()
 def attention_maps(model: Transformer, source: list[int], output: list[int]) -> AttentionMaps:
     """The attention weights of every layer and head for translating ``source`` into ``output`` (ids, no EOS)."""
+    modules = [m for m in model.modules() if isinstance(m, (SelfAttention, CrossAttention))]
+    recorded = _record(model, source, output, modules)
+    return AttentionMaps(
+        [recorded[layer.self_attn].float().cpu() for layer in model.encoder_layers],
+        [recorded[layer.self_attn].float().cpu() for layer in model.decoder_layers],
+        [recorded[layer.cross_attn].float().cpu() for layer in model.decoder_layers],
+    )
+
+
+@torch.inference_mode()
+def cross_attention(model: Transformer, source: list[int], output: list[int], layer: int) -> Tensor:
+    """One decoder layer's cross-attention weights (heads, T, S) for ``source`` -> ``output``: what
+    ``--alignments`` needs, without recomputing the other layers' weights."""
+    module = model.decoder_layers[layer].cross_attn
+    return _record(model, source, output, [module])[module].float().cpu()
+
+
+def _record(model: Transformer, source: list[int], output: list[int], modules: list[Attention]) -> dict[Attention, Tensor]:
+    """The weights each of ``modules`` applies when the model reads ``source`` and ``output`` (teacher forcing)."""
     device = next(model.parameters()).device
     src = torch.tensor([source + [EOS_ID]], device=device)
     tgt_in = torch.tensor([[BOS_ID] + output], device=device)
@@ -45,7 +64,6 @@ def attention_maps(model: Transformer, source: list[int], output: list[int]) -> 
         else:
             recorded[module] = module.attention_map(x, mask, kwargs.get("causal", False))[0]
 
-    modules = [m for m in model.modules() if isinstance(m, (SelfAttention, CrossAttention))]
     hooks = [m.register_forward_hook(record, with_kwargs=True) for m in modules]
     try:
         memory, src_mask = model.encode(src)
@@ -53,11 +71,7 @@ def attention_maps(model: Transformer, source: list[int], output: list[int]) -> 
     finally:
         for hook in hooks:
             hook.remove()
-    return AttentionMaps(
-        [recorded[layer.self_attn].float().cpu() for layer in model.encoder_layers],
-        [recorded[layer.self_attn].float().cpu() for layer in model.decoder_layers],
-        [recorded[layer.cross_attn].float().cpu() for layer in model.decoder_layers],
-    )
+    return recorded
 
 
 def word_starts(pieces: list[str]) -> list[int]:
@@ -98,4 +112,12 @@ def pharaoh(pairs: list[tuple[int, int]]) -> str:
     return " ".join(f"{i}-{j}" for i, j in pairs)
 
 
-__all__ = ["AttentionMaps", "attention_maps", "word_alignment", "word_starts", "alignment_layer", "pharaoh"]
+__all__ = [
+    "AttentionMaps",
+    "attention_maps",
+    "cross_attention",
+    "word_alignment",
+    "word_starts",
+    "alignment_layer",
+    "pharaoh",
+]

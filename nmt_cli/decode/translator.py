@@ -26,7 +26,7 @@ from ..model.transformer import Transformer, build_model
 from ..utils import torchfile
 from ..utils.text import has_control_characters, replace_control_characters
 from .attention_maps import alignment_layer as alignment_layer_of
-from .attention_maps import attention_maps, pharaoh, word_alignment
+from .attention_maps import cross_attention, pharaoh, word_alignment
 from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
 from .sampling import sample
@@ -285,7 +285,7 @@ class Translator:
         if self.align_model is None:
             return text, hyp.score
         assert self.align_layer is not None
-        cross = attention_maps(self.align_model, source, hyp.tokens).cross[self.align_layer]
+        cross = cross_attention(self.align_model, source, hyp.tokens, self.align_layer)
         source_pieces = [self.loaded.src_vocab.IdToPiece(t) for t in source]
         output_pieces = [self.loaded.tgt_vocab.IdToPiece(t) for t in hyp.tokens]
         return text, hyp.score, pharaoh(word_alignment(cross, source_pieces, output_pieces))

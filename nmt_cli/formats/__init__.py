@@ -11,12 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import NmtError
-from .segments import TranslateSentences, translate_texts
+from .segments import Aligned, Sentences, TranslateSentences, as_sentences, translate_texts
 from .textfile import TextFile
 
 LINES = "lines"  # today's behaviour: one output line per input line
 EXTENSIONS = {".po": "po", ".pot": "po"}
 FORMATS = (LINES, "po")
+# Formats whose inline markup is put back through the model's word alignment.
+ALIGNED_FORMATS: frozenset[str] = frozenset()
+
+
+def needs_alignment(file_format: str) -> bool:
+    return file_format in ALIGNED_FORMATS
 
 
 def format_for(path: Path | None, forced: str | None) -> str:
@@ -33,7 +39,7 @@ def format_for(path: Path | None, forced: str | None) -> str:
 def translate_file(
     path: Path,
     output: Path | None,
-    translate: TranslateSentences,
+    translate: TranslateSentences | Sentences,
     source_language: str,
     target_language: str,
     file_format: str | None = None,
@@ -55,7 +61,7 @@ def translate_file(
 def translate_bytes(
     data: bytes,
     name: Path,
-    translate: TranslateSentences,
+    translate: TranslateSentences | Sentences,
     source_language: str,
     target_language: str,
     file_format: str | None = None,
@@ -75,7 +81,11 @@ def translate_bytes(
 
 
 __all__ = [
+    "Aligned",
     "EXTENSIONS",
+    "Sentences",
+    "as_sentences",
+    "needs_alignment",
     "FORMATS",
     "TranslateSentences",
     "format_for",

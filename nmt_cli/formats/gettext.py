@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 
 from ..errors import NmtError
 from ..version import __version__
-from .segments import TranslateSentences, translate_texts
+from .segments import Sentences, TranslateSentences, translate_texts
 from .textfile import TextFile
 
 FUZZY = "fuzzy"
@@ -88,7 +88,7 @@ def _same_language(a: str, b: str) -> bool:
 
 def translate_po(
     source: TextFile,
-    translate: TranslateSentences,
+    translate: TranslateSentences | Sentences,
     source_language: str,
     target_language: str,
     fuzzy: bool = True,

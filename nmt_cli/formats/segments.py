@@ -12,11 +12,42 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .placeholders import PLACEHOLDER, repair
 
 # Sentences in, translations out, in order (a Translator's best hypotheses).
 TranslateSentences = Callable[[list[str]], list[str]]
+# A translation and its word alignment: (source word, target word) pairs, words as runs of non-space.
+Aligned = tuple[str, list[tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class Sentences:
+    """What a format needs from a translator: sentences translated, and, for markup, word-aligned.
+
+    ``align`` is the model's alignment (``nmt translate --alignments``); an engine without one (CTranslate2)
+    leaves it None and tags follow a monotone alignment: word i of n goes with word i*m/n of m."""
+
+    translate: TranslateSentences
+    align: Callable[[list[str]], list[Aligned]] | None = None
+
+    def aligned(self, sentences: list[str]) -> list[Aligned]:
+        if self.align is not None:
+            return self.align(sentences)
+        return [(t, monotone(len(s.split()), len(t.split()))) for s, t in zip(sentences, self.translate(sentences))]
+
+
+def monotone(n_source: int, n_target: int) -> list[tuple[int, int]]:
+    """Each target word linked to the source word at the same relative place."""
+    if not n_source:
+        return []
+    return [(min(n_source - 1, j * n_source // max(n_target, 1)), j) for j in range(n_target)]
+
+
+def as_sentences(translate: TranslateSentences | Sentences) -> Sentences:
+    return translate if isinstance(translate, Sentences) else Sentences(translate)
+
 
 _SPACE_AROUND = re.compile(r"^(\s*)(.*?)(\s*)$", re.DOTALL)
 
@@ -43,8 +74,9 @@ def split_sentences(line: str, language: str) -> list[str]:
     return [line[start:end] for start, end in zip(cuts, cuts[1:])]
 
 
-def translate_texts(texts: Sequence[str], translate: TranslateSentences, source_language: str) -> list[str]:
+def translate_texts(texts: Sequence[str], translate: TranslateSentences | Sentences, source_language: str) -> list[str]:
     """Each text translated sentence by sentence, with its line breaks, spacing and placeholders kept."""
+    translate = as_sentences(translate).translate
     plans: list[list[list[tuple[str, str, str]]]] = []  # per text, per line, per sentence: (before, core, after)
     cores: list[str] = []
     for text in texts:

@@ -1,0 +1,587 @@
+"""Inline markup: a fragment's tags taken off, its text translated as plain sentences, the tags put back.
+
+This is how Bergamot (Firefox's translator) handles HTML, with one difference that matters to users:
+every element comes back exactly once, well-formed, with the same parent, so the output has the
+source's tag tree (Bergamot may split one tag over two places, or put one inside a word).
+
+1. ``parse``: the fragment (an HTML or XML snippet) becomes its plain text (entities decoded) and a tree
+   of elements, each covering a range of that text. Elements whose content must not be translated
+   (``<code>``, ``translate="no"``, XLIFF's inline codes...) are *opaque*: the model sees their text, the
+   output gets their original markup back in its place.
+2. The plain text is cut into sentences where no element runs across the cut, and each sentence is
+   translated with its word alignment (source word -> target word, from the model's cross-attention).
+3. ``project``: each element gets a contiguous range of target words inside its parent's range. The
+   children of one element are laid out in the order their aligned words suggest, and where the
+   alignment is noisy the range that disagrees with the fewest aligned words wins (a small dynamic
+   programme), so a tag never lands inside a word and never overlaps a sibling. An element with no
+   words (``<br/>``, an empty ``<span>``) stays next to the word it was next to in the source.
+4. ``render``: the target words with the elements' tags around their ranges; characters the source
+   wrote as entities are written as the same entities, ``&``, ``<`` and ``>`` are escaped.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from .placeholders import repair
+from .segments import Aligned, Sentences, TranslateSentences, as_sentences, split_sentences
+
+WORD = re.compile(r"\S+")
+# HTML elements that never have an end tag.
+VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+# HTML elements whose content is code, not prose: kept as written.
+CODE = frozenset("code kbd samp var pre script style math svg".split())
+# Punctuation at the edge of an element's target words goes outside its tags unless the element's source
+# text had it there too: "go <a>home</a>!" -> "nach <a>Hause</a>!", not "nach <a>Hause!</a>".
+TRAILING_PUNCTUATION = re.compile(r"[.,;:!?\u2026)\]}\"'\u00bb\u201d\u2019\u300d\u300f\u3002\u3001\uff01\uff1f]+$")
+LEADING_PUNCTUATION = re.compile(r"^[(\[{\"'\u00ab\u201c\u2018\u300c\u300e\u00bf\u00a1]+")
+ENTITY_AT_END = re.compile(r"&#?\w+;$")
+# Elements that stand for a break between words: the text on either side is not one word.
+BREAKS = frozenset("br hr".split())
+
+
+@dataclass
+class Element:
+    """A tag pair (or a lone tag) and the plain-text range it covers, ``start`` to ``end``."""
+
+    name: str
+    open: str  # the start tag as written ('' for the root)
+    close: str  # the end tag as written ('' when the source had none)
+    start: int = 0
+    end: int = 0
+    opaque: str | None = None  # the original markup of an element kept as written (its tags included)
+    children: list[Element] = field(default_factory=list)
+    glued_left: bool = False  # no space between this element and the text before it
+    glued_right: bool = False  # ... and the text after it
+    # (before, after): the element's source text neither starts (ends) with punctuation
+    punctuation_outside: tuple[bool, bool] = (False, False)
+
+    def walk(self):
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+@dataclass
+class Fragment:
+    """A fragment parsed: its plain text, the element tree over it, and how the source wrote entities."""
+
+    text: str
+    root: Element
+    entities: dict[str, str]  # character -> the entity the source wrote it as
+
+
+class _Parser(HTMLParser):
+    """Events of ``html.parser`` (the standard library's forgiving HTML tokenizer) into an element tree."""
+
+    def __init__(self, source: str, is_opaque: Callable[[str, dict[str, str | None]], bool], xml: bool) -> None:
+        super().__init__(convert_charrefs=False)
+        self.source = source
+        self.is_opaque = is_opaque
+        self.xml = xml
+        self.text: list[str] = []
+        self.length = 0
+        self.root = Element("", "", "")
+        self.stack = [self.root]
+        self.entities: dict[str, str] = {}
+        self.opaque_depth = 0  # > 0 inside an opaque element: its markup is recorded, not parsed into elements
+        self.opaque_raw: list[str] = []
+
+    # -- text ---------------------------------------------------------------------------------------
+    def _add_text(self, text: str, raw: str) -> None:
+        if self.opaque_depth:
+            self.opaque_raw.append(raw)
+        self.text.append(text)
+        self.length += len(text)
+
+    def handle_data(self, data: str) -> None:
+        self._add_text(data, data)
+
+    def handle_entityref(self, name: str) -> None:
+        raw = f"&{name};"
+        char = html.unescape(raw)
+        if char == raw:  # not an entity html knows: keep it as it is
+            self._add_text(raw, raw)
+            return
+        self.entities.setdefault(char, raw)
+        self._add_text(char, raw)
+
+    def handle_charref(self, name: str) -> None:
+        raw = f"&#{name};"
+        char = html.unescape(raw)
+        self.entities.setdefault(char, raw)
+        self._add_text(char, raw)
+
+    # -- tags ---------------------------------------------------------------------------------------
+    def _raw_name(self, raw: str, fallback: str) -> str:
+        match = re.match(r"</?\s*([^\s/>]+)", raw)
+        return match.group(1) if match else fallback
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        raw = self.get_starttag_text() or f"<{tag}>"
+        name = self._raw_name(raw, tag)
+        if self.opaque_depth:
+            self.opaque_raw.append(raw)
+            if (name if self.xml else tag) == self.stack[-1].name:
+                self.opaque_depth += 1
+            return
+        void = not self.xml and tag in VOID
+        element = Element(name if self.xml else tag, raw, "", start=self.length, end=self.length)
+        if tag in BREAKS and not self.xml:
+            self._separate()
+        self.stack[-1].children.append(element)
+        if void:
+            return
+        self.stack.append(element)
+        if self.is_opaque(tag, dict(attrs)):
+            self.opaque_depth = 1
+            self.opaque_raw = [raw]
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        raw = self.get_starttag_text() or f"<{tag}/>"
+        if self.opaque_depth:
+            self.opaque_raw.append(raw)
+            return
+        element = Element(self._raw_name(raw, tag), raw, "", start=self.length, end=self.length)
+        self.stack[-1].children.append(element)
+        if tag in BREAKS and not self.xml:
+            self._separate()
+
+    def handle_endtag(self, tag: str) -> None:
+        names = [e.name.lower() if not self.xml else e.name for e in self.stack[1:]]
+        wanted = tag if not self.xml else None
+        if self.opaque_depth:
+            top = self.stack[-1]
+            raw = f"</{top.name}>" if (top.name.lower() == tag) else f"</{tag}>"
+            self.opaque_raw.append(raw)
+            if top.name.lower() == tag:
+                self.opaque_depth -= 1
+                if not self.opaque_depth:
+                    top.opaque = "".join(self.opaque_raw)
+                    top.close = raw
+                    top.end = self.length
+                    self.stack.pop()
+            return
+        key = wanted if wanted is not None else tag
+        matches = [i for i, name in enumerate(names) if name.lower() == key.lower()]
+        if not matches:  # an end tag nothing opened: kept where it was, as a lone tag
+            self.stack[-1].children.append(Element(tag, f"</{tag}>", "", start=self.length, end=self.length))
+            return
+        depth = matches[-1] + 1
+        while len(self.stack) > depth + 1:  # elements left open inside it end here, as browsers end them
+            self._end(self.stack.pop(), "")
+        element = self.stack.pop()
+        self._end(element, f"</{element.name}>")
+
+    def _end(self, element: Element, close: str) -> None:
+        element.close = close
+        element.end = self.length
+
+    def _separate(self) -> None:
+        """A line break between two words: the plain text gets a space there."""
+        if self.text and not self.text[-1][-1:].isspace():
+            self.text.append(" ")
+            self.length += 1
+
+    def handle_comment(self, data: str) -> None:
+        self._lone(f"<!--{data}-->")
+
+    def handle_decl(self, decl: str) -> None:
+        self._lone(f"<!{decl}>")
+
+    def handle_pi(self, data: str) -> None:
+        self._lone(f"<?{data}>")
+
+    def unknown_decl(self, data: str) -> None:
+        if data.startswith("CDATA["):
+            self._add_text(data[len("CDATA[") :], f"<![{data}]]>")
+            return
+        self._lone(f"<![{data}]>")
+
+    def _lone(self, raw: str) -> None:
+        if self.opaque_depth:
+            self.opaque_raw.append(raw)
+            return
+        self.stack[-1].children.append(Element("", raw, "", start=self.length, end=self.length))
+
+    def finish(self) -> Fragment:
+        self.close()
+        while len(self.stack) > 1:  # left open at the end of the fragment: ends there (no end tag added)
+            element = self.stack.pop()
+            if self.opaque_depth and element.opaque is None:
+                element.opaque = "".join(self.opaque_raw)
+                self.opaque_depth = 0
+            self._end(element, "")
+        self.root.end = self.length
+        text = "".join(self.text)
+        for element in self.root.walk():  # which side of a space each element sits on
+            element.glued_left = element.start > 0 and not text[element.start - 1].isspace()
+            element.glued_right = element.end < len(text) and not text[element.end].isspace()
+            own = text[element.start : element.end].strip()
+            if own:
+                element.punctuation_outside = (not LEADING_PUNCTUATION.search(own), not TRAILING_PUNCTUATION.search(own))
+        return Fragment(text, self.root, self.entities)
+
+
+def html_opaque(tag: str, attrs: dict[str, str | None]) -> bool:
+    """Whether an HTML element's content is kept as written: code, ``translate="no"``, ``class="notranslate"``."""
+    if tag in CODE:
+        return True
+    if (attrs.get("translate") or "").strip().lower() == "no":
+        return True
+    return "notranslate" in (attrs.get("class") or "").split()
+
+
+def parse(source: str, is_opaque=html_opaque, xml: bool = False) -> Fragment:
+    """A fragment's plain text and element tree (see the module's docstring)."""
+    parser = _Parser(source, is_opaque, xml)
+    try:
+        parser.feed(source)
+        return parser.finish()
+    except (AssertionError, ValueError):  # html.parser gives up on some broken declarations ("<![x")
+        # then the fragment is text: translated, and its "<" written as "&lt;"
+        return Fragment(source, Element("", "", "", 0, len(source)), {})
+
+
+# -- sentences ---------------------------------------------------------------------------------------
+
+
+def _cuts(fragment: Fragment, language: str | None) -> list[int]:
+    """Plain-text offsets where the fragment may be cut into sentences: sentence ends no element spans
+    (no cuts when ``language`` is None: the fragment is one sentence)."""
+    if language is None:
+        return [0, len(fragment.text)]
+    spans = [(e.start, e.end) for e in fragment.root.walk() if e is not fragment.root]
+    cuts, at = [0], 0
+    pieces = split_sentences(fragment.text, language)
+    for piece in pieces[:-1]:
+        at += len(piece)
+        if not any(start < at < end for start, end in spans):
+            cuts.append(at)
+    cuts.append(len(fragment.text))
+    return cuts
+
+
+@dataclass
+class _Unit:
+    """One sentence of a fragment: the plain text from ``start`` to ``end`` and the elements in it."""
+
+    start: int
+    end: int
+    elements: list[Element]
+
+
+def _units(fragment: Fragment, language: str | None) -> list[_Unit]:
+    cuts = _cuts(fragment, language)
+    units = [_Unit(start, end, []) for start, end in zip(cuts, cuts[1:])]
+    for child in fragment.root.children:
+        for k, unit in enumerate(units):
+            last = k == len(units) - 1
+            if unit.start <= child.start and (child.end <= unit.end) and (child.start < unit.end or last):
+                unit.elements.append(child)
+                break
+    return units
+
+
+# -- projection --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Words:
+    """A text cut into words (runs of non-space), each with its offsets."""
+
+    text: str
+    spans: list[tuple[int, int]]
+
+    @staticmethod
+    def of(text: str) -> _Words:
+        return _Words(text, [m.span() for m in WORD.finditer(text)])
+
+    def covering(self, start: int, end: int) -> range:
+        """The words that overlap ``start``..``end`` (an empty range for an empty span)."""
+        inside = [i for i, (a, b) in enumerate(self.spans) if a < end and b > start]
+        return range(inside[0], inside[-1] + 1) if inside else range(0)
+
+    def before(self, offset: int) -> int:
+        """How many words start before ``offset``."""
+        return sum(1 for a, _ in self.spans if a < offset)
+
+
+@dataclass
+class _Placed:
+    """An element and the target words it wraps, ``lo`` to ``hi`` (equal: no words, placed before word ``lo``)."""
+
+    element: Element
+    lo: int
+    hi: int
+    children: list[_Placed]
+
+
+def project(element: Element, source: _Words, target: _Words, links: list[tuple[int, int]], lo: int, hi: int) -> _Placed:
+    """``element`` over target words ``lo``..``hi``, its descendants placed inside (module docstring, step 3)."""
+    to_source = {j: i for i, j in links}
+    spans = [source.covering(c.start, c.end) for c in element.children]
+    claims: list[int | None] = [None] * (hi - lo)  # per target word: the child that its aligned source word belongs to
+    for j in range(lo, hi):
+        i = to_source.get(j)
+        if i is None:
+            continue
+        owner = next((k for k, span in enumerate(spans) if i in span), -1)
+        claims[j - lo] = owner
+    claimed = {k: [j for j, owner in enumerate(claims) if owner == k] for k in range(len(spans))}
+    ordered = sorted((k for k in claimed if claimed[k]), key=lambda k: sum(claimed[k]) / len(claimed[k]))
+    ranges = _layout(claims, ordered) if len(ordered) <= hi - lo else {}
+    placed: list[_Placed] = []
+    for k, child in enumerate(element.children):
+        if k in ranges:
+            a, b = ranges[k]
+            placed.append(project(child, source, target, links, lo + a, lo + b))
+        else:
+            at = _anchor(child, source, to_source, links, lo, hi)
+            at = _outside(at, [(lo + a, lo + b) for a, b in ranges.values()])
+            placed.append(_Placed(child, at, at, [project(c, source, target, links, at, at) for c in child.children]))
+    placed.sort(key=lambda p: (p.lo, p.hi > p.lo))
+    return _Placed(element, lo, hi, placed)
+
+
+def _layout(claims: list[int | None], ordered: list[int]) -> dict[int, tuple[int, int]]:
+    """Contiguous, ordered, non-empty word ranges for the children ``ordered`` that disagree with the fewest
+    claims (a word claimed by child k, or by the parent's own text as -1; None claims nothing)."""
+    n, k = len(claims), len(ordered)
+    if k == 0:
+        return {}
+    states = 2 * k + 1  # even s: the gap after child s // 2 (the parent's own text); odd s: inside child s // 2
+    big = n + 1
+
+    def cost(word: int, state: int) -> int:
+        claim = claims[word]
+        if claim is None:
+            return 0
+        wanted = ordered[state // 2] if state % 2 else -1
+        return 0 if claim == wanted else 1
+
+    best = [[big] * states for _ in range(n)]
+    came = [[0] * states for _ in range(n)]
+    for s in (0, 1):
+        best[0][s] = cost(0, s)
+    for word in range(1, n):
+        for s in range(states):
+            options = [s - 1, s] + ([s - 2] if s % 2 else [])  # a child may follow the previous one directly
+            prev = min((p for p in options if p >= 0), key=lambda p: best[word - 1][p])
+            if best[word - 1][prev] < big:
+                best[word][s] = best[word - 1][prev] + cost(word, s)
+                came[word][s] = prev
+    end = min((states - 1, states - 2), key=lambda s: best[n - 1][s])
+    ranges: dict[int, list[int]] = {}
+    state = end
+    for word in range(n - 1, -1, -1):
+        if state % 2:
+            ranges.setdefault(ordered[state // 2], []).append(word)
+        state = came[word][state] if word else state
+    return {child: (min(words), max(words) + 1) for child, words in ranges.items()}
+
+
+def _anchor(child: Element, source: _Words, to_source: dict[int, int], links, lo: int, hi: int) -> int:
+    """Where an element with no aligned words goes: after the target words aligned to the source word
+    before it, else before those aligned to the word after it, else at the same relative place."""
+    before = source.before(child.start)
+    after_previous = [j for i, j in links if i == before - 1 and lo <= j < hi]
+    if child.glued_left and after_previous:
+        return max(after_previous) + 1
+    following = [j for i, j in links if i == before and lo <= j < hi]
+    if following:
+        return min(following)
+    if after_previous:
+        return max(after_previous) + 1
+    share = before / max(len(source.spans), 1)
+    return lo + round(share * (hi - lo))
+
+
+def _outside(at: int, taken: list[tuple[int, int]]) -> int:
+    """``at`` moved out of any sibling's range, to that range's nearer edge."""
+    for a, b in taken:
+        if a < at < b:
+            return a if at - a <= b - at else b
+    return at
+
+
+# -- rendering ---------------------------------------------------------------------------------------
+
+
+def _escape(text: str, entities: dict[str, str]) -> str:
+    out = []
+    for char in text:
+        if char in entities:
+            out.append(entities[char])
+        elif char in "&<>":
+            out.append(html.escape(char, quote=False))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def render(placed: _Placed, target: _Words, entities: dict[str, str]) -> str:
+    """An element over its target words, its tags around them (an opaque one as the source wrote it)."""
+    element = placed.element
+    if element.opaque is not None:
+        return element.opaque
+    inner = _render_level(placed, target, entities)
+    before = after = ""
+    if element.punctuation_outside[1] and not ENTITY_AT_END.search(inner):
+        cut = TRAILING_PUNCTUATION.search(inner)
+        if cut and cut.start() > 0:
+            inner, after = inner[: cut.start()], inner[cut.start() :]
+    if element.punctuation_outside[0]:
+        cut = LEADING_PUNCTUATION.match(inner)
+        if cut and cut.end() < len(inner):
+            before, inner = inner[: cut.end()], inner[cut.end() :]
+    return before + element.open + inner + element.close + after
+
+
+def _render_level(placed: _Placed, target: _Words, entities: dict[str, str]) -> str:
+    """The words ``placed.lo``..``placed.hi`` and the children placed over them, with the target's spacing.
+
+    The space after a word belongs to the level that holds both words around it, so a closing tag
+    comes right after its last word and an opening tag right before its first. An element with no
+    words goes on the side of the space it was on in the source."""
+    spanning = {child.lo: child for child in placed.children if child.hi > child.lo}
+    empty: dict[int, list[_Placed]] = {}
+    for child in placed.children:
+        if child.hi == child.lo:
+            empty.setdefault(child.lo, []).append(child)
+    out: list[str] = []
+    at = placed.lo
+    while True:
+        gap = target.text[target.spans[at - 1][1] : target.spans[at][0]] if placed.lo < at < placed.hi else ""
+        wordless = empty.get(at, [])
+        out.extend(render(c, target, entities) for c in wordless if c.element.glued_left)
+        out.append(_escape(gap, entities))
+        for child in wordless:
+            if not child.element.glued_left:
+                out.append(render(child, target, entities))
+                if gap and not child.element.glued_right:
+                    out.append(" ")
+        if at >= placed.hi:
+            return "".join(out)
+        if at in spanning:
+            out.append(render(spanning[at], target, entities))
+            at = spanning[at].hi
+        else:
+            a, b = target.spans[at]
+            out.append(_escape(target.text[a:b], entities))
+            at += 1
+
+
+# -- the whole thing ---------------------------------------------------------------------------------
+
+
+def _relinked(before: str, after: str, links: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Alignment links moved from the words of ``before`` to those of ``after`` (a placeholder repair
+    inserted or removed words)."""
+    old, new = before.split(), after.split()
+    moved: dict[int, int] = {}
+    for block in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_matching_blocks():
+        for offset in range(block.size):
+            moved[block.a + offset] = block.b + offset
+    return [(i, moved[j]) for i, j in links if j in moved]
+
+
+def translate_fragments(
+    fragments: Sequence[str],
+    sentences: Sentences | TranslateSentences,
+    language: str | None,
+    xml: bool = False,
+    is_opaque: Callable[[str, dict[str, str | None]], bool] = html_opaque,
+) -> list[str]:
+    """Each fragment translated with its markup kept (the module's docstring); all sentences of all
+    fragments go to the translator in one call. ``language`` (the source's) splits a fragment into
+    sentences; None keeps each fragment one sentence."""
+    sentences = as_sentences(sentences)
+    parsed = [parse(f, is_opaque, xml) for f in fragments]
+    plans = [(fragment, _units(fragment, language)) for fragment in parsed]
+    # The model reads each sentence on one line, spaces collapsed; its words are the same.
+    texts = [" ".join(fragment.text[u.start : u.end].split()) for fragment, units in plans for u in units]
+    todo = [t for t in texts if t]
+    done = iter(sentences.aligned(todo) if todo else [])
+    translated: list[Aligned | None] = [next(done) if text else None for text in texts]
+    out, at = [], 0
+    for fragment, units in plans:
+        pieces = []
+        for unit in units:
+            pieces.append(_unit_markup(fragment, unit, translated[at]))
+            at += 1
+        out.append("".join(pieces))
+    return out
+
+
+def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) -> str:
+    """One sentence of a fragment, translated, with its elements put back."""
+    text = fragment.text[unit.start : unit.end]
+    lead = text[: len(text) - len(text.lstrip())]
+    trail = text[len(text.rstrip()) :] if text.strip() else ""
+    core_start = unit.start + len(lead)
+    core = text.strip()
+    core_end = core_start + len(core)
+    # Elements in the whitespace around the sentence (an image before a caption) stay outside it.
+    before = [e for e in unit.elements if e.end <= core_start and (core or e.start < unit.end)]
+    after = [e for e in unit.elements if e.start >= core_end and e not in before]
+    inside = [e for e in unit.elements if e not in before and e not in after]
+    root = Element("", "", "", unit.start, unit.end, children=_shifted(inside, core_start))
+    target_text, links = translated if translated is not None else ("", [])
+    mended = repair(core, target_text)
+    if mended != target_text:
+        links = _relinked(target_text, mended, links)
+    source, target = _Words.of(core), _Words.of(mended)
+    links = [(i, j) for i, j in links if i < len(source.spans) and j < len(target.spans)]
+    placed = project(root, source, target, links, 0, len(target.spans))
+
+    def alone(elements: list[Element]) -> str:
+        return "".join(render(project(e, source, target, [], 0, 0), target, fragment.entities) for e in elements)
+
+    return (
+        alone(before)
+        + _escape(lead, fragment.entities)
+        + _render_level(placed, target, fragment.entities)
+        + _escape(trail, fragment.entities)
+        + alone(after)
+    )
+
+
+def _shifted(elements: list[Element], by: int) -> list[Element]:
+    """Copies of ``elements`` (and their descendants) with offsets relative to ``by``."""
+    return [
+        Element(
+            e.name,
+            e.open,
+            e.close,
+            max(e.start - by, 0),
+            max(e.end - by, 0),
+            e.opaque,
+            _shifted(e.children, by),
+            e.glued_left,
+            e.glued_right,
+            e.punctuation_outside,
+        )
+        for e in elements
+    ]
+
+
+def strip(fragment: str, xml: bool = False) -> str:
+    """A fragment's plain text (tags removed, entities decoded): what the model reads."""
+    return parse(fragment, html_opaque, xml).text
+
+
+def tag_tree(fragment: str, xml: bool = False) -> list:
+    """A fragment's elements as a nested structure, children in sorted order (a translation may move
+    siblings, never change parents): equal for two fragments with the same tags."""
+
+    def shape(element: Element) -> tuple:
+        return (element.open, element.close, element.opaque, tuple(sorted((shape(c) for c in element.children), key=repr)))
+
+    root = parse(fragment, html_opaque, xml).root
+    return sorted((shape(c) for c in root.children), key=repr)

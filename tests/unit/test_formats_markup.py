@@ -1,0 +1,158 @@
+"""Tag projection (``formats/markup.py``): tags come back once each, well-formed, on the aligned words.
+
+The translator here is a table: each source sentence's translation and the word alignment a model would
+give, so each case says exactly where the tags must land.
+"""
+
+from __future__ import annotations
+
+import random
+from html.parser import HTMLParser
+
+import pytest
+
+from nmt_cli.formats.markup import strip, tag_tree, translate_fragments
+from nmt_cli.formats.segments import Sentences
+
+
+def table(entries: dict[str, tuple[str, str]]) -> Sentences:
+    """A translator from a table: source sentence -> (translation, Pharaoh links 'i-j ...')."""
+
+    def align(sentences: list[str]):
+        out = []
+        for sentence in sentences:
+            text, links = entries[sentence]
+            out.append((text, [tuple(map(int, pair.split("-"))) for pair in links.split()]))
+        return out
+
+    return Sentences(lambda sentences: [t for t, _ in align(sentences)], align)
+
+
+def one(fragment: str, translation: str, links: str, language: str | None = None) -> str:
+    return translate_fragments([fragment], table({" ".join(strip(fragment).split()): (translation, links)}), language)[0]
+
+
+class Balanced(HTMLParser):
+    """Whether a fragment's non-void tags open and close in nested order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.ok = True
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in ("br", "img"):
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        pass
+
+    def handle_endtag(self, tag):
+        self.ok = self.ok and bool(self.stack) and self.stack.pop() == tag
+
+
+def balanced(fragment: str) -> bool:
+    parser = Balanced()
+    parser.feed(fragment)
+    return parser.ok and not parser.stack
+
+
+def test_tags_follow_reordered_words():
+    out = one("the <b>red</b> <i>car</i>", "la voiture rouge", "0-0 2-1 1-2")
+    assert out == "la <i>voiture</i> <b>rouge</b>"
+
+
+def test_nested_elements_keep_their_parent_and_attributes():
+    source = 'Click <a href="/x?a=1&amp;b=2">this <b>link</b></a> now.'
+    out = one(source, "Klicken Sie jetzt auf diesen Link.", "0-0 0-1 3-2 0-3 1-4 2-5")
+    assert out == 'Klicken Sie jetzt auf <a href="/x?a=1&amp;b=2">diesen <b>Link</b></a>.'
+    assert tag_tree(out) == tag_tree(source)
+
+
+def test_noisy_alignment_still_gives_one_contiguous_element():
+    # "important" aligned to two distant words: the element takes one contiguous range, never two copies
+    source = "This is <b>very important</b> news for you"
+    out = one(source, "Das sind sehr wichtige Nachrichten für dich", "0-0 1-1 2-2 3-3 4-4 5-5 3-6")
+    assert out.count("<b>") == 1 and out.count("</b>") == 1
+    assert tag_tree(out) == tag_tree(source) and balanced(out)
+    assert "<b>sehr wichtige</b>" in out
+
+
+def test_code_is_kept_as_written_and_entities_as_the_source_wrote_them():
+    source = "Run <code>make&nbsp;all</code> &amp; wait&nbsp;now"
+    out = one(source, "Führe make all aus & warte jetzt", "0-0 1-1 2-2 0-3 3-4 4-5 5-6")
+    assert "<code>make&nbsp;all</code>" in out
+    assert "&amp;" in out and "&" not in out.replace("&amp;", "").replace("&nbsp;", "")
+
+
+def test_a_wordless_element_stays_beside_its_neighbour_word():
+    out = one("First line<br/>second line", "Erste Zeile zweite Zeile", "0-0 1-1 2-2 3-3")
+    assert out.startswith("Erste Zeile<br/>")
+    assert tag_tree(out) == tag_tree("First line<br/>second line")
+
+
+def test_punctuation_outside_the_tags_stays_outside():
+    out = one('Go <a href="/">home</a>!', "Geh nach Hause!", "0-0 1-1 1-2")
+    assert out == 'Geh <a href="/">nach Hause</a>!'
+
+
+def test_a_placeholder_the_model_dropped_comes_back_and_the_tags_still_fit():
+    source = "Delete <b>%s</b> now?"
+    out = one(source, "Jetzt löschen?", "2-0 0-1")
+    assert "%s" in out and tag_tree(out) == tag_tree(source)
+
+
+def test_broken_markup_is_read_as_it_is_and_kept():
+    for source in ("bad </b> end tag", "an <i>unclosed tag", "<b>overlap <i>wrong</b> order</i>"):
+        words = strip(source).split()
+        out = one(source, " ".join(w.upper() for w in words), " ".join(f"{i}-{i}" for i in range(len(words))))
+        assert tag_tree(out) == tag_tree(source), (source, out)
+
+
+def test_without_an_aligner_tags_follow_a_monotone_alignment():
+    sentences = Sentences(lambda xs: [x.upper() for x in xs])
+    out = translate_fragments(["one <b>two</b> three"], sentences, None)[0]
+    assert out == "ONE <b>TWO</b> THREE"
+
+
+def test_sentences_are_cut_only_where_no_element_spans_the_cut():
+    calls: list[list[str]] = []
+
+    def translate(xs: list[str]) -> list[str]:
+        calls.append(xs)
+        return [x.upper() for x in xs]
+
+    source = "First one. <b>Second one. Still bold.</b> Last one."
+    out = translate_fragments([source], Sentences(translate), "en")[0]
+    assert calls == [["First one.", "Second one. Still bold.", "Last one."]]
+    assert out == "FIRST ONE. <b>SECOND ONE. STILL BOLD.</b> LAST ONE."
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_any_alignment_gives_the_source_tag_tree(seed):
+    """Random fragments, random translations and random (even absurd) alignments: every element comes
+    back once, with its parent, well-formed."""
+    rng = random.Random(seed)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+
+    def fragment(depth: int) -> str:
+        parts = []
+        for _ in range(rng.randint(1, 4)):
+            roll = rng.random()
+            if roll < 0.25 and depth < 3:
+                tag = rng.choice(["b", "i", "span", "a"])
+                parts.append(f"<{tag}>{fragment(depth + 1)}</{tag}>")
+            elif roll < 0.32:
+                parts.append("<br/>")
+            else:
+                parts.append(" ".join(rng.sample(words, rng.randint(1, 3))))
+        return " ".join(parts)
+
+    source = fragment(0)
+    n = len(strip(source).split())
+    m = rng.randint(1, 2 * n + 1)
+    links = " ".join(f"{rng.randrange(n)}-{j}" for j in range(m) if rng.random() < 0.8) if n else ""
+    out = one(source, " ".join(f"w{j}" for j in range(m)), links)
+    assert tag_tree(out) == tag_tree(source), (source, out)
+    assert balanced(out), out
+    assert strip(out).split() == [f"w{j}" for j in range(m)] or not n
