@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID
 from ..errors import NmtError
 from ..model.attention import Attention, CrossAttention, SelfAttention
@@ -34,40 +35,77 @@ class AttentionMaps:
 def attention_maps(model: Transformer, source: list[int], output: list[int]) -> AttentionMaps:
     """The attention weights of every layer and head for translating ``source`` into ``output`` (ids, no EOS)."""
     modules = [m for m in model.modules() if isinstance(m, (SelfAttention, CrossAttention))]
-    recorded = _record(model, source, output, modules)
+    recorded = _record(model, [source], [output], modules)
     return AttentionMaps(
-        [recorded[layer.self_attn].float().cpu() for layer in model.encoder_layers],
-        [recorded[layer.self_attn].float().cpu() for layer in model.decoder_layers],
-        [recorded[layer.cross_attn].float().cpu() for layer in model.decoder_layers],
+        [recorded[layer.self_attn][0].float().cpu() for layer in model.encoder_layers],
+        [recorded[layer.self_attn][0].float().cpu() for layer in model.decoder_layers],
+        [recorded[layer.cross_attn][0].float().cpu() for layer in model.decoder_layers],
     )
 
 
 @torch.inference_mode()
-def cross_attention(model: Transformer, source: list[int], output: list[int], layer: int) -> Tensor:
-    """One decoder layer's cross-attention weights (heads, T, S) for ``source`` -> ``output``: what
-    ``--alignments`` needs, without recomputing the other layers' weights."""
+def cross_attention(
+    model: Transformer,
+    sources: list[list[int]],
+    outputs: list[list[int]],
+    layer: int,
+    encoded: tuple[Tensor, Tensor] | None = None,
+    group: int = 64,
+) -> list[Tensor]:
+    """One decoder layer's cross-attention weights (heads, T, S) for each ``source`` -> ``output`` pair: what
+    ``--alignments`` needs, without the other layers' weights (``encoded``: the sources' encoder output and
+    mask, one row per pair, when the caller has them). Pairs of similar output length go through in groups
+    of ``group``, each padded only to its own longest, as the encoder groups its sources."""
     module = model.decoder_layers[layer].cross_attn
-    return _record(model, source, output, [module])[module].float().cpu()
+    order = sorted(range(len(outputs)), key=lambda b: (len(outputs[b]), len(sources[b])))
+    found: dict[int, Tensor] = {}
+    for start in range(0, len(order), group):
+        rows = order[start : start + group]
+        part = None
+        if encoded is not None:
+            width = max(len(sources[b]) for b in rows) + 1  # the tokens and the EOS
+            index = torch.tensor(rows, device=encoded[0].device)
+            part = (encoded[0][index, :width], encoded[1][index][..., :width])
+        weights = _record(model, [sources[b] for b in rows], [outputs[b] for b in rows], [module], part)[module]
+        weights = weights.float().cpu()  # (rows, H, T, S)
+        for k, b in enumerate(rows):
+            found[b] = weights[k, :, : len(outputs[b]) + 1, : len(sources[b]) + 1]
+    return [found[b] for b in range(len(outputs))]
 
 
-def _record(model: Transformer, source: list[int], output: list[int], modules: list[Attention]) -> dict[Attention, Tensor]:
-    """The weights each of ``modules`` applies when the model reads ``source`` and ``output`` (teacher forcing)."""
+class _Recorded(Exception):
+    """Every module asked for has recorded its weights: the forward pass stops there."""
+
+
+def _record(
+    model: Transformer,
+    sources: list[list[int]],
+    outputs: list[list[int]],
+    modules: list[Attention],
+    encoded: tuple[Tensor, Tensor] | None = None,
+) -> dict[Attention, Tensor]:
+    """The weights (B, H, T, S) each of ``modules`` applies when the model reads ``sources`` and ``outputs``
+    (teacher forcing; padded rows, the padding masked as in training)."""
     device = next(model.parameters()).device
-    src = torch.tensor([source + [EOS_ID]], device=device)
-    tgt_in = torch.tensor([[BOS_ID] + output], device=device)
+    src = pad_rows([source + [EOS_ID] for source in sources]).to(device)
+    tgt_in = pad_rows([[BOS_ID] + output for output in outputs]).to(device)
     recorded: dict[Attention, Tensor] = {}
 
     def record(module: Attention, args: tuple[Tensor, ...], kwargs: dict[str, Any], _output: Tensor) -> None:
         x, mask = args[0], kwargs.get("mask")
         if isinstance(module, CrossAttention):
-            recorded[module] = module.attention_map(x, args[1], mask)[0]
+            recorded[module] = module.attention_map(x, args[1], mask)
         else:
-            recorded[module] = module.attention_map(x, mask, kwargs.get("causal", False))[0]
+            recorded[module] = module.attention_map(x, mask, kwargs.get("causal", False))
+        if len(recorded) == len(modules):
+            raise _Recorded  # the layers above are not needed
 
     hooks = [m.register_forward_hook(record, with_kwargs=True) for m in modules]
     try:
-        memory, src_mask = model.encode(src)
+        memory, src_mask = encoded if encoded is not None else model.encode(src)
         model.decode(tgt_in, memory, src_mask)
+    except _Recorded:
+        pass
     finally:
         for hook in hooks:
             hook.remove()

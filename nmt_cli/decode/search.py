@@ -241,14 +241,20 @@ def _best_tokens(
 
 @torch.inference_mode()
 def greedy_search(
-    model: Transformer, src: Tensor, config: DecodeConfig, cached: bool = True, prefix: Tensor | None = None
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig,
+    cached: bool = True,
+    prefix: Tensor | None = None,
+    encoded: tuple[Tensor, Tensor] | None = None,
 ) -> list[list[Hypothesis]]:
-    """The most probable token at every step, until EOS or the length limit.
+    """The most probable token at every step, until EOS or the length limit (``encoded``: ``model.encode(src)``
+    when the caller has it already).
 
     Outputs and scores stay on the device until the end: reading a finished row back at once
     would make the host wait for the GPU at every sentence.
     """
-    memory, src_mask = model.encode(src)
+    memory, src_mask = encoded if encoded is not None else model.encode(src)
     max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions)
     steps = decoder_steps(model, memory, src_mask, config, cached, 1, int(max_len.max()) + 1)
     n = src.size(0)
@@ -287,9 +293,16 @@ def greedy_search(
 
 @torch.inference_mode()
 def beam_search(
-    model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1, cached: bool = True, prefix: Tensor | None = None
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig,
+    nbest: int = 1,
+    cached: bool = True,
+    prefix: Tensor | None = None,
+    encoded: tuple[Tensor, Tensor] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search; returns the ``nbest`` best finished hypotheses of each sentence.
+    """Batched beam search; returns the ``nbest`` best finished hypotheses of each sentence (``encoded``:
+    ``model.encode(src)`` when the caller has it already).
 
     Every step extends each open hypothesis by one token, keeps the 2K best candidates of
     each sentence, moves those ending in EOS (among the K best) to the sentence's finished
@@ -299,7 +312,7 @@ def beam_search(
     k = config.beam
     device = src.device
     n_sent = src.size(0)
-    memory, src_mask = model.encode(src)
+    memory, src_mask = encoded if encoded is not None else model.encode(src)
     max_len = with_room_for(
         prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions
     )  # (n_sent,)
@@ -453,12 +466,17 @@ def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypot
 
 
 def search(
-    model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1, prefix: Tensor | None = None
+    model: Transformer,
+    src: Tensor,
+    config: DecodeConfig,
+    nbest: int = 1,
+    prefix: Tensor | None = None,
+    encoded: tuple[Tensor, Tensor] | None = None,
 ) -> list[list[Hypothesis]]:
     """Greedy search when the beam is 1, else beam search; outputs start with ``prefix`` (n, P) if given."""
     if config.beam == 1:
-        return greedy_search(model, src, config, prefix=prefix)
-    return beam_search(model, src, config, nbest=nbest, prefix=prefix)
+        return greedy_search(model, src, config, prefix=prefix, encoded=encoded)
+    return beam_search(model, src, config, nbest=nbest, prefix=prefix, encoded=encoded)
 
 
 # --------------------------------------------------------------------------- the plain reference

@@ -251,22 +251,60 @@ class Translator:
         search_all = run_batches(
             lambda batch: self._search(batch, encoded, prefixes), batches, self._workers_for(batches, threads), threads
         )
-        for batch, found in zip(batches, search_all):
-            for i, hyps in zip(batch, found):
-                results[i] = [self._detokenize(h, encoded[i]) for h in hyps] or [self._nothing()]
+        for batch, (found, memory) in zip(batches, search_all):
+            links = self._alignments(batch, found, encoded, memory) if self.align_model is not None else None
+            for n, (i, hyps) in enumerate(zip(batch, found)):
+                results[i] = [
+                    self._detokenize(h, links[n][k] if links is not None else None) for k, h in enumerate(hyps)
+                ] or [self._nothing()]
         return results
+
+    def _alignments(
+        self,
+        batch: list[int],
+        found: list[list[Hypothesis]],
+        encoded: list[list[int]],
+        memory: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> list[list[str]]:
+        """Pharaoh word alignments of every hypothesis of one batch, from one teacher-forced pass over them all
+        (on the search's encoder output when it has it: each sentence's row once per hypothesis)."""
+        assert self.align_model is not None and self.align_layer is not None
+        pairs = [(encoded[i], h.tokens) for i, hyps in zip(batch, found) for h in hyps]
+        if memory is not None:
+            rows = torch.tensor([n for n, hyps in enumerate(found) for _ in hyps], device=memory[0].device)
+            memory = (memory[0][rows], memory[1][rows])
+        crosses = iter(
+            cross_attention(self.align_model, [s for s, _ in pairs], [o for _, o in pairs], self.align_layer, memory)
+        )
+        out = []
+        for i, hyps in zip(batch, found):
+            source_pieces = [self.loaded.src_vocab.IdToPiece(t) for t in encoded[i]]
+            out.append(
+                [
+                    pharaoh(
+                        word_alignment(next(crosses), source_pieces, [self.loaded.tgt_vocab.IdToPiece(t) for t in h.tokens])
+                    )
+                    for h in hyps
+                ]
+            )
+        return out
 
     def _search(
         self, batch: list[int], encoded: list[list[int]], prefixes: list[list[int]] | None
-    ) -> list[list[Hypothesis]]:
-        """The n-best hypotheses of the sentences ``batch`` indexes (thread-safe: a worker may run it)."""
+    ) -> tuple[list[list[Hypothesis]], tuple[torch.Tensor, torch.Tensor] | None]:
+        """The n-best hypotheses of the sentences ``batch`` indexes (thread-safe: a worker may run it), and
+        the encoder output when alignments will want it again."""
         src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
         prefix = None
         if prefixes is not None and any(prefixes[i] for i in batch):
             prefix = pad_rows([prefixes[i][: self.max_src] or [PAD_ID] for i in batch]).to(self.device)
         if self.config.sampling:
-            return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix)
-        return search(self.loaded.model, src, self.config, self.nbest, prefix)
+            return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix), None
+        memory = None
+        if self.align_model is not None and self.align_model is self.loaded.model:
+            with torch.inference_mode():
+                memory = self.loaded.model.encode(src)
+        return search(self.loaded.model, src, self.config, self.nbest, prefix, memory), memory
 
     def _workers_for(self, batches: list[list[int]], threads: int) -> int:
         """How many of ``batches`` run at once (decode/parallel.py); sampling draws from one generator in
@@ -279,16 +317,10 @@ class Translator:
         widths = [len(tokens) + 1 for tokens in encoded]
         return decoding_batches(widths, todo, self.config.batch_size, self.config.batch_tokens)
 
-    def _detokenize(self, hyp: Hypothesis, source: list[int]) -> Translated:
+    def _detokenize(self, hyp: Hypothesis, alignment: str | None) -> Translated:
         self.stats.output_tokens += len(hyp.tokens) + 1
         text = self.loaded.tgt_vocab.decode(hyp.tokens)
-        if self.align_model is None:
-            return text, hyp.score
-        assert self.align_layer is not None
-        cross = cross_attention(self.align_model, source, hyp.tokens, self.align_layer)
-        source_pieces = [self.loaded.src_vocab.IdToPiece(t) for t in source]
-        output_pieces = [self.loaded.tgt_vocab.IdToPiece(t) for t in hyp.tokens]
-        return text, hyp.score, pharaoh(word_alignment(cross, source_pieces, output_pieces))
+        return (text, hyp.score) if alignment is None else (text, hyp.score, alignment)
 
     def _nothing(self) -> Translated:
         return ("", float("-inf")) if self.align_model is None else ("", float("-inf"), "")

@@ -15,10 +15,10 @@ from .segments import Aligned, Sentences, TranslateSentences, as_sentences, tran
 from .textfile import TextFile
 
 LINES = "lines"  # today's behaviour: one output line per input line
-EXTENSIONS = {".po": "po", ".pot": "po"}
-FORMATS = (LINES, "po")
+EXTENSIONS = {".po": "po", ".pot": "po", ".html": "html", ".htm": "html", ".xhtml": "html"}
+FORMATS = (LINES, "po", "html")
 # Formats whose inline markup is put back through the model's word alignment.
-ALIGNED_FORMATS: frozenset[str] = frozenset()
+ALIGNED_FORMATS = frozenset({"html"})
 
 
 def needs_alignment(file_format: str) -> bool:
@@ -77,6 +77,13 @@ def translate_bytes(
         source = TextFile.decode(data, name, declared_charset)
         text, count = translate_po(source, translate, source_language, target_language, fuzzy, retranslate)
         return source.encode(text), count
+    if chosen == "html":
+        from .html import declared_charset as page_charset
+        from .html import translate_html
+
+        source = TextFile.decode(data, name, page_charset)
+        text, count = translate_html(source.text, translate, source_language, target_language)
+        return source.encode(text, "xmlcharrefreplace"), count
     raise NmtError(f"{name}: not a document format nmt reads; documents: {', '.join(sorted(EXTENSIONS))}")
 
 

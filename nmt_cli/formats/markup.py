@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from .placeholders import repair
+from .placeholders import TEXT_PLACEHOLDER, placeholders, repair
 from .segments import Aligned, Sentences, TranslateSentences, as_sentences, split_sentences
 
 WORD = re.compile(r"\S+")
@@ -74,6 +74,7 @@ class Fragment:
     text: str
     root: Element
     entities: dict[str, str]  # character -> the entity the source wrote it as
+    breaks: frozenset[int] = frozenset()  # offsets of the spaces that stand for a <br> (not written back)
 
 
 class _Parser(HTMLParser):
@@ -91,6 +92,7 @@ class _Parser(HTMLParser):
         self.entities: dict[str, str] = {}
         self.opaque_depth = 0  # > 0 inside an opaque element: its markup is recorded, not parsed into elements
         self.opaque_raw: list[str] = []
+        self.breaks: set[int] = set()
 
     # -- text ---------------------------------------------------------------------------------------
     def _add_text(self, text: str, raw: str) -> None:
@@ -185,6 +187,7 @@ class _Parser(HTMLParser):
     def _separate(self) -> None:
         """A line break between two words: the plain text gets a space there."""
         if self.text and not self.text[-1][-1:].isspace():
+            self.breaks.add(self.length)
             self.text.append(" ")
             self.length += 1
 
@@ -225,7 +228,7 @@ class _Parser(HTMLParser):
             own = text[element.start : element.end].strip()
             if own:
                 element.punctuation_outside = (not LEADING_PUNCTUATION.search(own), not TRAILING_PUNCTUATION.search(own))
-        return Fragment(text, self.root, self.entities)
+        return Fragment(text, self.root, self.entities, frozenset(self.breaks))
 
 
 def html_opaque(tag: str, attrs: dict[str, str | None]) -> bool:
@@ -480,15 +483,24 @@ def _render_level(placed: _Placed, target: _Words, entities: dict[str, str]) -> 
 # -- the whole thing ---------------------------------------------------------------------------------
 
 
-def _relinked(before: str, after: str, links: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _relinked(source: str, before: str, after: str, links: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Alignment links moved from the words of ``before`` to those of ``after`` (a placeholder repair
-    inserted or removed words)."""
-    old, new = before.split(), after.split()
+    inserted or removed words); a word the repair put in is linked to the source word holding the same
+    placeholder, so it lands inside the same element."""
+    old, new, words = before.split(), after.split(), source.split()
     moved: dict[int, int] = {}
     for block in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_matching_blocks():
         for offset in range(block.size):
             moved[block.a + offset] = block.b + offset
-    return [(i, moved[j]) for i, j in links if j in moved]
+    relinked = [(i, moved[j]) for i, j in links if j in moved]
+    used: set[int] = set()
+    for j in sorted(set(range(len(new))) - set(moved.values())):
+        codes = placeholders(new[j], TEXT_PLACEHOLDER)
+        holders = [i for i, word in enumerate(words) if codes and codes[0] in word and i not in used]
+        if holders:
+            used.add(holders[0])
+            relinked.append((holders[0], j))
+    return relinked
 
 
 def translate_fragments(
@@ -524,6 +536,9 @@ def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) ->
     text = fragment.text[unit.start : unit.end]
     lead = text[: len(text) - len(text.lstrip())]
     trail = text[len(text.rstrip()) :] if text.strip() else ""
+    written = [i for i in range(unit.start, unit.end) if i not in fragment.breaks]
+    lead = "".join(fragment.text[i] for i in written if i < unit.start + len(lead))
+    trail = "".join(fragment.text[i] for i in written if i >= unit.end - len(trail)) if trail else ""
     core_start = unit.start + len(lead)
     core = text.strip()
     core_end = core_start + len(core)
@@ -533,9 +548,9 @@ def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) ->
     inside = [e for e in unit.elements if e not in before and e not in after]
     root = Element("", "", "", unit.start, unit.end, children=_shifted(inside, core_start))
     target_text, links = translated if translated is not None else ("", [])
-    mended = repair(core, target_text)
+    mended = repair(core, target_text, TEXT_PLACEHOLDER)
     if mended != target_text:
-        links = _relinked(target_text, mended, links)
+        links = _relinked(core, target_text, mended, links)
     source, target = _Words.of(core), _Words.of(mended)
     links = [(i, j) for i, j in links if i < len(source.spans) and j < len(target.spans)]
     placed = project(root, source, target, links, 0, len(target.spans))

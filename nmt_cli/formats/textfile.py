@@ -54,12 +54,13 @@ class TextFile:
         crlf = "\r\n" in text
         return TextFile(path, text.replace("\r\n", "\n"), encoding, bom, crlf)
 
-    def encode(self, text: str) -> bytes:
-        """``text`` as this file's bytes; a character its encoding cannot hold is a one-line error."""
+    def encode(self, text: str, errors: str = "strict") -> bytes:
+        """``text`` as this file's bytes; a character its encoding cannot hold is a one-line error (or, with
+        ``errors="xmlcharrefreplace"``, for markup, a numeric character reference)."""
         if self.crlf:
             text = text.replace("\n", "\r\n")
         try:
-            return self.bom + text.encode(self.encoding)
+            return self.bom + text.encode(self.encoding, errors)
         except UnicodeEncodeError as err:
             raise NmtError(
                 f"{self.path}: the translation holds '{err.object[err.start : err.end]}', which {self.encoding} "

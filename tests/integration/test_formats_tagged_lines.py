@@ -65,3 +65,23 @@ def test_markup_refuses_what_it_cannot_mean(overfit):
     for flag in (["--nbest", "2", "--beam", "2"], ["--alignments"]):
         result = nmt("translate", "-m", run, "--markup", *flag, stdin="<b>x</b>\n")
         assert result.returncode == 1 and "--markup" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_html_page_comes_back_with_its_markup_and_each_block_translated(overfit, plain, tmp_path):
+    run, src, _ = overfit
+    blocks = [tagged(sentence, k) for k, sentence in enumerate(src[:6])]
+    page = (
+        '<!DOCTYPE html>\n<html lang="en">\n<head><title>x</title><script>var keep = "as is";</script></head>\n'
+        "<body>\n" + "\n".join(f"<p>{block}</p>" for block in blocks) + "\n<pre>keep this</pre>\n</body></html>\n"
+    )
+    source = tmp_path / "page.html"
+    source.write_text(page, encoding="utf-8")
+    output = tmp_path / "page.de.html"
+    result = nmt("translate", "-m", str(run), "-i", str(source), "-o", str(output))
+    assert result.returncode == 0, result.stderr
+    out = output.read_text(encoding="utf-8")
+    assert '<html lang="de">' in out and 'var keep = "as is";' in out and "<pre>keep this</pre>" in out
+    assert tag_tree(out) == tag_tree(page.replace('lang="en"', 'lang="de"').replace("<title>x</title>", "<title></title>"))
+    paragraphs = [line for line in out.splitlines() if line.startswith("<p>")]
+    for paragraph, expected in zip(paragraphs, plain[:6]):
+        assert strip(paragraph).split() == expected.split()
