@@ -15,10 +15,18 @@ from .segments import Aligned, Sentences, TranslateSentences, as_sentences, tran
 from .textfile import TextFile
 
 LINES = "lines"  # today's behaviour: one output line per input line
-EXTENSIONS = {".po": "po", ".pot": "po", ".html": "html", ".htm": "html", ".xhtml": "html"}
-FORMATS = (LINES, "po", "html")
+EXTENSIONS = {
+    ".po": "po",
+    ".pot": "po",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".md": "markdown",
+    ".markdown": "markdown",
+}
+FORMATS = (LINES, "po", "html", "markdown")
 # Formats whose inline markup is put back through the model's word alignment.
-ALIGNED_FORMATS = frozenset({"html"})
+ALIGNED_FORMATS = frozenset({"html", "markdown"})
 
 
 def needs_alignment(file_format: str) -> bool:
@@ -84,6 +92,12 @@ def translate_bytes(
         source = TextFile.decode(data, name, page_charset)
         text, count = translate_html(source.text, translate, source_language, target_language)
         return source.encode(text, "xmlcharrefreplace"), count
+    if chosen == "markdown":
+        from .markdown import translate_markdown
+
+        source = TextFile.decode(data, name)
+        text, count = translate_markdown(source.text, translate, source_language, target_language)
+        return source.encode(text), count
     raise NmtError(f"{name}: not a document format nmt reads; documents: {', '.join(sorted(EXTENSIONS))}")
 
 

@@ -534,12 +534,7 @@ def translate_fragments(
 def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) -> str:
     """One sentence of a fragment, translated, with its elements put back."""
     text = fragment.text[unit.start : unit.end]
-    lead = text[: len(text) - len(text.lstrip())]
-    trail = text[len(text.rstrip()) :] if text.strip() else ""
-    written = [i for i in range(unit.start, unit.end) if i not in fragment.breaks]
-    lead = "".join(fragment.text[i] for i in written if i < unit.start + len(lead))
-    trail = "".join(fragment.text[i] for i in written if i >= unit.end - len(trail)) if trail else ""
-    core_start = unit.start + len(lead)
+    core_start = unit.start + len(text) - len(text.lstrip())
     core = text.strip()
     core_end = core_start + len(core)
     # Elements in the whitespace around the sentence (an image before a caption) stay outside it.
@@ -555,15 +550,21 @@ def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) ->
     links = [(i, j) for i, j in links if i < len(source.spans) and j < len(target.spans)]
     placed = project(root, source, target, links, 0, len(target.spans))
 
-    def alone(elements: list[Element]) -> str:
-        return "".join(render(project(e, source, target, [], 0, 0), target, fragment.entities) for e in elements)
+    def edge(elements: list[Element], start: int, end: int) -> str:
+        """Whitespace around the sentence with the elements in it, each at its place."""
+        out = []
+        for offset in range(start, end + 1):
+            for element in elements:
+                if element.start == offset or (offset == start and element.start < start):
+                    out.append(render(project(element, source, target, [], 0, 0), target, fragment.entities))
+            if offset < end and offset not in fragment.breaks:
+                out.append(_escape(fragment.text[offset], fragment.entities))
+        return "".join(out)
 
     return (
-        alone(before)
-        + _escape(lead, fragment.entities)
+        edge(before, unit.start, core_start)
         + _render_level(placed, target, fragment.entities)
-        + _escape(trail, fragment.entities)
-        + alone(after)
+        + edge(after, core_end, unit.end if core else core_end)
     )
 
 

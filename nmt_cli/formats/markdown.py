@@ -1,0 +1,309 @@
+"""Markdown (``.md``): paragraphs, headings, list items, table cells and quotes translated, markup kept.
+
+Read with markdown-it-py (the CommonMark parser, with GFM tables and strikethrough, and YAML front
+matter from mdit-py-plugins). Only the text of its *inline* blocks changes; code blocks, fenced code,
+HTML blocks, front matter, link destinations, reference definitions and every line prefix (``#``,
+``-``, ``>``, ``|``, indentation) are kept byte for byte.
+
+An inline block's source is walked token by token to find the raw markup of each: emphasis
+delimiters, code spans, links (``[text](url "title")``, ``[text][ref]``), images, autolinks, raw HTML
+and line breaks. It becomes an HTML fragment (``<em>``, ``<code>``, ``<a>``...), which ``markup.py``
+translates as sentences and puts back through the model's alignment; each element is then written in
+the raw markup it came from. Text in the translation that Markdown would read as markup (``*``, ``_``,
+`````, ``[``...) is escaped. A paragraph that ran over several lines is wrapped back over as many lines,
+each with its own prefix. A block whose source does not match its tokens (rare: entity references in
+text) is left as it was and counted.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+
+from ..errors import NmtError
+from .markup import translate_fragments
+from .segments import Sentences, TranslateSentences, as_sentences
+
+# Characters in the translation's text that Markdown would read as markup (an underscore only at a word's edge).
+_SPECIAL = re.compile(r"([\\`*\[\]<|]|(?<!\w)_|_(?!\w))")
+_LINK_TAIL = re.compile(
+    r"""\]\(\s*(?:<[^<>\n]*>|(?:[^()\s]|\([^()\s]*\))*)(?:\s+(?:"[^"]*"|'[^']*'|\([^()]*\)))?\s*\)"""
+    r"""|\]\[[^\[\]]*\]|\]"""
+)
+_IMAGE = re.compile(r"!\[(?:[^\[\]]|\[[^\[\]]*\])*(?:" + _LINK_TAIL.pattern + ")")
+
+
+def _parser():
+    try:
+        from markdown_it import MarkdownIt
+        from mdit_py_plugins.front_matter import front_matter_plugin
+    except ImportError:
+        raise NmtError("Markdown files need markdown-it-py and mdit-py-plugins: pip install 'nmt-cli[files]'") from None
+    md = MarkdownIt("commonmark").enable("table").enable("strikethrough").use(front_matter_plugin)
+    md.normalizeLink = lambda url: url  # keep destinations as written
+    return md
+
+
+@dataclass
+class _Block:
+    """One inline block: where its source lines are, and its raw markup as fragment pieces."""
+
+    lines: list[tuple[int, int, int]]  # (line number, start column, end column) of each content line
+    fragment: str = ""
+    markups: list[tuple[str, str]] = field(default_factory=list)  # element i's raw (open, close) markup
+    segment_lines: list[int] = field(default_factory=lambda: [1])  # source lines between hard breaks
+
+
+class _Unmatched(Exception):
+    """The tokens do not account for the raw source: the block stays as it was."""
+
+
+def _consume(raw: str, at: int, piece: str) -> int:
+    if not raw.startswith(piece, at):
+        raise _Unmatched
+    return at + len(piece)
+
+
+def _text_pattern(text: str) -> re.Pattern[str]:
+    """The raw forms of a text token: each character as itself, backslash-escaped, or as an entity."""
+    parts = []
+    for char in text:
+        if char == " ":
+            parts.append(r"[ \t]")
+        elif not char.isalnum():
+            parts.append(rf"(?:\\?{re.escape(char)}|&#?\w+;)")
+        else:
+            parts.append(rf"(?:{re.escape(char)}|&#?\w+;)")
+    return re.compile("".join(parts))
+
+
+def _fragment(children, raw: str) -> tuple[str, list[tuple[str, str]], list[int]]:
+    """An inline block's tokens as an HTML fragment, each element's raw (open, close) markup, and how many
+    source lines each run between hard breaks has."""
+    segment_lines = [1]
+    out: list[str] = []
+    markups: list[tuple[str, str]] = []
+    stack: list[int] = []
+    at, skip = 0, 0
+    for n, token in enumerate(children):
+        if skip:
+            skip -= 1
+            continue
+        kind = token.type
+        if kind == "text":
+            match = _text_pattern(token.content).match(raw, at)
+            if not match:
+                raise _Unmatched
+            at = match.end()
+            out.append(html.escape(token.content, quote=False))
+        elif kind in ("softbreak", "hardbreak"):
+            match = re.compile(r"(?: {2,}|\\)?[ \t]*\n" if kind == "hardbreak" else r"[ \t]*\n").match(raw, at)
+            if not match:
+                raise _Unmatched
+            if kind == "softbreak":
+                out.append(" ")
+                segment_lines[-1] += 1
+            else:
+                segment_lines.append(1)
+                markups.append((match.group(0), ""))
+                out.append(f'<br data-i="{len(markups) - 1}"/>')
+            at = match.end()
+        elif kind in ("em_open", "strong_open", "s_open"):
+            at = _consume(raw, at, token.markup)
+            markups.append((token.markup, ""))
+            stack.append(len(markups) - 1)
+            out.append(f'<{token.tag} data-i="{len(markups) - 1}">')
+        elif kind in ("em_close", "strong_close", "s_close"):
+            at = _consume(raw, at, token.markup)
+            index = stack.pop()
+            markups[index] = (markups[index][0], token.markup)
+            out.append(f"</{token.tag}>")
+        elif kind == "code_inline":
+            match = re.compile(rf"{token.markup}(?!`)(.*?)(?<!`){token.markup}(?!`)", re.DOTALL).match(raw, at)
+            if not match:
+                raise _Unmatched
+            markups.append((match.group(0), ""))
+            out.append(f'<code data-i="{len(markups) - 1}">{html.escape(token.content, quote=False)}</code>')
+            at = match.end()
+        elif kind == "link_open" and token.markup in ("autolink", "linkify"):
+            end = raw.find(">", at) + 1 if raw.startswith("<", at) else 0
+            if not end:
+                raise _Unmatched
+            markups.append((raw[at:end], ""))
+            out.append(f'<x-md data-i="{len(markups) - 1}"/>')
+            at, skip = end, _autolink_length(children, n)
+        elif kind == "link_open":
+            at = _consume(raw, at, "[")
+            markups.append(("[", ""))
+            stack.append(len(markups) - 1)
+            out.append(f'<a data-i="{len(markups) - 1}">')
+        elif kind == "link_close":
+            match = _LINK_TAIL.match(raw, at)
+            if not match:
+                raise _Unmatched
+            index = stack.pop()
+            markups[index] = ("[", match.group(0))
+            out.append("</a>")
+            at = match.end()
+        elif kind == "image":
+            match = _IMAGE.match(raw, at)
+            if not match:
+                raise _Unmatched
+            markups.append((match.group(0), ""))
+            out.append(f'<x-md data-i="{len(markups) - 1}"/>')
+            at = match.end()
+        elif kind == "html_inline":
+            at = _consume(raw, at, token.content)
+            markups.append((token.content, ""))
+            out.append(f'<x-md data-i="{len(markups) - 1}"/>')
+        else:
+            raise _Unmatched
+    if raw[at:].strip():
+        raise _Unmatched
+    return "".join(out), markups, segment_lines
+
+
+def _autolink_length(children, n: int) -> int:
+    """How many tokens after an autolink's open token belong to it (its text and its close)."""
+    k = n + 1
+    while k < len(children) and children[k].type != "link_close":
+        k += 1
+    return k - n
+
+
+_OUR_TAG = re.compile(r'<(/?)([a-z-]+)(?: data-i="(\d+)")?\s*(/?)>')
+
+
+def _to_markdown(translated: str, markups: list[tuple[str, str]]) -> tuple[str, list[int]]:
+    """A translated fragment written back as Markdown, and the offsets of the spaces it may wrap at."""
+    out: list[str] = []
+    length = 0
+    breaks: list[int] = []
+    stack: list[int] = []
+    at = 0
+    for match in _OUR_TAG.finditer(translated):
+        if match.start() < at:  # inside a code span already written
+            continue
+        text = html.unescape(translated[at : match.start()])
+        escaped = _SPECIAL.sub(r"\\\1", text)
+        breaks.extend(length + i for i, char in enumerate(escaped) if char == " ")
+        out.append(escaped)
+        length += len(escaped)
+        closing, name, index, lone = match.groups()
+        if closing:
+            piece = markups[stack.pop()][1]
+        elif name == "code":  # its content follows up to </code>: the code span as written
+            piece = markups[int(index)][0]
+            end = translated.index("</code>", match.end())
+            at = end + len("</code>")
+            out.append(piece)
+            length += len(piece)
+            continue
+        else:
+            piece = markups[int(index)][0]
+            if not lone and name not in ("br", "x-md"):
+                stack.append(int(index))
+        out.append(piece)
+        length += len(piece)
+        at = match.end()
+    text = html.unescape(translated[at:])
+    escaped = _SPECIAL.sub(r"\\\1", text)
+    breaks.extend(length + i for i, char in enumerate(escaped) if char == " ")
+    out.append(escaped)
+    return "".join(out), breaks
+
+
+def translate_markdown(
+    text: str, translate: TranslateSentences | Sentences, source_language: str, target_language: str
+) -> tuple[str, int]:
+    """A Markdown document translated (the module's docstring); returns it and how many blocks changed."""
+    sentences = as_sentences(translate)
+    lines = text.split("\n")
+    blocks = _blocks(text, lines)
+    translated = translate_fragments([b.fragment for b in blocks], sentences, source_language)
+    edits: dict[int, list[tuple[int, int, str | None]]] = {}  # per line: (start, end, new text or None)
+    for block, fragment in zip(blocks, translated):
+        markdown, spaces = _to_markdown(fragment, block.markups)
+        for (number, start, end), piece in zip(block.lines, _wrap(markdown, spaces, block)):
+            edits.setdefault(number, []).append((start, end, piece))
+    out = []
+    for number, line in enumerate(lines):
+        changes = edits.get(number, [])
+        if changes and all(piece is None for _, _, piece in changes) and not line[: changes[0][0]].strip(" >"):
+            continue  # a paragraph's line the translation did not need (only its prefix would be left)
+        for start, end, piece in sorted(changes, reverse=True):
+            line = line[:start] + (piece or "") + line[end:]
+        out.append(line)
+    return "\n".join(out), len(blocks)
+
+
+def _blocks(text: str, lines: list[str]) -> list[_Block]:
+    """The document's inline blocks whose raw markup could be followed token by token."""
+    blocks = []
+    cursor: dict[int, int] = {}  # per line, where the last block found on it ended (table cells share a line)
+    for token in _parser().parse(text):
+        if token.type != "inline" or token.map is None or not token.content.strip():
+            continue
+        block = _locate(token, lines, cursor)
+        if block is None:
+            continue
+        try:
+            block.fragment, block.markups, block.segment_lines = _fragment(token.children or [], token.content)
+        except _Unmatched:
+            continue
+        blocks.append(block)
+    return blocks
+
+
+def _locate(token, lines: list[str], cursor: dict[int, int]) -> _Block | None:
+    """Where each line of an inline block's content is in the source lines."""
+    located = []
+    for k, content_line in enumerate(token.content.split("\n")):
+        number = token.map[0] + k
+        if number >= len(lines):
+            return None
+        start = lines[number].find(content_line, cursor.get(number, 0))
+        if start < 0 or not content_line:
+            return None
+        located.append((number, start, start + len(content_line)))
+    for number, _, end in located:
+        cursor[number] = end
+    return _Block(located)
+
+
+def _wrap(markdown: str, spaces: list[int], block: _Block) -> list[str | None]:
+    """The translated block over the block's source lines: a line ends at each hard break, as in the source,
+    and the lines between two hard breaks are cut at spaces near each source line's share of the text; a
+    source line with nothing left is dropped (None)."""
+    pieces = markdown.split("\n")
+    if len(pieces) != len(block.segment_lines):  # a code span ran over lines: one line, the others dropped
+        return [markdown, *[None] * (len(block.lines) - 1)]
+    out: list[str | None] = []
+    base = 0
+    for piece, count in zip(pieces, block.segment_lines):
+        local = [s - base for s in spaces if base <= s < base + len(piece)]
+        widths = [end - start for _, start, end in block.lines[len(out) : len(out) + count]]
+        out.extend(_cut(piece, local, widths))
+        base += len(piece) + 1
+    return [out[0], *(p.lstrip() if p is not None else None for p in out[1:])]
+
+
+def _cut(text: str, spaces: list[int], widths: list[int]) -> list[str | None]:
+    """``text`` over ``len(widths)`` lines, cut at ``spaces`` nearest each line's share of the source."""
+    total = sum(widths) or 1
+    cuts: list[int] = []
+    goal = 0.0
+    for width in widths[:-1]:
+        goal += width / total * len(text)
+        choices = [s for s in spaces if not cuts or s > cuts[-1]]
+        if not choices:
+            break
+        cuts.append(min(choices, key=lambda s: abs(s - goal)))
+    out: list[str | None] = []
+    start = 0
+    for cut in cuts:
+        out.append(text[start:cut])
+        start = cut + 1
+    out.append(text[start:])
+    return out + [None] * (len(widths) - len(out))

@@ -1,0 +1,99 @@
+"""Markdown (``formats/markdown.py``): inline text translated, every other byte of the file kept.
+
+The translators here upper-case (so what was translated shows), return the text unchanged (so the
+document must come back byte for byte), or reorder words with an alignment (so the markup must follow).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("markdown_it", reason="markdown-it-py is in the files extra")
+
+from nmt_cli.formats.markdown import translate_markdown  # noqa: E402
+from nmt_cli.formats.segments import Sentences  # noqa: E402
+
+DOCUMENT = """---
+title: keep front matter
+---
+# Heading *one*
+
+Some **bold** text with `code` and a [link](http://x.org/a_b "T") here.  
+Hard break\\
+and a soft
+break. ![img](a.png) <kbd>K</kbd> ~~gone~~ <http://auto.org>
+
+- item one
+- item `two` with [ref link][r1]
+  continued line
+
+1. first
+2. second
+
+| a | b |
+|---|---|
+| cell *1* | cell 2 |
+
+> quoted text
+> over two lines
+
+Setext heading
+--------------
+
+```python
+code block stays
+```
+
+    indented code stays
+
+<div>html block stays</div>
+
+[r1]: http://example.org "Ref"
+"""
+
+
+def upper(sentences: list[str]) -> list[str]:
+    return [s.upper() for s in sentences]
+
+
+def test_an_identity_translation_gives_the_document_back_byte_for_byte():
+    out, count = translate_markdown(DOCUMENT, lambda xs: list(xs), "en", "de")
+    assert out == DOCUMENT
+    assert count == 12  # headings 2, paragraph, list items 4, table cells 4, quote
+
+
+def test_text_is_translated_and_markup_code_and_prefixes_kept():
+    out, _ = translate_markdown(DOCUMENT, upper, "en", "de")
+    expected = (
+        DOCUMENT.replace("# Heading *one*", "# HEADING *ONE*")
+        .replace("Some **bold** text with `code` and a [link]", "SOME **BOLD** TEXT WITH `code` AND A [LINK]")
+        .replace(" here.  \nHard break\\\nand a soft\nbreak.", " HERE.  \nHARD BREAK\\\nAND A SOFT\nBREAK.")
+        .replace("~~gone~~", "~~GONE~~")
+        .replace(
+            "- item one\n- item `two` with [ref link][r1]\n  continued line",
+            "- ITEM ONE\n- ITEM `two` WITH [REF LINK][r1]\n  CONTINUED LINE",
+        )
+        .replace("1. first\n2. second", "1. FIRST\n2. SECOND")
+        .replace("| a | b |", "| A | B |")
+        .replace("| cell *1* | cell 2 |", "| CELL *1* | CELL 2 |")
+        .replace("> quoted text\n> over two lines", "> QUOTED TEXT\n> OVER TWO LINES")
+        .replace("Setext heading\n", "SETEXT HEADING\n")
+    )
+    assert out == expected
+
+
+def test_markup_follows_the_words_it_was_on():
+    def align(sentences):
+        assert sentences == ["the red car"]
+        return [("la voiture rouge", [(0, 0), (2, 1), (1, 2)])]
+
+    out, _ = translate_markdown("the **red** [car](/c)\n", Sentences(lambda xs: [], align), "en", "fr")
+    assert out == "la [voiture](/c) **rouge**\n"
+
+
+def test_a_longer_translation_is_wrapped_over_the_source_lines_and_markup_in_it_escaped():
+    source = "> one two\n> three four\n"
+    out, _ = translate_markdown(source, lambda xs: ["eins zwei drei * vier fünf sechs"], "en", "de")
+    lines = out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("> ") for line in lines)
+    assert " ".join(line[2:] for line in lines) == "eins zwei drei \\* vier fünf sechs"
