@@ -18,7 +18,7 @@ title: keep front matter
 ---
 # Heading *one*
 
-Some **bold** text with `code` and a [link](http://x.org/a_b "T") here.  
+Some **bold** text with `code` and a [link](http://x.org/a_b "T") here.{two_spaces}
 Hard break\\
 and a soft
 break. ![img](a.png) <kbd>K</kbd> ~~gone~~ <http://auto.org>
@@ -49,7 +49,7 @@ code block stays
 <div>html block stays</div>
 
 [r1]: http://example.org "Ref"
-"""
+""".format(two_spaces="  ")  # a hard break (written so, as editors strip trailing spaces)
 
 
 def upper(sentences: list[str]) -> list[str]:
