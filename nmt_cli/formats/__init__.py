@@ -23,10 +23,12 @@ EXTENSIONS = {
     ".xhtml": "html",
     ".md": "markdown",
     ".markdown": "markdown",
+    ".srt": "srt",
+    ".vtt": "vtt",
 }
-FORMATS = (LINES, "po", "html", "markdown")
+FORMATS = (LINES, "po", "html", "markdown", "srt", "vtt")
 # Formats whose inline markup is put back through the model's word alignment.
-ALIGNED_FORMATS = frozenset({"html", "markdown"})
+ALIGNED_FORMATS = frozenset({"html", "markdown", "srt", "vtt"})
 
 
 def needs_alignment(file_format: str) -> bool:
@@ -97,6 +99,13 @@ def translate_bytes(
 
         source = TextFile.decode(data, name)
         text, count = translate_markdown(source.text, translate, source_language, target_language)
+        return source.encode(text), count
+    if chosen in ("srt", "vtt"):
+        from .subtitles import translate_srt, translate_vtt
+
+        source = TextFile.decode(data, name)
+        read = translate_srt if chosen == "srt" else translate_vtt
+        text, count = read(source.text, translate, source_language, str(name))
         return source.encode(text), count
     raise NmtError(f"{name}: not a document format nmt reads; documents: {', '.join(sorted(EXTENSIONS))}")
 
