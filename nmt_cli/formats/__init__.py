@@ -26,7 +26,7 @@ EXTENSIONS = {
     ".srt": "srt",
     ".vtt": "vtt",
 }
-FORMATS = (LINES, "po", "html", "markdown", "srt", "vtt")
+FORMATS = (LINES, "text", "po", "html", "markdown", "srt", "vtt")
 # Formats whose inline markup is put back through the model's word alignment.
 ALIGNED_FORMATS = frozenset({"html", "markdown", "srt", "vtt"})
 
@@ -99,6 +99,12 @@ def translate_bytes(
 
         source = TextFile.decode(data, name)
         text, count = translate_markdown(source.text, translate, source_language, target_language)
+        return source.encode(text), count
+    if chosen == "text":
+        from .text import translate_text
+
+        source = TextFile.decode(data, name)
+        text, count = translate_text(source.text, translate, source_language)
         return source.encode(text), count
     if chosen in ("srt", "vtt"):
         from .subtitles import translate_srt, translate_vtt
