@@ -25,10 +25,12 @@ EXTENSIONS = {
     ".markdown": "markdown",
     ".srt": "srt",
     ".vtt": "vtt",
+    ".xlf": "xliff",
+    ".xliff": "xliff",
 }
-FORMATS = (LINES, "text", "po", "html", "markdown", "srt", "vtt")
+FORMATS = (LINES, "text", "po", "html", "markdown", "srt", "vtt", "xliff")
 # Formats whose inline markup is put back through the model's word alignment.
-ALIGNED_FORMATS = frozenset({"html", "markdown", "srt", "vtt"})
+ALIGNED_FORMATS = frozenset({"html", "markdown", "srt", "vtt", "xliff"})
 
 
 def needs_alignment(file_format: str) -> bool:
@@ -100,6 +102,10 @@ def translate_bytes(
         source = TextFile.decode(data, name)
         text, count = translate_markdown(source.text, translate, source_language, target_language)
         return source.encode(text), count
+    if chosen == "xliff":
+        from .xliff import translate_xliff
+
+        return translate_xliff(data, translate, source_language, target_language, str(name), fuzzy, retranslate)
     if chosen == "text":
         from .text import translate_text
 

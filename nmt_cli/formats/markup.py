@@ -80,10 +80,14 @@ class Fragment:
 class _Parser(HTMLParser):
     """Events of ``html.parser`` (the standard library's forgiving HTML tokenizer) into an element tree."""
 
-    def __init__(self, source: str, is_opaque: Callable[[str, dict[str, str | None]], bool], xml: bool) -> None:
+    def __init__(
+        self, source: str, is_opaque: Callable[[str, dict[str, str | None]], bool], xml: bool, hidden: frozenset[str]
+    ) -> None:
         super().__init__(convert_charrefs=False)
         self.source = source
         self.is_opaque = is_opaque
+        self.hidden = hidden
+        self.hiding = False  # inside a hidden element: its text is code, not read by the model
         self.xml = xml
         self.text: list[str] = []
         self.length = 0
@@ -98,6 +102,8 @@ class _Parser(HTMLParser):
     def _add_text(self, text: str, raw: str) -> None:
         if self.opaque_depth:
             self.opaque_raw.append(raw)
+            if self.hiding:
+                return
         self.text.append(text)
         self.length += len(text)
 
@@ -140,9 +146,10 @@ class _Parser(HTMLParser):
         if void:
             return
         self.stack.append(element)
-        if self.is_opaque(tag, dict(attrs)):
+        if tag in self.hidden or self.is_opaque(tag, dict(attrs)):
             self.opaque_depth = 1
             self.opaque_raw = [raw]
+            self.hiding = tag in self.hidden
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         raw = self.get_starttag_text() or f"<{tag}/>"
@@ -164,6 +171,7 @@ class _Parser(HTMLParser):
             if top.name.lower() == tag:
                 self.opaque_depth -= 1
                 if not self.opaque_depth:
+                    self.hiding = False
                     top.opaque = "".join(self.opaque_raw)
                     top.close = raw
                     top.end = self.length
@@ -240,9 +248,10 @@ def html_opaque(tag: str, attrs: dict[str, str | None]) -> bool:
     return "notranslate" in (attrs.get("class") or "").split()
 
 
-def parse(source: str, is_opaque=html_opaque, xml: bool = False) -> Fragment:
-    """A fragment's plain text and element tree (see the module's docstring)."""
-    parser = _Parser(source, is_opaque, xml)
+def parse(source: str, is_opaque=html_opaque, xml: bool = False, hidden: frozenset[str] = frozenset()) -> Fragment:
+    """A fragment's plain text and element tree (see the module's docstring); the content of ``hidden``
+    elements is code the model never reads (XLIFF's native codes), kept as written."""
+    parser = _Parser(source, is_opaque, xml, hidden)
     try:
         parser.feed(source)
         return parser.finish()
@@ -307,6 +316,8 @@ class _Words:
 
     def covering(self, start: int, end: int) -> range:
         """The words that overlap ``start``..``end`` (an empty range for an empty span)."""
+        if start >= end:
+            return range(0)
         inside = [i for i, (a, b) in enumerate(self.spans) if a < end and b > start]
         return range(inside[0], inside[-1] + 1) if inside else range(0)
 
@@ -509,12 +520,13 @@ def translate_fragments(
     language: str | None,
     xml: bool = False,
     is_opaque: Callable[[str, dict[str, str | None]], bool] = html_opaque,
+    hidden: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Each fragment translated with its markup kept (the module's docstring); all sentences of all
     fragments go to the translator in one call. ``language`` (the source's) splits a fragment into
     sentences; None keeps each fragment one sentence."""
     sentences = as_sentences(sentences)
-    parsed = [parse(f, is_opaque, xml) for f in fragments]
+    parsed = [parse(f, is_opaque, xml, hidden) for f in fragments]
     plans = [(fragment, _units(fragment, language)) for fragment in parsed]
     # The model reads each sentence on one line, spaces collapsed; its words are the same.
     texts = [" ".join(fragment.text[u.start : u.end].split()) for fragment, units in plans for u in units]
