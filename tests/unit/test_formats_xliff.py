@@ -67,7 +67,7 @@ def test_xliff_12_targets_keep_inline_codes_and_states_say_machine_translation()
     assert count == 2 and out.startswith(b'<?xml version="1.0" encoding="UTF-8"?>\n')
     root = etree.fromstring(out)
     assert root.find("x:file", NS1).get("target-language") == "de"
-    units = {u.get("id"): u for u in root.iter("{%s}trans-unit" % NS1["x"])}
+    units = {u.get("id"): u for u in root.iter(f"{{{NS1['x']}}}trans-unit")}
     for unit_id in ("1", "2"):
         source, target = units[unit_id].find("x:source", NS1), units[unit_id].find("x:target", NS1)
         assert codes(target) == codes(source)  # same inline codes, same ids, native code as written
@@ -83,7 +83,7 @@ def test_xliff_20_segments_and_retranslate_and_no_fuzzy():
     out, count = translate_bytes(V20.encode(), Path("b.xliff"), upper, "en", "de", fuzzy=False)
     root = etree.fromstring(out)
     assert count == 2 and root.get("trgLang") == "de"
-    segments = list(root.iter("{%s}segment" % NS2["x"]))
+    segments = list(root.iter(f"{{{NS2['x']}}}segment"))
     assert [s.get("state") for s in segments] == ["translated", "translated"]
     first = segments[0].find("x:target", NS2)
     assert codes(first) == codes(segments[0].find("x:source", NS2))
