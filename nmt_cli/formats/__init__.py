@@ -27,10 +27,11 @@ EXTENSIONS = {
     ".vtt": "vtt",
     ".xlf": "xliff",
     ".xliff": "xliff",
+    ".docx": "docx",
 }
-FORMATS = (LINES, "text", "po", "html", "markdown", "srt", "vtt", "xliff")
+FORMATS = (LINES, "text", "po", "html", "markdown", "srt", "vtt", "xliff", "docx")
 # Formats whose inline markup is put back through the model's word alignment.
-ALIGNED_FORMATS = frozenset({"html", "markdown", "srt", "vtt", "xliff"})
+ALIGNED_FORMATS = frozenset({"html", "markdown", "srt", "vtt", "xliff", "docx"})
 
 
 def needs_alignment(file_format: str) -> bool:
@@ -102,6 +103,10 @@ def translate_bytes(
         source = TextFile.decode(data, name)
         text, count = translate_markdown(source.text, translate, source_language, target_language)
         return source.encode(text), count
+    if chosen == "docx":
+        from .docx import translate_docx
+
+        return translate_docx(data, translate, source_language, target_language, str(name))
     if chosen == "xliff":
         from .xliff import translate_xliff
 

@@ -1,0 +1,76 @@
+"""Word documents (``formats/docx.py``): paragraph text translated, each run keeping its formatting."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+docx = pytest.importorskip("docx", reason="python-docx is in the docx extra")
+
+from nmt_cli.errors import NmtError  # noqa: E402
+from nmt_cli.formats import translate_bytes  # noqa: E402
+from nmt_cli.formats.segments import Sentences  # noqa: E402
+
+
+def document() -> bytes:
+    d = docx.Document()
+    d.add_heading("A title here", 1)
+    p = d.add_paragraph("Click ")
+    bold = p.add_run("this link")
+    bold.bold = True
+    p.add_run(" to continue.")
+    split = d.add_paragraph()
+    for piece in ("Word splits ", "runs ", "for spelling."):  # same formatting: one text for the model
+        split.add_run(piece).italic = True
+    table = d.add_table(rows=1, cols=2)
+    table.cell(0, 0).text, table.cell(0, 1).text = "cell one", "cell two"
+    d.sections[0].header.paragraphs[0].text = "Header text"
+    buffer = io.BytesIO()
+    d.save(buffer)
+    return buffer.getvalue()
+
+
+def runs(data: bytes) -> list[list[tuple[str, bool | None, bool | None]]]:
+    return [[(r.text, r.bold, r.italic) for r in p.runs] for p in docx.Document(io.BytesIO(data)).paragraphs]
+
+
+def test_each_run_keeps_its_formatting_and_every_part_is_translated():
+    out, count = translate_bytes(document(), Path("a.docx"), lambda xs: [x.upper() for x in xs], "en", "de")
+    assert count == 6  # heading, two paragraphs, two cells, the header
+    assert runs(out)[:2] == [
+        [("A TITLE HERE", None, None)],
+        [("CLICK ", None, None), ("THIS LINK", True, None), (" TO CONTINUE.", None, None)],
+    ]
+    assert [text for text, _, italic in runs(out)[2] if italic] == ["WORD SPLITS RUNS FOR SPELLING.", "", ""]
+    translated = docx.Document(io.BytesIO(out))
+    assert [c.text for c in translated.tables[0].rows[0].cells] == ["CELL ONE", "CELL TWO"]
+    assert translated.sections[0].header.paragraphs[0].text == "HEADER TEXT"
+    assert translated.core_properties.language == "de"
+
+
+def test_runs_move_with_their_words():
+    def align(sentences: list[str]):
+        return [
+            ("Klicken Sie auf diesen Link, um fortzufahren.", [(0, 0), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6)])
+            if s.startswith("Click")
+            else (s, [(i, i) for i in range(len(s.split()))])
+            for s in sentences
+        ]
+
+    out, _ = translate_bytes(document(), Path("a.docx"), Sentences(lambda xs: [], align), "en", "de")
+    assert runs(out)[1] == [
+        ("Klicken Sie auf ", None, None),
+        ("diesen Link", True, None),
+        (", um fortzufahren.", None, None),
+    ]
+
+
+def test_not_a_docx_or_no_python_docx_is_one_line(monkeypatch):
+    with pytest.raises(NmtError, match="not a Word"):
+        translate_bytes(b"plain text", Path("a.docx"), lambda xs: xs, "en", "de")
+    monkeypatch.setitem(sys.modules, "docx", None)
+    with pytest.raises(NmtError, match=r"pip install 'nmt-cli\[docx\]'"):
+        translate_bytes(document.__code__.co_code, Path("a.docx"), lambda xs: xs, "en", "de")
