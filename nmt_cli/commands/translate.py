@@ -117,7 +117,8 @@ def run(
         None,
         "--file-format",
         help="Translate -i as this format instead of the one its extension says: lines (one output line per "
-        "input line, the default for stdin and unknown extensions) or po (gettext: .po, .pot).",
+        "input line, the default for stdin and unknown extensions), text (paragraphs), po (gettext: .po, .pot), "
+        "html (.html, .htm, .xhtml), markdown (.md), srt, vtt, xliff (.xlf, .xliff) or docx.",
         show_default=False,
     ),
     fuzzy: bool = typer.Option(
@@ -309,19 +310,16 @@ def _check_markup_options(chosen, nbest, alignments, prefix) -> None:
 
 def _sentences(results, aligned: bool):
     """This command's engine as ``formats.Sentences``: best translations, with word alignments when ``aligned``."""
+    from ..decode.attention_maps import parse_pharaoh
     from ..formats import Sentences
 
     def translate(lines: list[str]) -> list[str]:
         return [hyps[0][0] for hyps in results(iter(lines))]
 
     def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-        return [(hyps[0][0], _links(hyps[0][2])) for hyps in results(iter(lines))]
+        return [(hyps[0][0], parse_pharaoh(hyps[0][2])) for hyps in results(iter(lines))]
 
     return Sentences(translate, align if aligned else None)
-
-
-def _links(pharaoh: str) -> list[tuple[int, int]]:
-    return [(int(i), int(j)) for i, j in (pair.split("-") for pair in pharaoh.split())]
 
 
 def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int) -> Iterator[str]:

@@ -150,6 +150,11 @@ def pharaoh(pairs: list[tuple[int, int]]) -> str:
     return " ".join(f"{i}-{j}" for i, j in pairs)
 
 
+def parse_pharaoh(text: str) -> list[tuple[int, int]]:
+    """``"0-0 1-2"`` -> ``[(0, 0), (1, 2)]``."""
+    return [(int(i), int(j)) for i, j in (pair.split("-") for pair in text.split())]
+
+
 __all__ = [
     "AttentionMaps",
     "attention_maps",
@@ -158,4 +163,5 @@ __all__ = [
     "word_starts",
     "alignment_layer",
     "pharaoh",
+    "parse_pharaoh",
 ]

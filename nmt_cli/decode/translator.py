@@ -21,12 +21,13 @@ from ..config import DecodeConfig, Recipe, recipe_from_dict
 from ..data.batches import decoding_batches, pad_rows
 from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
+from ..formats.segments import Sentences
 from ..model.cpu_inference import prepare_for_cpu_inference
 from ..model.transformer import Transformer, build_model
 from ..utils import torchfile
 from ..utils.text import has_control_characters, replace_control_characters
 from .attention_maps import alignment_layer as alignment_layer_of
-from .attention_maps import cross_attention, pharaoh, word_alignment
+from .attention_maps import cross_attention, parse_pharaoh, pharaoh, word_alignment
 from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
 from .sampling import sample
@@ -219,6 +220,19 @@ class Translator:
                         "but the input goes on; give one prefix line (empty: none) per input line"
                     )
             yield from self._translate_chunk(chunk, chunk_prefixes)
+
+    def sentences(self) -> Sentences:
+        """This translator as ``nmt_cli.formats`` wants it (``translate_file``): best translations, with word
+        alignments when it was built with ``alignments=True`` (tags then land on the aligned words; without,
+        on a monotone alignment)."""
+
+        def translate(lines: list[str]) -> list[str]:
+            return [hyps[0][0] for hyps in self.translate(lines)]
+
+        def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
+            return [(hyps[0][0], parse_pharaoh(str(hyps[0][-1]))) for hyps in self.translate(lines)]
+
+        return Sentences(translate, align if self.align_model is not None else None)
 
     def _clean(self, line: str) -> str:
         return clean_source_line(line, self.stats)

@@ -64,6 +64,8 @@ def translate_file(
     chosen = format_for(path, file_format)
     if chosen == LINES:
         raise NmtError(f"{path}: {chosen} files are translated line by line; call nmt translate without --file-format")
+    if chosen == "docx" and output is None:
+        raise NmtError(f"{path}: a Word document is binary; give the output file with -o")
     data, count = translate_bytes(
         path.read_bytes(), path, translate, source_language, target_language, chosen, fuzzy, retranslate
     )

@@ -189,8 +189,8 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
 
     @app.post("/translate_file")
     async def translate_file(request: Request) -> Response:
-        """LibreTranslate's: a multipart ``file`` (gettext .po/.pot so far), answered with the URL of its
-        translation; the sentences go through the model's decoding loop like any request's."""
+        """LibreTranslate's: a multipart ``file`` (any format ``nmt_cli/formats`` reads), answered with the URL of
+        its translation; the sentences go through the model's decoding loop like any request's."""
         try:
             fields, _ = await read_fields(request, limits.max_body_bytes)
             upload = fields.get("file")
@@ -241,6 +241,10 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
         try:
             fields, from_form = await read_fields(request, limits.max_body_bytes)
             parsed = parse_request(fields, from_form, models, limits, detector)
+            if parsed.html:
+                pages = await asyncio.to_thread(_translate_html, parsed)
+                metrics.requests.labels("ok").inc()
+                return SafeJSONResponse(_html_answer(parsed, pages, time.perf_counter() - started))
             decoded = await _decode(request, parsed)
             if decoded is None:
                 metrics.requests.labels("cancelled").inc()
@@ -381,6 +385,31 @@ def _regroup(flat: list, lines: list[list[str]]) -> list[list]:
         grouped.append(flat[start : start + len(text_lines)])
         start += len(text_lines)
     return grouped
+
+
+def _translate_html(parsed: TranslationRequest) -> list[str]:
+    """``"format": "html"``: each text translated as an HTML page or fragment (``formats/html.py``), its
+    sentences through the decoding loop."""
+    from ..formats.html import translate_html
+
+    sentences = _sentences_through_loop(parsed.model)
+    return [translate_html(text, sentences, parsed.model.source, parsed.model.target)[0] for text in parsed.texts]
+
+
+def _html_answer(parsed: TranslationRequest, pages: list[str], seconds: float) -> dict[str, Any]:
+    if parsed.libre:
+        body: dict[str, Any] = {"translatedText": pages[0] if parsed.single else pages}
+        if parsed.detected is not None:
+            found = {"confidence": parsed.detected[1], "language": parsed.detected[0]}
+            body["detectedLanguage"] = found if parsed.single else [found] * len(pages)
+        return {**body, **({"ignored": parsed.ignored} if parsed.ignored else {})}
+    return {
+        "model": parsed.model.name,
+        "format": "html",
+        "translations": [{"text": page} for page in pages],
+        "time_ms": round(seconds * 1000, 2),
+        **({"ignored": parsed.ignored} if parsed.ignored else {}),
+    }
 
 
 def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dict[str, Any]:

@@ -62,6 +62,7 @@ class TranslationRequest:
     config: DecodeConfig
     nbest: int
     detected: tuple[str, float] | None = None  # "source": "auto": the language found, confidence 0-100
+    html: bool = False  # "format": "html": each text is HTML, translated with its markup kept
     ignored: list[str] = field(default_factory=list)  # fields of the body this request shape does not read
 
 
@@ -88,8 +89,8 @@ def parse_request(
         raise BadRequest(413, f"more than {limits.max_sentences} lines in one request; split it")
     if not any(text.strip() for text in texts):
         raise BadRequest(400, "the text is empty")
-    if fields.get("format", "text") != "text":
-        raise BadRequest(400, f'format "{shown(fields["format"])}" is not supported; use "text"')
+    if fields.get("format", "text") not in ("text", "html"):
+        raise BadRequest(400, f'format "{shown(fields["format"])}" is not supported; use "text" or "html"')
     model, detected = pick_model(fields, models, texts, detector)
     defaults = model.loaded.recipe.decode
     if libre:
@@ -103,7 +104,10 @@ def parse_request(
         alpha = _number(fields, "alpha", defaults.alpha, 0.0, 10.0, from_form)
     config = replace(defaults, beam=beam, alpha=alpha, sampling=False)
     ignored = sorted(set(fields) - (LIBRE_FIELDS if libre else OUR_FIELDS))
-    return TranslationRequest(texts, single, libre, model, config, nbest, detected, [shown(k) for k in ignored])
+    html = fields.get("format") == "html"
+    return TranslationRequest(
+        texts, single, libre, model, config, 1 if html else nbest, detected, html, [shown(k) for k in ignored]
+    )
 
 
 class Detector(Protocol):

@@ -19,6 +19,8 @@ import time
 import pytest
 from conftest import start_server
 
+from nmt_cli.formats import EXTENSIONS
+
 httpx = pytest.importorskip("httpx")
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="libretranslatepy is in the dev extra")
 libretranslate_aio = pytest.importorskip("libretranslate_aio", reason="libretranslate-aio is in the dev extra")
@@ -71,7 +73,7 @@ def test_libretranslate_aio_sync_and_async_clients(server, expected):
         assert client.detect(lines[1])[0].language == "en"
         assert [(lang.code, lang.name, lang.targets) for lang in client.languages()] == [("en", "English", ["de"])]
         settings = client.frontend_settings()
-        assert settings.supported_files_format == [".po", ".pot"]
+        assert settings.supported_files_format == sorted(EXTENSIONS)
         assert (settings.language.source.name, settings.language.target.name) == ("English", "German")
         assert not settings.key_required and client.health()
         catalogue = (

@@ -128,8 +128,8 @@ def test_bad_catalogues_and_formats_are_one_line(overfit, tmp_path):
     result = nmt("translate", "-m", run, "-i", str(broken), "-o", str(tmp_path / "out.po"))
     assert result.returncode == 1 and f"{broken}:2: not valid gettext syntax" in " ".join(result.stderr.split())
     assert not (tmp_path / "out.po").exists() and "Traceback" not in result.stderr
-    unknown = nmt("translate", "-m", run, "-i", str(broken), "--file-format", "docx")
-    assert unknown.returncode == 1 and "choose from lines, po" in unknown.stderr
+    unknown = nmt("translate", "-m", run, "-i", str(broken), "--file-format", "pdf")
+    assert unknown.returncode == 1 and "choose from lines, text, po, html" in unknown.stderr
 
 
 # --------------------------------------------------------------------------- the pieces, without a model

@@ -142,6 +142,26 @@ def test_libretranslate_shape(client, loaded, overfit):
     assert languages == [{"code": "en", "name": "English", "targets": ["de"]}]
 
 
+def test_format_html_keeps_the_markup_and_translates_the_text(client, loaded, overfit):
+    from importlib import resources
+
+    from nmt_cli.formats import EXTENSIONS
+    from nmt_cli.formats.markup import strip, tag_tree
+
+    _, src, _ = overfit
+    words = src[0].split()
+    page = f"<p>{' '.join(words[:2])} <b>{' '.join(words[2:4])}</b> {' '.join(words[4:])}</p>"
+    answer = client.post("/translate", json={"q": page, "source": "en", "target": "de", "format": "html"})
+    assert answer.status_code == 200
+    out = answer.json()["translatedText"]
+    assert tag_tree(out) == tag_tree(page)
+    assert strip(out).split() == translated(loaded, [src[0]])[0][0][0].split()
+    ours = client.post("/translate", json={"text": [page, "<i>x</i>"], "format": "html"}).json()
+    assert ours["format"] == "html" and ours["translations"][0]["text"] == out
+    accepted = resources.files("nmt_cli.serve").joinpath("page.html").read_text(encoding="utf-8")
+    assert f'accept="{",".join(EXTENSIONS)}"' in accepted  # the web page offers every format the server reads
+
+
 def test_our_shape_has_nbest_lists_scores_and_timing(client, loaded, overfit):
     _, src, _ = overfit
     text = f"{src[5]}\n\n{src[6]}"  # lines are sentences; an empty one stays empty
@@ -169,7 +189,7 @@ def test_our_shape_has_nbest_lists_scores_and_timing(client, loaded, overfit):
         (b'{"text": "Hi", "beam": 0}', 400, '"beam"'),
         (b'{"text": "Hi", "beam": 2, "nbest": 3}', 400, '"nbest"'),
         (b'{"text": "Hi", "alpha": "x"}', 400, '"alpha"'),
-        (b'{"q": "Hi", "target": "de", "format": "html"}', 400, "format"),
+        (b'{"q": "Hi", "target": "de", "format": "pdf"}', 400, "format"),
         (json.dumps({"text": "\n".join(["Hi"] * 9)}).encode(), 413, "more than 8 lines"),
         (json.dumps({"text": "x" * 5000}).encode(), 413, "limit is 4,000"),
     ],
