@@ -26,7 +26,7 @@ from .markup import translate_fragments
 from .segments import Sentences, TranslateSentences, as_sentences
 
 # Characters in the translation's text that Markdown would read as markup (an underscore only at a word's edge).
-_SPECIAL = re.compile(r"([\\`*\[\]<|]|(?<!\w)_|_(?!\w))")
+_SPECIAL = re.compile(r"[\\`*\[\]<|]|(?<!\w)_|_(?!\w)")
 _LINK_TAIL = re.compile(
     r"""\]\(\s*(?:<[^<>\n]*>|(?:[^()\s]|\([^()\s]*\))*)(?:\s+(?:"[^"]*"|'[^']*'|\([^()]*\)))?\s*\)"""
     r"""|\]\[[^\[\]]*\]|\]"""
@@ -53,6 +53,33 @@ class _Block:
     fragment: str = ""
     markups: list[tuple[str, str]] = field(default_factory=list)  # element i's raw (open, close) markup
     segment_lines: list[int] = field(default_factory=lambda: [1])  # source lines between hard breaks
+    spelling: _Spelling = field(default_factory=lambda: _Spelling(set(), {}))
+    paragraph: bool = True  # a paragraph's lines (not a heading's or a table cell's) could start a block
+
+
+@dataclass
+class _Spelling:
+    """How the block's source text wrote the characters Markdown cares about, to write the translation alike:
+    the special characters it had unescaped (safe there: "[ ] task", "sort|uniq"), and those it wrote as entities."""
+
+    literal: set[str]
+    entities: dict[str, str]
+
+    def write(self, text: str) -> str:
+        special = {m.start() for m in _SPECIAL.finditer(text) if m.group(0) not in self.literal}
+        out = []
+        for at, char in enumerate(text):
+            if char in self.entities:
+                out.append(self.entities[char])
+            else:
+                out.append("\\" + char if at in special else char)
+        return "".join(out)
+
+    def learn(self, raw: str) -> None:
+        for entity in re.finditer(r"&#?\w+;", raw):
+            self.entities.setdefault(html.unescape(entity.group(0)), entity.group(0))
+        for special in re.finditer(r"(?<!\\)([`*\[\]<|_])", raw):
+            self.literal.add(special.group(1))
 
 
 class _Unmatched(Exception):
@@ -78,7 +105,7 @@ def _text_pattern(text: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
-def _fragment(children, raw: str) -> tuple[str, list[tuple[str, str]], list[int]]:
+def _fragment(children, raw: str, spelling: _Spelling) -> tuple[str, list[tuple[str, str]], list[int]]:
     """An inline block's tokens as an HTML fragment, each element's raw (open, close) markup, and how many
     source lines each run between hard breaks has."""
     segment_lines = [1]
@@ -95,6 +122,7 @@ def _fragment(children, raw: str) -> tuple[str, list[tuple[str, str]], list[int]
             match = _text_pattern(token.content).match(raw, at)
             if not match:
                 raise _Unmatched
+            spelling.learn(match.group(0))
             at = match.end()
             out.append(html.escape(token.content, quote=False))
         elif kind in ("softbreak", "hardbreak"):
@@ -175,7 +203,7 @@ def _autolink_length(children, n: int) -> int:
 _OUR_TAG = re.compile(r'<(/?)([a-z-]+)(?: data-i="(\d+)")?\s*(/?)>')
 
 
-def _to_markdown(translated: str, markups: list[tuple[str, str]]) -> tuple[str, list[int]]:
+def _to_markdown(translated: str, markups: list[tuple[str, str]], spelling: _Spelling) -> tuple[str, list[int]]:
     """A translated fragment written back as Markdown, and the offsets of the spaces it may wrap at."""
     out: list[str] = []
     length = 0
@@ -186,7 +214,7 @@ def _to_markdown(translated: str, markups: list[tuple[str, str]]) -> tuple[str, 
         if match.start() < at:  # inside a code span already written
             continue
         text = html.unescape(translated[at : match.start()])
-        escaped = _SPECIAL.sub(r"\\\1", text)
+        escaped = spelling.write(text)
         breaks.extend(length + i for i, char in enumerate(escaped) if char == " ")
         out.append(escaped)
         length += len(escaped)
@@ -208,7 +236,7 @@ def _to_markdown(translated: str, markups: list[tuple[str, str]]) -> tuple[str, 
         length += len(piece)
         at = match.end()
     text = html.unescape(translated[at:])
-    escaped = _SPECIAL.sub(r"\\\1", text)
+    escaped = spelling.write(text)
     breaks.extend(length + i for i, char in enumerate(escaped) if char == " ")
     out.append(escaped)
     return "".join(out), breaks
@@ -224,7 +252,7 @@ def translate_markdown(
     translated = translate_fragments([b.fragment for b in blocks], sentences, source_language)
     edits: dict[int, list[tuple[int, int, str | None]]] = {}  # per line: (start, end, new text or None)
     for block, fragment in zip(blocks, translated):
-        markdown, spaces = _to_markdown(fragment, block.markups)
+        markdown, spaces = _to_markdown(fragment, block.markups, block.spelling)
         for (number, start, end), piece in zip(block.lines, _wrap(markdown, spaces, block)):
             edits.setdefault(number, []).append((start, end, piece))
     out = []
@@ -242,14 +270,19 @@ def _blocks(text: str, lines: list[str]) -> list[_Block]:
     """The document's inline blocks whose raw markup could be followed token by token."""
     blocks = []
     cursor: dict[int, int] = {}  # per line, where the last block found on it ended (table cells share a line)
+    opened = ""
     for token in _parser().parse(text):
         if token.type != "inline" or token.map is None or not token.content.strip():
+            opened = token.type
             continue
         block = _locate(token, lines, cursor)
         if block is None:
             continue
+        block.paragraph = opened == "paragraph_open"
         try:
-            block.fragment, block.markups, block.segment_lines = _fragment(token.children or [], token.content)
+            block.fragment, block.markups, block.segment_lines = _fragment(
+                token.children or [], token.content, block.spelling
+            )
         except _Unmatched:
             continue
         blocks.append(block)
@@ -286,7 +319,22 @@ def _wrap(markdown: str, spaces: list[int], block: _Block) -> list[str | None]:
         widths = [end - start for _, start, end in block.lines[len(out) : len(out) + count]]
         out.extend(_cut(piece, local, widths))
         base += len(piece) + 1
-    return [out[0], *(p.lstrip() if p is not None else None for p in out[1:])]
+    lines = [out[0], *(p.lstrip() if p is not None else None for p in out[1:])]
+    return [_safe_start(line) if line is not None and block.paragraph else line for line in lines]
+
+
+# What would turn a line of text into a list item, heading, quote or rule if a line started with it.
+_BLOCK_START = re.compile(r"^(\d{1,9})[.)](?=\s|$)|^(?:[-+*>]|#{1,6})(?=\s|$)|^([-=_*])\2+\s*$")
+
+
+def _safe_start(line: str) -> str:
+    """A line of translated text that Markdown cannot read as a block marker ("30. Juni" -> "30\\. Juni")."""
+    match = _BLOCK_START.match(line)
+    if not match:
+        return line
+    if match.group(1):
+        return f"{match.group(1)}\\{line[len(match.group(1)) :]}"
+    return "\\" + line
 
 
 def _cut(text: str, spaces: list[int], widths: list[int]) -> list[str | None]:

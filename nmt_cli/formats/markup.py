@@ -325,6 +325,44 @@ class _Words:
         """How many words start before ``offset``."""
         return sum(1 for a, _ in self.spans if a < offset)
 
+    def cut_at(self, offsets: set[int]) -> _Words:
+        """The words cut into pieces at ``offsets`` inside them (where an element starts or ends in a word)."""
+        pieces: list[tuple[int, int]] = []
+        for a, b in self.spans:
+            cuts = [a, *sorted(o for o in offsets if a < o < b), b]
+            pieces.extend(zip(cuts, cuts[1:]))
+        return _Words(self.text, pieces)
+
+
+def _pieces(
+    core: str, source_words: _Words, source: _Words, target_words: _Words, links: list[tuple[int, int]]
+) -> tuple[_Words, list[tuple[int, int]]]:
+    """The target cut like the source, and the links between pieces. Where the source has an element boundary
+    inside a word ("std_<wbr>detect", "<a>Rust</a>1.95") and the model copied that word, the copy is cut
+    at the same places, piece linked to piece, so the markup inside the word comes back exactly; any other
+    target word is one piece, linked to the longest piece of its source word."""
+    pieces_of = [
+        [p for p, (a, b) in enumerate(source.spans) if start <= a and b <= end] for start, end in source_words.spans
+    ]
+    to_source = {j: i for i, j in links}
+    spans: list[tuple[int, int]] = []
+    linked: list[tuple[int, int]] = []
+    for j, (a, b) in enumerate(target_words.spans):
+        i = to_source.get(j)
+        if i is None:
+            spans.append((a, b))
+            continue
+        start, end = source_words.spans[i]
+        if len(pieces_of[i]) > 1 and target_words.text[a:b] == core[start:end]:
+            for p in pieces_of[i]:
+                linked.append((p, len(spans)))
+                spans.append((a + source.spans[p][0] - start, a + source.spans[p][1] - start))
+            continue
+        longest = max(pieces_of[i], key=lambda p: source.spans[p][1] - source.spans[p][0])
+        linked.append((longest, len(spans)))
+        spans.append((a, b))
+    return _Words(target_words.text, spans), linked
+
 
 @dataclass
 class _Placed:
@@ -442,8 +480,6 @@ def _escape(text: str, entities: dict[str, str]) -> str:
 def render(placed: _Placed, target: _Words, entities: dict[str, str]) -> str:
     """An element over its target words, its tags around them (an opaque one as the source wrote it)."""
     element = placed.element
-    if element.opaque is not None:
-        return element.opaque
     inner = _render_level(placed, target, entities)
     before = after = ""
     if element.punctuation_outside[1] and not ENTITY_AT_END.search(inner):
@@ -454,6 +490,8 @@ def render(placed: _Placed, target: _Words, entities: dict[str, str]) -> str:
         cut = LEADING_PUNCTUATION.match(inner)
         if cut and cut.end() < len(inner):
             before, inner = inner[: cut.end()], inner[cut.end() :]
+    if element.opaque is not None:  # kept as written, in place of its words (the punctuation around them stays)
+        return before + element.opaque + after
     return before + element.open + inner + element.close + after
 
 
@@ -558,8 +596,11 @@ def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) ->
     mended = repair(core, target_text, TEXT_PLACEHOLDER)
     if mended != target_text:
         links = _relinked(core, target_text, mended, links)
-    source, target = _Words.of(core), _Words.of(mended)
-    links = [(i, j) for i, j in links if i < len(source.spans) and j < len(target.spans)]
+    source_words, target_words = _Words.of(core), _Words.of(mended)
+    links = [(i, j) for i, j in links if i < len(source_words.spans) and j < len(target_words.spans)]
+    boundaries = {offset for e in _walk_all(root.children) for offset in (e.start, e.end)}
+    source = source_words.cut_at(boundaries)
+    target, links = _pieces(core, source_words, source, target_words, links)
     placed = project(root, source, target, links, 0, len(target.spans))
 
     def edge(elements: list[Element], start: int, end: int) -> str:
@@ -578,6 +619,11 @@ def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) ->
         + _render_level(placed, target, fragment.entities)
         + edge(after, core_end, unit.end if core else core_end)
     )
+
+
+def _walk_all(elements: list[Element]):
+    for element in elements:
+        yield from element.walk()
 
 
 def _shifted(elements: list[Element], by: int) -> list[Element]:

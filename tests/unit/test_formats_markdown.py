@@ -97,3 +97,15 @@ def test_a_longer_translation_is_wrapped_over_the_source_lines_and_markup_in_it_
     lines = out.splitlines()
     assert len(lines) == 2 and all(line.startswith("> ") for line in lines)
     assert " ".join(line[2:] for line in lines) == "eins zwei drei \\* vier fünf sechs"
+
+
+def test_the_translation_is_written_as_the_source_spelled_it_and_never_starts_a_block():
+    source = "* [ ] sort|uniq &amp; node\\_modules\n"
+    out, _ = translate_markdown(source, lambda xs: list(xs), "en", "de")
+    assert out == "* [ ] sort|uniq &amp; node_modules\n"  # literal where the source was; the entity kept
+    wrapped = "A long line that the translation will wrap here\nand here.\n"
+    out, _ = translate_markdown(wrapped, lambda xs: ["Eine Zeile, die umbricht, am 30. Juni 2026 - gewiss"], "en", "de")
+    from markdown_it import MarkdownIt
+
+    tokens = [t.type for t in MarkdownIt("commonmark").parse(out)]
+    assert tokens == ["paragraph_open", "inline", "paragraph_close"], out  # still one paragraph, whatever the cut
