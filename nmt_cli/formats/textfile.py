@@ -43,13 +43,19 @@ class TextFile:
     def decode(data: bytes, path: Path, declared: Callable[[bytes], str | None] = lambda _data: None) -> TextFile:
         """``data`` (the bytes of a file named ``path``) as text; errors name ``path``."""
         bom, encoding = next(((mark, name) for mark, name in BOMS if data.startswith(mark)), (b"", ""))
-        encoding = encoding or declared(data) or "utf-8"
+        said = encoding or declared(data)
+        encoding = said or "utf-8"
         try:
             text = data[len(bom) :].decode(encoding)
         except LookupError:
             raise NmtError(f"{path}: declares the unknown encoding '{encoding}'; save it as UTF-8") from None
         except UnicodeDecodeError as err:
             line = data[: err.start].count(b"\n") + 1
+            if said is None:  # nothing said which encoding: UTF-8 was assumed
+                raise NmtError(
+                    f"{path}:{line}: not valid UTF-8 and the file declares no encoding; convert it to UTF-8 "
+                    f"(iconv -f ITS-ENCODING -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix})"
+                ) from None
             raise NmtError(f"{path}:{line}: not valid {encoding}; save the file in the encoding it declares") from None
         crlf = "\r\n" in text
         return TextFile(path, text.replace("\r\n", "\n"), encoding, bom, crlf)

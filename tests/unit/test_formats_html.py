@@ -73,5 +73,5 @@ def test_a_page_keeps_its_encoding_and_unencodable_characters_become_references(
 
 
 def test_an_undecodable_page_is_one_line():
-    with pytest.raises(NmtError, match=r"p.html:1: not valid utf-8"):
+    with pytest.raises(NmtError, match=r"p.html:1: not valid UTF-8 and the file declares no encoding; convert it"):
         translate_bytes(b"<p>caf\xe9</p>", Path("p.html"), upper, "en", "de")
