@@ -87,6 +87,7 @@ def _register() -> None:
     from .commands import (
         attention,
         average,
+        calibrate,
         config,
         download,
         export,
@@ -104,6 +105,7 @@ def _register() -> None:
     app.command("train")(friendly(train.run))
     app.command("translate")(friendly(translate.run))
     app.command("score")(friendly(score.run))
+    app.command("calibrate")(friendly(calibrate.run))
     app.command("average")(friendly(average.run))
     app.command("config")(friendly(config.run))
     app.command("download")(friendly(download.run))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import json
+import math
 import os
 import sys
 import time
@@ -133,6 +135,18 @@ def run(
         help="Each input line is an HTML/XML fragment: its text is translated as one sentence and every tag "
         "comes back, well-formed, around the words aligned to the words it wrapped.",
     ),
+    confidence: bool = typer.Option(
+        False,
+        "--confidence",
+        help="Give each translation a confidence in [0, 1] (the calibrated probability that it is acceptable, "
+        "from one more teacher-forced pass) and flags (truncated, repetition, untranslated).",
+    ),
+    output_format: str = typer.Option(
+        "text",
+        "--format",
+        help="text (translations; with --confidence a tab, the confidence and the flags follow), jsonl (one "
+        "object a line: translation, score, confidence, flags, alignment) or tsv.",
+    ),
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
     import torch
@@ -203,6 +217,7 @@ def run(
         _check_file_format_options(chosen_format, input, nbest, alignments, prefix, shard, sampling)
     if markup:
         _check_markup_options(chosen_format, nbest, alignments, prefix)
+    _check_confidence_options(confidence, output_format, engine, sampling, markup, chosen_format)
     aligned = (markup or needs_alignment(chosen_format)) and engine != "ctranslate2"
     job_shard = _job_shard(shard, input, output)
     launched = "WORLD_SIZE" in os.environ
@@ -240,9 +255,17 @@ def run(
             nbest=nbest,
             alignments=alignments or aligned,
             alignment_layer=alignment_layer,
+            assess=confidence,
             chunk_lines=chunk_lines,
         )
         stats, max_positions = translator.stats, loaded.recipe.model.max_positions
+        if confidence and loaded.calibration is None:
+            console.print(
+                f"note: {models[0]} has no calibration: confidences are exp(mean token log-probability), "
+                'uncalibrated (marked ~ in text, "calibrated": false in jsonl); nmt calibrate fits one',
+                markup=False,
+                soft_wrap=True,
+            )
         languages = (loaded.recipe.data.src_lang, loaded.recipe.data.tgt_lang)
         prefixes = None
         if prefix is not None:
@@ -263,7 +286,7 @@ def run(
             yield from _markup_lines(lines, first, _sentences(results, aligned), chunk_lines)
             return
         for index, hyps in enumerate(results(lines, first), start=first):
-            yield _format(index, hyps, nbest)
+            yield _format(index, hyps, nbest, output_format, alignments, confidence)
 
     if chosen_format != LINES:
         assert input is not None
@@ -274,7 +297,7 @@ def run(
             console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
     elif input is not None and (output is not None or job_shard is not None):
         identity = _job_identity(config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines)
-        identity["settings"]["markup"] = markup
+        identity["settings"].update(markup=markup, confidence=confidence, format=output_format)
         _run_job(input, output, job_shard or Shard(), launched, chunk_lines, identity, texts, restart, show)
     else:
         with _lines(input) as lines, _sink(output) as sink:
@@ -345,11 +368,62 @@ def _translate_document(input, output, chosen, sentences, languages, fuzzy, retr
     return translate_file(input, output, sentences, source_language, target_language, chosen, fuzzy, retranslate)
 
 
-def _format(index: int, hyps: list, nbest: int) -> str:
-    """One input line's output: its translation (then alignments if asked), or INDEX, SCORE, TEXT lines."""
+def _format(index: int, hyps: list, nbest: int, output_format: str, alignments: bool, confidence: bool) -> str:
+    """One input line's output: its translation (then alignments if asked), or INDEX, SCORE, TEXT lines;
+    with --confidence the confidence and flags too; --format jsonl/tsv: one record per hypothesis."""
+    if output_format == "jsonl":
+        return "".join(
+            json.dumps(_record(index, rank, hyp, alignments, confidence), ensure_ascii=False) + "\n"
+            for rank, hyp in enumerate(hyps)
+        )
+    if output_format == "tsv":
+        return "".join(_tsv(index, rank, hyp, alignments, confidence) for rank, hyp in enumerate(hyps))
+    extra = lambda hyp: ([hyp[2]] if alignments else []) + (_judged(hyp[-1]) if confidence else [])  # noqa: E731
     if nbest == 1:
-        return "\t".join([hyps[0][0], *hyps[0][2:]]) + "\n"
-    return "".join("\t".join([str(index), f"{score:.4f}", text, *alignment]) + "\n" for text, score, *alignment in hyps)
+        return "\t".join([hyps[0][0], *extra(hyps[0])]) + "\n"
+    return "".join("\t".join([str(index), f"{hyp[1]:.4f}", hyp[0], *extra(hyp)]) + "\n" for hyp in hyps)
+
+
+def _judged(assessment) -> list[str]:
+    """The confidence (uncalibrated: marked with a ~) and the flags, as text columns."""
+    shown = f"{_confidence(assessment):.3f}" if assessment.confidence is not None else f"~{_confidence(assessment):.3f}"
+    return [shown, ",".join(assessment.flags)]
+
+
+def _confidence(assessment) -> float:
+    """The calibrated confidence, or without a calibration exp(mean token log-probability), in [0, 1] too."""
+    return assessment.confidence if assessment.confidence is not None else math.exp(assessment.features.mean_logprob)
+
+
+def _record(index: int, rank: int, hyp: tuple, alignments: bool, confidence: bool) -> dict:
+    record = {"line": index, "rank": rank, "translation": hyp[0], "score": round(hyp[1], 4)}
+    if confidence:
+        assessment = hyp[-1]
+        record["confidence"] = round(_confidence(assessment), 4)
+        record["calibrated"] = assessment.confidence is not None
+        record["flags"] = assessment.flags
+        record["features"] = assessment.features.as_dict()
+    if alignments:
+        record["alignment"] = hyp[2]
+    return record
+
+
+def _tsv(index: int, rank: int, hyp: tuple, alignments: bool, confidence: bool) -> str:
+    columns = [str(index), str(rank), f"{hyp[1]:.4f}", *(_judged(hyp[-1]) if confidence else []), hyp[0]]
+    return "\t".join(columns + ([hyp[2]] if alignments else [])) + "\n"
+
+
+def _check_confidence_options(confidence, output_format, engine, sampling, markup, chosen) -> None:
+    if output_format not in ("text", "jsonl", "tsv"):
+        raise NmtError(f"--format {output_format}: choose text, jsonl or tsv")
+    if not confidence:
+        return
+    if engine == "ctranslate2":
+        raise NmtError("--confidence runs with --engine nmt only (it reads the model's attention); drop one of them")
+    if sampling:
+        raise NmtError("--confidence assesses beam search or greedy outputs; drop --sampling")
+    if markup or chosen != "lines":
+        raise NmtError("--confidence applies to line-by-line translation; drop it for --markup and documents")
 
 
 def _job_shard(shard: str | None, input: Path | None, output: Path | None):

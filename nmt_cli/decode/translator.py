@@ -24,6 +24,8 @@ from ..errors import CheckpointError, NmtError
 from ..formats.segments import Sentences
 from ..model.cpu_inference import prepare_for_cpu_inference
 from ..model.transformer import Transformer, build_model
+from ..quality.calibration import Calibration
+from ..quality.features import Features, features, flags
 from ..utils import torchfile
 from ..utils.text import has_control_characters, replace_control_characters
 from .attention_maps import alignment_layer as alignment_layer_of
@@ -31,10 +33,10 @@ from .attention_maps import cross_attention, parse_pharaoh, pharaoh, word_alignm
 from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
 from .sampling import sample
-from .search import Hypothesis, search
+from .search import Hypothesis, length_penalty, search
 
-# one output line: text and score, and the word alignment with --alignments
-Translated = tuple[str, float] | tuple[str, float, str]
+# one output: (text, score), then the word alignment with --alignments, then an Assessment with --confidence
+Translated = tuple[Any, ...]
 
 
 @dataclass
@@ -46,6 +48,17 @@ class LoadedModel:
     src_vocab: spm.SentencePieceProcessor
     tgt_vocab: spm.SentencePieceProcessor
     path: Path
+    calibration: Calibration | None = None  # the confidence map fitted for this model (nmt calibrate), if any
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What ``quality/`` says of one translation: its features, its calibrated confidence (None when the
+    model has no calibration), and its flags."""
+
+    features: Features
+    confidence: float | None
+    flags: list[str]
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
@@ -76,7 +89,7 @@ def load_ensemble(
                 )
     ensemble = Ensemble([m.model for m in loaded])
     recipe = replace(first.recipe, model=replace(first.recipe.model, max_positions=ensemble.config.max_positions))
-    return LoadedModel(ensemble, recipe, first.src_vocab, first.tgt_vocab, first.path)  # type: ignore[arg-type]
+    return LoadedModel(ensemble, recipe, first.src_vocab, first.tgt_vocab, first.path, first.calibration)  # type: ignore[arg-type]
 
 
 def model_from_payload(
@@ -108,7 +121,9 @@ def model_from_payload(
     model.to(device=device, dtype=dtype).eval()  # the search scores in fp32 whatever the weights' dtype
     if for_inference:
         prepare_for_inference(model, dtype)
-    return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin)
+    stored = payload.get("calibration")
+    calibration = Calibration.from_dict(stored, str(origin)) if isinstance(stored, dict) else None
+    return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin, calibration)
 
 
 def prepare_for_inference(model: Transformer, dtype: torch.dtype) -> None:
@@ -177,6 +192,7 @@ class Translator:
         chunk_lines: int = 10000,
         alignments: bool = False,
         alignment_layer: int | None = None,
+        assess: bool = False,
     ) -> None:
         if nbest > config.beam and not config.sampling:
             raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
@@ -192,6 +208,10 @@ class Translator:
         first = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model
         self.align_model = first if alignments else None
         self.align_layer = alignment_layer_of(first, alignment_layer) if alignments else None
+        # assess: each hypothesis also gets an Assessment (quality/): features, calibrated confidence, flags
+        self.assess_model = first if assess else None
+        self.assess_layer = alignment_layer_of(first, alignment_layer)
+        self.calibration = loaded.calibration if assess else None
 
     def translate(
         self, lines: Iterable[str], prefixes: Iterable[str] | None = None, first_line: int = 0
@@ -267,11 +287,48 @@ class Translator:
         )
         for batch, (found, memory) in zip(batches, search_all):
             links = self._alignments(batch, found, encoded, memory) if self.align_model is not None else None
+            assessed = self._assessments(batch, found, encoded, memory) if self.assess_model is not None else None
             for n, (i, hyps) in enumerate(zip(batch, found)):
                 results[i] = [
-                    self._detokenize(h, links[n][k] if links is not None else None) for k, h in enumerate(hyps)
+                    self._detokenize(h, links[n][k] if links is not None else None)
+                    + ((assessed[n][k],) if assessed is not None else ())
+                    for k, h in enumerate(hyps)
                 ] or [self._nothing()]
         return results
+
+    def _assessments(
+        self,
+        batch: list[int],
+        found: list[list[Hypothesis]],
+        encoded: list[list[int]],
+        memory: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> list[list[Assessment]]:
+        """Every hypothesis of one batch assessed (quality/): one teacher-forced pass over them all."""
+        assert self.assess_model is not None
+        pairs = [(encoded[i], h.tokens) for i, hyps in zip(batch, found) for h in hyps]
+        rows = [n for n, hyps in enumerate(found) for _ in hyps]
+        if memory is not None:
+            index = torch.tensor(rows, device=memory[0].device)
+            memory = (memory[0][index], memory[1][index])
+        attention = iter(
+            cross_attention(self.assess_model, [s for s, _ in pairs], [o for _, o in pairs], self.assess_layer, memory)
+        )
+        out = []
+        for i, hyps in zip(batch, found):
+            limit = int(self.config.max_len_a * len(encoded[i]) + self.config.max_len_b)
+            limit = max(1, min(limit, self.loaded.recipe.model.max_positions - 1))
+            words = len(self.loaded.src_vocab.decode(encoded[i]).split())
+            row = []
+            for h in hyps:
+                # the search's score is the summed log-probability over the length penalty
+                total = h.score * float(length_penalty(float(len(h.tokens) + 1), self.config))
+                found_features = features(total, next(attention), encoded[i], h.tokens)
+                confidence = self.calibration.confidence(found_features) if self.calibration is not None else None
+                row.append(
+                    Assessment(found_features, confidence, flags(found_features, h.tokens, words, len(h.tokens) >= limit))
+                )
+            out.append(row)
+        return out
 
     def _alignments(
         self,
@@ -315,7 +372,8 @@ class Translator:
         if self.config.sampling:
             return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix), None
         memory = None
-        if self.align_model is not None and self.align_model is self.loaded.model:
+        wanted = self.align_model or self.assess_model
+        if wanted is not None and wanted is self.loaded.model:
             with torch.inference_mode():
                 memory = self.loaded.model.encode(src)
         return search(self.loaded.model, src, self.config, self.nbest, prefix, memory), memory

@@ -1,6 +1,6 @@
 """The import layers of docs/architecture.md: every import between two parts of the package goes down.
 
-cli -> commands -> pipeline -> train / export / serve / attention_figure -> decode -> data / model /
+cli -> commands -> pipeline -> train / export / serve / attention_figure -> decode -> quality -> data / model /
 score / curves / formats -> config -> utils -> errors -> version. Imports inside functions count too.
 """
 
@@ -25,6 +25,7 @@ LAYER = {
     "score": 3,
     "curves": 3,
     "formats": 3,
+    "quality": 3.5,
     "config": 2,
     "utils": 1.5,
     "errors": 1,

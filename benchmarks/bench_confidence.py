@@ -1,0 +1,110 @@
+"""Confidence (`nmt translate --confidence`): how well it ranks and how well it is calibrated; what it costs.
+
+    python benchmarks/bench_confidence.py --model nmt-quickstart/model \\
+        --fit-src valid.en --fit-ref valid.de --test NAME:SRC:REF [--test ...] --rounds 3
+
+Fits the calibration on the --fit pairs (validation data: nothing is tuned on the test sets), then for each
+test set: AUROC of the confidence for "bad" translations (sentence chrF < 30) beside Seq-Logprob's (the mean
+token log-probability alone), and the expected calibration error (10 bins) against "acceptable" (chrF >=
+50). Synthetic hallucinations on the first test set: each source paired with another sentence's translation;
+AUROC of the confidence for telling them from the real pairs. Time: `nmt translate` of the first test set
+with and without `--confidence`, separate processes, alternating, `--rounds` each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from nmt_cli.decode.attention_maps import cross_attention
+from nmt_cli.decode.calibrate import calibrate
+from nmt_cli.decode.forced import forced_scores
+from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.quality.calibration import auroc, expected_calibration_error
+from nmt_cli.quality.features import features
+from nmt_cli.score.metrics import read_lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--fit-src", required=True)
+    parser.add_argument("--fit-ref", required=True)
+    parser.add_argument("--test", action="append", required=True, help="NAME:SRC:REF")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    report = calibrate(Path(args.model), read_lines(args.fit_src), read_lines(args.fit_ref))
+    calibration = report.calibration
+    print(f"fitted on {report.pairs:,} pairs ({report.acceptable:.0%} acceptable)")
+    loaded = load_model(args.model)
+    translator = Translator(loaded, loaded.recipe.decode, assess=True)
+    first_src: list[str] = []
+    for spec in args.test:
+        name, src_path, ref_path = spec.split(":")
+        src, ref = read_lines(src_path), read_lines(ref_path)
+        first_src = first_src or src
+        hyps = [h[0] for h in translator.translate(src)]
+        chrf = [sacrebleu.sentence_chrf(h[0], [r]).score for h, r in zip(hyps, ref)]
+        confidence = [calibration.confidence(h[-1].features) for h in hyps]
+        logprob = [h[-1].features.mean_logprob for h in hyps]
+        bad = [c < 30 for c in chrf]
+        ok = [c >= 50 for c in chrf]
+        print(
+            f"{name}: {len(src):,} lines, {sum(bad) / len(bad):.0%} bad, {sum(ok) / len(ok):.0%} acceptable | AUROC bad: "
+            f"confidence {auroc([-c for c in confidence], bad):.3f}, Seq-Logprob {auroc([-x for x in logprob], bad):.3f} | "
+            f"ECE {expected_calibration_error(confidence, ok):.3f} (mean confidence {statistics.mean(confidence):.3f})"
+        )
+        if name == args.test[0].split(":")[0]:
+            _synthetic(loaded, translator, calibration, src, [h[0] for h in hyps])
+    _timing(args.model, first_src, args.rounds)
+
+
+def _synthetic(loaded, translator, calibration, src: list[str], outputs: list[str]) -> None:
+    """Detached outputs: each source with another sentence's translation, against the real pairs."""
+    rng = random.Random(0)
+    shuffled = outputs[:]
+    rng.shuffle(shuffled)
+    sources = loaded.src_vocab.encode(src, out_type=int)
+    real = loaded.tgt_vocab.encode(outputs, out_type=int)
+    fake = loaded.tgt_vocab.encode(shuffled, out_type=int)
+    layer = translator.assess_layer
+    scores, labels = [], []
+    for targets, label in ((real, False), (fake, True)):
+        totals = forced_scores(loaded.model, list(zip(sources, targets)), loaded.recipe.decode, torch.device("cpu"))
+        attention = cross_attention(loaded.model, sources, targets, layer)
+        for source, target, total, weights in zip(sources, targets, totals, attention):
+            scores.append(-calibration.confidence(features(total.total or -1e9, weights, source, target)))
+            labels.append(label)
+    print(f"synthetic hallucinations (another sentence's output): AUROC of confidence {auroc(scores, labels):.3f}")
+
+
+def _timing(model: str, src: list[str], rounds: int) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench_confidence_"))
+    (work / "src.txt").write_text("".join(s + "\n" for s in src), encoding="utf-8")
+    times: dict[str, list[float]] = {"plain": [], "confidence": []}
+    for _ in range(rounds):
+        for kind in ("plain", "confidence"):
+            command = [sys.executable, "-m", "nmt_cli", "translate", "-m", model, "-i", str(work / "src.txt")]
+            command += ["-o", str(work / f"{kind}.txt"), "--no-progress", "--restart"]
+            started = time.perf_counter()
+            subprocess.run([*command, *(["--confidence"] if kind == "confidence" else [])], check=True, capture_output=True)
+            times[kind].append(time.perf_counter() - started)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    print(
+        f"time ({rounds} rounds, medians): plain {median['plain']:.2f} s, --confidence {median['confidence']:.2f} s, "
+        f"ratio {median['confidence'] / median['plain']:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

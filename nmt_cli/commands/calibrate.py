@@ -1,0 +1,44 @@
+"""``nmt calibrate``: fit a model's confidence map on sentences and references of the user's own domain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import console
+
+
+def run(
+    model: Path = typer.Option(..., "--model", "-m", help="Model folder (its model.pt) or model file."),
+    src: Path = typer.Option(..., "--src", help="Source sentences, one per line."),
+    ref: Path = typer.Option(..., "--ref", help="Their reference translations, one per line."),
+    output: Path = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="The calibrated model file to write [default: model.calibrated.pt beside the model file].",
+        show_default=False,
+    ),
+    threshold: float = typer.Option(
+        50.0, "--threshold", min=0.0, max=100.0, help="The sentence chrF an acceptable translation reaches."
+    ),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+) -> None:
+    """Fit the confidence of `nmt translate --confidence` to your data; writes a new model file, never over the old."""
+    from ..decode.calibrate import calibrate, write_calibrated
+    from ..score.metrics import read_lines
+    from ..utils.run_folder import MODEL_FILE
+
+    source_file = model / MODEL_FILE if model.is_dir() else model
+    output = output or source_file.with_name(source_file.stem + ".calibrated.pt")
+    report = calibrate(model, read_lines(src), read_lines(ref), threshold, device)
+    write_calibrated(model, report.calibration, output)
+    console.print(
+        f"calibrated on {report.pairs:,} pairs ({report.acceptable:.0%} acceptable: sentence chrF >= {threshold:g}); "
+        f"on these pairs AUROC for bad translations {report.auroc_confidence:.3f} (mean log-probability alone "
+        f"{report.auroc_seq_logprob:.3f}), expected calibration error {report.calibration_error:.3f}",
+        markup=False,
+        soft_wrap=True,
+    )
+    console.print(f"wrote {output}; translate with: nmt translate -m {output} --confidence", markup=False, soft_wrap=True)

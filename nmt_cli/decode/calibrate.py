@@ -1,0 +1,75 @@
+"""``nmt calibrate``: fit the confidence map of a model on a user's own sentences and their references.
+
+The model translates the sources as ``nmt translate --confidence`` would (same search settings, same
+teacher-forced features, ``quality/features.py``); each translation is labelled acceptable when its
+sentence chrF against the reference reaches the threshold; a logistic regression maps features to that
+probability (``quality/calibration.py``). The map is written into a new model file, next to the old one,
+never over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import NmtError
+from ..quality.calibration import MIN_PAIRS, Calibration, auroc, expected_calibration_error, fit
+from ..utils import torchfile
+from ..utils.run_folder import MODEL_FILE
+from .translator import Translator, load_model
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    calibration: Calibration
+    pairs: int
+    acceptable: float  # the share of translations that reached the threshold
+    auroc_confidence: float  # for "bad" (below the threshold), on the fitting pairs
+    auroc_seq_logprob: float
+    calibration_error: float  # expected calibration error, 10 bins, on the fitting pairs
+
+
+def calibrate(
+    model_path: Path, sources: list[str], references: list[str], threshold: float = 50.0, device: str = "cpu"
+) -> CalibrationReport:
+    """Fit a calibration for the model at ``model_path`` on ``sources`` and their ``references``."""
+    import sacrebleu
+
+    if len(sources) != len(references):
+        raise NmtError(
+            f"{len(sources):,} source lines but {len(references):,} references; give one reference per source line"
+        )
+    kept = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
+    if len(kept) < MIN_PAIRS:
+        raise NmtError(f"calibration needs at least {MIN_PAIRS} non-empty pairs; got {len(kept)}")
+    loaded = load_model(model_path, device)
+    translator = Translator(loaded, loaded.recipe.decode, torch.device(device), assess=True)
+    hyps = [h[0] for h in translator.translate(s for s, _ in kept)]
+    features = [hyp[-1].features for hyp in hyps]
+    scores = [sacrebleu.sentence_chrf(hyp[0], [ref]).score for hyp, (_, ref) in zip(hyps, kept)]
+    acceptable = [score >= threshold for score in scores]
+    calibration = fit(features, acceptable, threshold)
+    confidences = [calibration.confidence(f) for f in features]
+    bad = [not ok for ok in acceptable]
+    return CalibrationReport(
+        calibration,
+        len(kept),
+        sum(acceptable) / len(kept),
+        auroc([-c for c in confidences], bad),
+        auroc([-f.mean_logprob for f in features], bad),
+        expected_calibration_error(confidences, acceptable),
+    )
+
+
+def write_calibrated(model_path: Path, calibration: Calibration, output: Path) -> None:
+    """A copy of the model file with ``calibration`` stored in it, written atomically to ``output``."""
+    source = model_path / MODEL_FILE if model_path.is_dir() else model_path
+    if output.resolve() == source.resolve():
+        raise NmtError(f"{output}: is the model file being calibrated; write the calibrated model to another file")
+    payload = torchfile.load(source)
+    kind = payload.pop("kind", "weights")
+    payload = {k: v for k, v in payload.items() if k not in ("format_version", "nmt_version")}
+    payload["calibration"] = calibration.to_dict()
+    torchfile.save(output, payload, kind)

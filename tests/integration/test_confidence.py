@@ -1,0 +1,65 @@
+"""``nmt translate --confidence`` and ``nmt calibrate`` on the tiny model: records, refusals, a calibrated copy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmt_cli", *args], input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def test_confidence_records_and_text_columns(overfit):
+    run, src, _ = overfit
+    lines = "\n".join(src[:5]) + "\n"
+    plain = nmt("translate", "-m", str(run), stdin=lines)
+    records = nmt("translate", "-m", str(run), "--confidence", "--format", "jsonl", "--alignments", stdin=lines)
+    assert records.returncode == 0, records.stderr
+    parsed = [json.loads(line) for line in records.stdout.splitlines()]
+    assert [r["translation"] for r in parsed] == plain.stdout.splitlines()  # the same translations
+    for r in parsed:
+        assert 0 <= r["confidence"] <= 1 and r["calibrated"] is False and isinstance(r["flags"], list)
+        assert set(r["features"]) >= {"mean_logprob", "coverage_low", "attention_to_uniform"} and r["alignment"]
+    assert "has no calibration" in records.stderr
+    text = nmt("translate", "-m", str(run), "--confidence", stdin=lines)
+    columns = [line.split("\t") for line in text.stdout.splitlines()]
+    assert [c[0] for c in columns] == plain.stdout.splitlines() and all(c[1].startswith("~") for c in columns)
+    nbest = nmt("translate", "-m", str(run), "--confidence", "--format", "tsv", "--nbest", "2", "--beam", "2", stdin=lines)
+    rows = [line.split("\t") for line in nbest.stdout.splitlines()]
+    assert len(rows) == 10 and [r[1] for r in rows[:2]] == ["0", "1"]  # each hypothesis its own
+
+
+def test_confidence_refuses_what_it_cannot_assess(overfit):
+    run = str(overfit[0])
+    for extra, words in ((["--sampling"], "--sampling"), (["--format", "xml"], "jsonl")):
+        result = nmt("translate", "-m", run, "--confidence", *extra, stdin="x\n")
+        assert result.returncode == 1 and words in result.stderr and "Traceback" not in result.stderr
+
+
+def test_calibrate_writes_a_calibrated_copy_beside_the_model(overfit, tmp_path):
+    run, src, tgt = overfit
+    model_file = run / "model.pt"
+    before = model_file.read_bytes()
+    source, reference = tmp_path / "src.en", tmp_path / "ref.de"
+    source.write_text("\n".join(src * 2) + "\n", encoding="utf-8")  # 128 pairs: enough to fit six weights
+    # the model has memorised its pairs: half the references are another sentence's, so some translations are bad
+    reference.write_text("\n".join(tgt + tgt[1:] + tgt[:1]) + "\n", encoding="utf-8")
+    result = nmt("calibrate", "-m", str(run), "--src", str(source), "--ref", str(reference))
+    assert result.returncode == 0, result.stderr
+    calibrated = run / "model.calibrated.pt"
+    assert calibrated.is_file() and model_file.read_bytes() == before  # next to the old one, never over it
+    assert "calibrated on 128 pairs" in " ".join(result.stderr.split())
+    records = nmt("translate", "-m", str(calibrated), "--confidence", "--format", "jsonl", stdin=src[0] + "\n")
+    (record,) = [json.loads(line) for line in records.stdout.splitlines()]
+    assert record["calibrated"] is True and 0 <= record["confidence"] <= 1 and "has no calibration" not in records.stderr
+
+    short = tmp_path / "short.de"
+    short.write_text("\n".join(tgt[:10]) + "\n", encoding="utf-8")
+    mismatched = nmt("calibrate", "-m", str(run), "--src", str(source), "--ref", str(short))
+    assert mismatched.returncode == 1 and "one reference per source line" in mismatched.stderr
+    few = nmt("calibrate", "-m", str(run), "--src", str(short), "--ref", str(short))
+    assert few.returncode == 1 and "at least 100" in few.stderr
+    all_good = nmt("calibrate", "-m", str(run), "--src", str(source), "--ref", str(source), "--threshold", "0")
+    assert all_good.returncode == 1 and "needs good and bad ones" in all_good.stderr

@@ -1,0 +1,82 @@
+"""Confidence features, flags and calibration (``quality/``): each measure does what its name says."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from nmt_cli.errors import NmtError
+from nmt_cli.quality.calibration import MIN_PAIRS, Calibration, auroc, expected_calibration_error, fit
+from nmt_cli.quality.features import Features, copied_share, features, flags, looping, repeated_share
+
+
+def attention(rows: list[list[float]], heads: int = 2) -> torch.Tensor:
+    weights = torch.tensor(rows)
+    return (weights / weights.sum(-1, keepdim=True))[None].expand(heads, -1, -1)
+
+
+def test_attention_features_tell_attending_from_detached_and_omitting():
+    source, output = [5, 6, 7], [8, 9, 10]
+    focused = attention([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])  # each token on its own word
+    detached = attention([[1, 1, 1, 1]] * 4)  # evenly over everything: reading nothing in particular
+    omitting = attention([[1, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 1]])  # word 2 never read
+    f_focused, f_detached = features(-1.0, focused, source, output), features(-1.0, detached, source, output)
+    assert f_detached.attention_to_uniform == pytest.approx(0.0, abs=1e-6)
+    assert f_focused.attention_to_uniform > 0.2
+    assert f_focused.coverage_low == 0.0
+    assert features(-1.0, omitting, source, output).coverage_low == pytest.approx(1 / 3)
+    assert f_focused.mean_logprob == pytest.approx(-0.25)  # 3 tokens and the EOS
+    assert f_focused.length_ratio == pytest.approx(0.0)
+
+
+def test_repetition_copy_and_the_flags():
+    assert repeated_share([1, 2, 3, 1, 2, 3, 1, 2, 3]) == pytest.approx(4 / 7)
+    assert repeated_share([1, 2, 3, 4]) == 0.0
+    assert looping([4, 1, 2, 1, 2, 1, 2]) and looping([7, 7, 7]) and not looping([1, 2, 3, 1, 2, 4])
+    assert copied_share([1, 2, 3], [1, 2, 9, 9]) == 0.5
+    plain = Features(-0.5, 0.0, 0.3, 0.0, 0.0, 0.1)
+    assert flags(plain, [1, 2, 3], source_words=5, truncated=False) == []
+    assert flags(plain, [1, 2, 3], source_words=5, truncated=True) == ["truncated"]
+    assert "repetition" in flags(plain, [7, 7, 7, 7], 5, False)
+    copied = Features(-0.5, 0.0, 0.3, 0.0, 0.0, 0.9)
+    assert flags(copied, [1, 2, 3], source_words=5, truncated=False) == ["untranslated"]
+    assert flags(copied, [1, 2], source_words=2, truncated=False) == []  # "OK" -> "OK" is no failure
+
+
+def test_auroc_and_calibration_error_against_their_definitions():
+    rng = random.Random(0)
+    scores = [rng.random() for _ in range(200)]
+    labels = [rng.random() < s for s in scores]
+    pairs = [(p, n) for p, lp in zip(scores, labels) if lp for n, ln in zip(scores, labels) if not ln]
+    assert auroc(scores, labels) == pytest.approx(sum(p > n for p, n in pairs) / len(pairs))
+    assert auroc([1, 1, 0], [True, False, False]) == pytest.approx(0.75)  # ties count half
+    assert math.isnan(auroc([1, 2], [True, True]))
+    assert expected_calibration_error([0.95] * 20, [True] * 19 + [False]) == pytest.approx(0.0, abs=1e-9)
+    assert expected_calibration_error([0.9] * 10, [False] * 10) == pytest.approx(0.9)
+
+
+def test_a_fitted_calibration_ranks_and_is_calibrated_and_survives_the_model_file():
+    rng = random.Random(1)
+    found, labels = [], []
+    for _ in range(600):
+        quality = rng.gauss(0, 1)
+        found.append(Features(-1 + 0.5 * quality + rng.gauss(0, 0.3), rng.random(), rng.random(), 0.0, 0.0, 0.1))
+        labels.append(rng.random() < 1 / (1 + math.exp(-2 * quality)))
+    calibration = fit(found, labels, threshold=50)
+    confidences = [calibration.confidence(f) for f in found]
+    assert auroc(confidences, labels) > 0.75
+    assert expected_calibration_error(confidences, labels) < 0.06
+    assert calibration.weights[0] > 0  # a higher log-probability, a higher confidence
+    stored = Calibration.from_dict(calibration.to_dict(), "m.pt")
+    assert stored == calibration
+    with pytest.raises(NmtError, match="other features"):
+        Calibration.from_dict({**calibration.to_dict(), "features": ["x"] * 6}, "m.pt")
+    with pytest.raises(NmtError, match="invalid numbers"):
+        Calibration.from_dict({**calibration.to_dict(), "bias": float("nan")}, "m.pt")
+    with pytest.raises(NmtError, match="not readable"):
+        Calibration.from_dict({"features": []}, "m.pt")
+    with pytest.raises(NmtError, match=f"at least {MIN_PAIRS}"):
+        fit(found[:10], labels[:10], 50)
