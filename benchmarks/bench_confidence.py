@@ -78,14 +78,22 @@ def _synthetic(loaded, translator, calibration, src: list[str], outputs: list[st
     real = loaded.tgt_vocab.encode(outputs, out_type=int)
     fake = loaded.tgt_vocab.encode(shuffled, out_type=int)
     layer = translator.assess_layer
-    scores, labels = [], []
+    scores, detached, labels = [], [], []
     for targets, label in ((real, False), (fake, True)):
         totals = forced_scores(loaded.model, list(zip(sources, targets)), loaded.recipe.decode, torch.device("cpu"))
         attention = cross_attention(loaded.model, sources, targets, layer)
         for source, target, total, weights in zip(sources, targets, totals, attention):
-            scores.append(-calibration.confidence(features(total.total or -1e9, weights, source, target)))
+            found = features(total.total or -1e9, weights, source, target)
+            scores.append(-calibration.confidence(found))
+            detached.append(calibration.detached(found) or 0.0)
             labels.append(label)
-    print(f"synthetic hallucinations (another sentence's output): AUROC of confidence {auroc(scores, labels):.3f}")
+    flagged = [d >= 0.5 for d in detached]
+    caught = sum(f and y for f, y in zip(flagged, labels))
+    print(
+        f"synthetic hallucinations (another sentence's output): AUROC of confidence {auroc(scores, labels):.3f}, of the "
+        f"hallucination map {auroc(detached, labels):.3f}; flag recall {caught / sum(labels):.3f}, precision "
+        f"{caught / max(sum(flagged), 1):.3f} ({sum(f and not y for f, y in zip(flagged, labels))} real pairs flagged)"
+    )
 
 
 def _timing(model: str, src: list[str], rounds: int) -> None:

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..errors import NmtError
 from ..quality.calibration import MIN_PAIRS, Calibration, auroc, expected_calibration_error, fit
+from ..quality.features import Features, features
 from ..utils import torchfile
 from ..utils.run_folder import MODEL_FILE
-from .translator import Translator, load_model
+from .attention_maps import cross_attention
+from .forced import forced_scores
+from .translator import LoadedModel, Translator, load_model
 
 
 @dataclass(frozen=True)
@@ -47,20 +51,40 @@ def calibrate(
     loaded = load_model(model_path, device)
     translator = Translator(loaded, loaded.recipe.decode, torch.device(device), assess=True)
     hyps = [h[0] for h in translator.translate(s for s, _ in kept)]
-    features = [hyp[-1].features for hyp in hyps]
+    found = [hyp[-1].features for hyp in hyps]
     scores = [sacrebleu.sentence_chrf(hyp[0], [ref]).score for hyp, (_, ref) in zip(hyps, kept)]
     acceptable = [score >= threshold for score in scores]
-    calibration = fit(features, acceptable, threshold)
-    confidences = [calibration.confidence(f) for f in features]
+    calibration = fit(found, acceptable, threshold, _detached(loaded, translator, [s for s, _ in kept], hyps))
+    confidences = [calibration.confidence(f) for f in found]
     bad = [not ok for ok in acceptable]
     return CalibrationReport(
         calibration,
         len(kept),
         sum(acceptable) / len(kept),
         auroc([-c for c in confidences], bad),
-        auroc([-f.mean_logprob for f in features], bad),
+        auroc([-f.mean_logprob for f in found], bad),
         expected_calibration_error(confidences, acceptable),
     )
+
+
+def _detached(
+    loaded: LoadedModel, translator: Translator, sources: list[str], hyps: list[tuple[Any, ...]]
+) -> list[Features]:
+    """The features of each source paired with the next sentence's translation: outputs detached from their
+    source, what the hallucination flag learns to tell."""
+    source_ids = loaded.src_vocab.encode(sources, out_type=int)
+    wrong = [hyps[(i + 1) % len(hyps)][0] for i in range(len(hyps))]
+    wrong_ids = loaded.tgt_vocab.encode(wrong, out_type=int)
+    limit = loaded.recipe.model.max_positions - 1
+    pairs = [(s[:limit], w[:limit]) for s, w in zip(source_ids, wrong_ids)]
+    first = translator.assess_model
+    assert first is not None
+    totals = forced_scores(first, pairs, loaded.recipe.decode, next(first.parameters()).device)
+    attention = cross_attention(first, [s for s, _ in pairs], [w for _, w in pairs], translator.assess_layer)
+    return [
+        features(total.total if total.total is not None else -1e9, weights, s, w)
+        for (s, w), total, weights in zip(pairs, totals, attention)
+    ]
 
 
 def write_calibrated(model_path: Path, calibration: Calibration, output: Path) -> None:

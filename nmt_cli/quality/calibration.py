@@ -30,10 +30,23 @@ class Calibration:
     bias: float
     threshold: float  # the sentence chrF an acceptable translation reaches
     pairs: int  # how many pairs it was fitted on
+    # The hallucination flag: the same kind of map, fitted to tell each source's own translation from another
+    # sentence's (an output detached from its source); empty when not fitted
+    detached_weights: tuple[float, ...] = ()
+    detached_bias: float = 0.0
 
     def confidence(self, features: Features) -> float:
+        return self._probability(features, self.weights, self.bias)
+
+    def detached(self, features: Features) -> float | None:
+        """The probability that the output is detached from its source (None when not fitted)."""
+        if not self.detached_weights:
+            return None
+        return self._probability(features, self.detached_weights, self.detached_bias)
+
+    def _probability(self, features: Features, weights: tuple[float, ...], bias: float) -> float:
         values = features.vector()
-        z = self.bias + sum(w * (v - m) / s for w, v, m, s in zip(self.weights, values, self.mean, self.scale))
+        z = bias + sum(w * (v - m) / s for w, v, m, s in zip(weights, values, self.mean, self.scale))
         return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
 
     def to_dict(self) -> dict:
@@ -51,10 +64,13 @@ class Calibration:
                 float(data["bias"]),
                 float(data["threshold"]),
                 int(data["pairs"]),
+                tuple(float(x) for x in data.get("detached_weights", ())),
+                float(data.get("detached_bias", 0.0)),
             )
         except (KeyError, TypeError, ValueError):
             raise NmtError(f"{origin}: its stored calibration is not readable; refit it with nmt calibrate") from None
         sizes = {len(calibration.mean), len(calibration.scale), len(calibration.weights)}
+        sizes |= {len(calibration.detached_weights)} - {0}
         if calibration.features != FEATURES or sizes != {len(FEATURES)}:
             raise NmtError(f"{origin}: its calibration was fitted on other features; refit it with nmt calibrate")
         if (
@@ -65,8 +81,15 @@ class Calibration:
         return calibration
 
 
-def fit(features: list[Features], labels: list[bool], threshold: float, l2: float = 1.0) -> Calibration:
-    """The logistic regression of ``labels`` (acceptable or not) on ``features``."""
+def fit(
+    features: list[Features],
+    labels: list[bool],
+    threshold: float,
+    detached: list[Features] | None = None,
+    l2: float = 1.0,
+) -> Calibration:
+    """The logistic regression of ``labels`` (acceptable or not) on ``features``; with ``detached`` (the
+    features of outputs paired with the wrong source), a second one telling those from ``features``."""
     if len(features) < MIN_PAIRS:
         raise NmtError(f"calibration needs at least {MIN_PAIRS} pairs with references; got {len(features)}")
     if all(labels) or not any(labels):
@@ -76,9 +99,31 @@ def fit(features: list[Features], labels: list[bool], threshold: float, l2: floa
             "bad ones; give sentences nearer the model's limits, or another --threshold"
         )
     x = torch.tensor([f.vector() for f in features], dtype=torch.float64)
-    y = torch.tensor(labels, dtype=torch.float64)
     mean, scale = x.mean(0), x.std(0).clamp(min=1e-6)
-    z = torch.cat([torch.ones(len(x), 1, dtype=torch.float64), (x - mean) / scale], dim=1)
+    w = _logistic((x - mean) / scale, torch.tensor(labels, dtype=torch.float64), l2)
+    detached_weights: tuple[float, ...] = ()
+    detached_bias = 0.0
+    if detached:
+        wrong = torch.tensor([f.vector() for f in detached], dtype=torch.float64)
+        both = (torch.cat([x, wrong]) - mean) / scale
+        d = _logistic(both, torch.cat([torch.zeros(len(x)), torch.ones(len(wrong))]).double(), l2)
+        detached_weights, detached_bias = tuple(d[1:].tolist()), float(d[0])
+    return Calibration(
+        FEATURES,
+        tuple(mean.tolist()),
+        tuple(scale.tolist()),
+        tuple(w[1:].tolist()),
+        float(w[0]),
+        threshold,
+        len(x),
+        detached_weights,
+        detached_bias,
+    )
+
+
+def _logistic(x: torch.Tensor, y: torch.Tensor, l2: float) -> torch.Tensor:
+    """Bias and weights of the L2-regularised logistic regression of ``y`` on standardised ``x``."""
+    z = torch.cat([torch.ones(len(x), 1, dtype=torch.float64), x], dim=1)
     w = torch.zeros(z.size(1), dtype=torch.float64)
     penalty = torch.eye(z.size(1), dtype=torch.float64) * l2
     penalty[0, 0] = 1e-6  # the bias is (all but) not shrunk
@@ -90,9 +135,7 @@ def fit(features: list[Features], labels: list[bool], threshold: float, l2: floa
         w = w - step
         if float(step.abs().max()) < 1e-8:
             break
-    return Calibration(
-        FEATURES, tuple(mean.tolist()), tuple(scale.tolist()), tuple(w[1:].tolist()), float(w[0]), threshold, len(x)
-    )
+    return w
 
 
 def auroc(scores: list[float], positives: list[bool]) -> float:

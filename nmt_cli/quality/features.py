@@ -18,7 +18,9 @@ The attention is one decoder layer's cross-attention, heads averaged, from the t
 token log-probabilities, which would need the whole decoder and the output layer again, added nothing on
 validation data (2-fold AUROC for bad translations 0.777 with them, 0.779 without), so they are not used.
 
-Flags, each a plain rule on these: ``truncated`` (the output stopped at its length limit), ``repetition``
+Flags: ``hallucination`` when the model's calibration has a map telling outputs detached from their source
+(fitted by ``nmt calibrate`` on each source paired with another sentence's translation) and it says more
+likely than not; and plain rules: ``truncated`` (the output stopped at its length limit), ``repetition``
 (a 1-4-gram repeated three times in a row, or half the 3-grams repeated), ``untranslated`` (most output
 tokens copied from a source of four words or more).
 """
@@ -96,9 +98,14 @@ def looping(tokens: list[int], times: int = 3) -> bool:
     return False
 
 
-def flags(features: Features, output: list[int], source_words: int, truncated: bool) -> list[str]:
-    """The rule-based flags of one translation (the module's docstring)."""
+def flags(
+    features: Features, output: list[int], source_words: int, truncated: bool, detached: float | None = None
+) -> list[str]:
+    """The flags of one translation (the module's docstring); ``hallucination`` when the calibration's
+    detached-output map (``detached``, a probability) says more likely than not."""
     found = []
+    if detached is not None and detached >= 0.5:
+        found.append("hallucination")
     if truncated:
         found.append("truncated")
     if looping(output) or features.repeated >= 0.5:
