@@ -66,6 +66,7 @@ def main() -> None:
         )
         if name == args.test[0].split(":")[0]:
             _synthetic(loaded, translator, calibration, src, [h[0] for h in hyps])
+    _omissions(loaded, translator, calibration, first_src)
     _timing(args.model, first_src, args.rounds)
 
 
@@ -85,13 +86,31 @@ def _synthetic(loaded, translator, calibration, src: list[str], outputs: list[st
         for source, target, total, weights in zip(sources, targets, totals, attention):
             found = features(total.total or -1e9, weights, source, target)
             scores.append(-calibration.confidence(found))
-            detached.append(calibration.detached(found) or 0.0)
+            detached.append(calibration.flag_probabilities(found).get("hallucination", 0.0))
             labels.append(label)
     flagged = [d >= 0.5 for d in detached]
     caught = sum(f and y for f, y in zip(flagged, labels))
     print(
         f"synthetic hallucinations (another sentence's output): AUROC of confidence {auroc(scores, labels):.3f}, of the "
         f"hallucination map {auroc(detached, labels):.3f}; flag recall {caught / sum(labels):.3f}, precision "
+        f"{caught / max(sum(flagged), 1):.3f} ({sum(f and not y for f, y in zip(flagged, labels))} real pairs flagged)"
+    )
+
+
+def _omissions(loaded, translator, calibration, src: list[str]) -> None:
+    """Made-up omissions on the test set: each source of 6+ words with the translation of its first 60%."""
+    from nmt_cli.decode.calibrate import _omitted, _paired
+
+    own = [h[0][0] for h in translator.translate(src)]
+    real = [calibration.flag_probabilities(f).get("omission", 0.0) for f in _paired(loaded, translator, src, own)]
+    fake = [calibration.flag_probabilities(f).get("omission", 0.0) for f in _omitted(loaded, translator, src)]
+    labels = [False] * len(real) + [True] * len(fake)
+    scores = real + fake
+    flagged = [p >= 0.5 for p in scores]
+    caught = sum(f and y for f, y in zip(flagged, labels))
+    print(
+        f"synthetic omissions (first 60% of the source translated): AUROC of the omission map "
+        f"{auroc(scores, labels):.3f}; flag recall {caught / max(sum(labels), 1):.3f}, precision "
         f"{caught / max(sum(flagged), 1):.3f} ({sum(f and not y for f, y in zip(flagged, labels))} real pairs flagged)"
     )
 

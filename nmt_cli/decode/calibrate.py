@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -54,7 +53,12 @@ def calibrate(
     found = [hyp[-1].features for hyp in hyps]
     scores = [sacrebleu.sentence_chrf(hyp[0], [ref]).score for hyp, (_, ref) in zip(hyps, kept)]
     acceptable = [score >= threshold for score in scores]
-    calibration = fit(found, acceptable, threshold, _detached(loaded, translator, [s for s, _ in kept], hyps))
+    sources = [s for s, _ in kept]
+    synthetic = {
+        "hallucination": _paired(loaded, translator, sources, [hyps[(i + 1) % len(hyps)][0] for i in range(len(hyps))]),
+        "omission": _omitted(loaded, translator, sources),
+    }
+    calibration = fit(found, acceptable, threshold, synthetic)
     confidences = [calibration.confidence(f) for f in found]
     bad = [not ok for ok in acceptable]
     return CalibrationReport(
@@ -67,24 +71,28 @@ def calibrate(
     )
 
 
-def _detached(
-    loaded: LoadedModel, translator: Translator, sources: list[str], hyps: list[tuple[Any, ...]]
-) -> list[Features]:
-    """The features of each source paired with the next sentence's translation: outputs detached from their
-    source, what the hallucination flag learns to tell."""
+def _paired(loaded: LoadedModel, translator: Translator, sources: list[str], outputs: list[str]) -> list[Features]:
+    """The features of each source paired with the given output (made-up failures to learn a flag from)."""
     source_ids = loaded.src_vocab.encode(sources, out_type=int)
-    wrong = [hyps[(i + 1) % len(hyps)][0] for i in range(len(hyps))]
-    wrong_ids = loaded.tgt_vocab.encode(wrong, out_type=int)
+    output_ids = loaded.tgt_vocab.encode(outputs, out_type=int)
     limit = loaded.recipe.model.max_positions - 1
-    pairs = [(s[:limit], w[:limit]) for s, w in zip(source_ids, wrong_ids)]
+    pairs = [(s[:limit], o[:limit]) for s, o in zip(source_ids, output_ids)]
     first = translator.assess_model
     assert first is not None
     totals = forced_scores(first, pairs, loaded.recipe.decode, next(first.parameters()).device)
-    attention = cross_attention(first, [s for s, _ in pairs], [w for _, w in pairs], translator.assess_layer)
+    attention = cross_attention(first, [s for s, _ in pairs], [o for _, o in pairs], translator.assess_layer)
     return [
-        features(total.total if total.total is not None else -1e9, weights, s, w)
-        for (s, w), total, weights in zip(pairs, totals, attention)
+        features(total.total if total.total is not None else -1e9, weights, s, o)
+        for (s, o), total, weights in zip(pairs, totals, attention)
     ]
+
+
+def _omitted(loaded: LoadedModel, translator: Translator, sources: list[str]) -> list[Features]:
+    """Each source of six words or more paired with the translation of its first 60% only: omissions."""
+    long_enough = [s for s in sources if len(s.split()) >= 6]
+    parts = [" ".join(s.split()[: max(1, int(len(s.split()) * 0.6))]) for s in long_enough]
+    translated = [h[0][0] for h in translator.translate(parts)]
+    return _paired(loaded, translator, long_enough, translated)
 
 
 def write_calibrated(model_path: Path, calibration: Calibration, output: Path) -> None:

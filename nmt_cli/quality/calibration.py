@@ -9,7 +9,7 @@ applying it needs no library and loading it needs no pickle.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -30,19 +30,17 @@ class Calibration:
     bias: float
     threshold: float  # the sentence chrF an acceptable translation reaches
     pairs: int  # how many pairs it was fitted on
-    # The hallucination flag: the same kind of map, fitted to tell each source's own translation from another
-    # sentence's (an output detached from its source); empty when not fitted
-    detached_weights: tuple[float, ...] = ()
-    detached_bias: float = 0.0
+    # Flags learnt from synthetic failures: the same kind of map per flag, (weights, bias), fitted to tell real
+    # translations from made-up ones ("hallucination": each source with another sentence's translation;
+    # "omission": each source with the translation of its first part only)
+    flag_maps: dict[str, tuple[tuple[float, ...], float]] = field(default_factory=dict)
 
     def confidence(self, features: Features) -> float:
         return self._probability(features, self.weights, self.bias)
 
-    def detached(self, features: Features) -> float | None:
-        """The probability that the output is detached from its source (None when not fitted)."""
-        if not self.detached_weights:
-            return None
-        return self._probability(features, self.detached_weights, self.detached_bias)
+    def flag_probabilities(self, features: Features) -> dict[str, float]:
+        """Per learnt flag, the probability that the translation is such a failure."""
+        return {name: self._probability(features, w, b) for name, (w, b) in self.flag_maps.items()}
 
     def _probability(self, features: Features, weights: tuple[float, ...], bias: float) -> float:
         values = features.vector()
@@ -50,7 +48,9 @@ class Calibration:
         return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
 
     def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        stored = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "flag_maps"}
+        stored["flag_maps"] = {name: {"weights": list(w), "bias": b} for name, (w, b) in self.flag_maps.items()}
+        return stored
 
     @staticmethod
     def from_dict(data: dict, origin: str) -> Calibration:
@@ -64,13 +64,15 @@ class Calibration:
                 float(data["bias"]),
                 float(data["threshold"]),
                 int(data["pairs"]),
-                tuple(float(x) for x in data.get("detached_weights", ())),
-                float(data.get("detached_bias", 0.0)),
+                {
+                    str(name): (tuple(float(x) for x in value["weights"]), float(value["bias"]))
+                    for name, value in dict(data.get("flag_maps", {})).items()
+                },
             )
         except (KeyError, TypeError, ValueError):
             raise NmtError(f"{origin}: its stored calibration is not readable; refit it with nmt calibrate") from None
         sizes = {len(calibration.mean), len(calibration.scale), len(calibration.weights)}
-        sizes |= {len(calibration.detached_weights)} - {0}
+        sizes |= {len(w) for w, _ in calibration.flag_maps.values()}
         if calibration.features != FEATURES or sizes != {len(FEATURES)}:
             raise NmtError(f"{origin}: its calibration was fitted on other features; refit it with nmt calibrate")
         if (
@@ -85,11 +87,11 @@ def fit(
     features: list[Features],
     labels: list[bool],
     threshold: float,
-    detached: list[Features] | None = None,
+    synthetic: dict[str, list[Features]] | None = None,
     l2: float = 1.0,
 ) -> Calibration:
-    """The logistic regression of ``labels`` (acceptable or not) on ``features``; with ``detached`` (the
-    features of outputs paired with the wrong source), a second one telling those from ``features``."""
+    """The logistic regression of ``labels`` (acceptable or not) on ``features``; and per flag of ``synthetic``
+    (the features of made-up failures of that kind), one telling those from ``features``."""
     if len(features) < MIN_PAIRS:
         raise NmtError(f"calibration needs at least {MIN_PAIRS} pairs with references; got {len(features)}")
     if all(labels) or not any(labels):
@@ -101,13 +103,14 @@ def fit(
     x = torch.tensor([f.vector() for f in features], dtype=torch.float64)
     mean, scale = x.mean(0), x.std(0).clamp(min=1e-6)
     w = _logistic((x - mean) / scale, torch.tensor(labels, dtype=torch.float64), l2)
-    detached_weights: tuple[float, ...] = ()
-    detached_bias = 0.0
-    if detached:
-        wrong = torch.tensor([f.vector() for f in detached], dtype=torch.float64)
+    flag_maps = {}
+    for name, made_up in (synthetic or {}).items():
+        if not made_up:
+            continue
+        wrong = torch.tensor([f.vector() for f in made_up], dtype=torch.float64)
         both = (torch.cat([x, wrong]) - mean) / scale
         d = _logistic(both, torch.cat([torch.zeros(len(x)), torch.ones(len(wrong))]).double(), l2)
-        detached_weights, detached_bias = tuple(d[1:].tolist()), float(d[0])
+        flag_maps[name] = (tuple(d[1:].tolist()), float(d[0]))
     return Calibration(
         FEATURES,
         tuple(mean.tolist()),
@@ -116,8 +119,7 @@ def fit(
         float(w[0]),
         threshold,
         len(x),
-        detached_weights,
-        detached_bias,
+        flag_maps,
     )
 
 

@@ -18,11 +18,11 @@ The attention is one decoder layer's cross-attention, heads averaged, from the t
 token log-probabilities, which would need the whole decoder and the output layer again, added nothing on
 validation data (2-fold AUROC for bad translations 0.777 with them, 0.779 without), so they are not used.
 
-Flags: ``hallucination`` when the model's calibration has a map telling outputs detached from their source
-(fitted by ``nmt calibrate`` on each source paired with another sentence's translation) and it says more
-likely than not; and plain rules: ``truncated`` (the output stopped at its length limit), ``repetition``
-(a 1-4-gram repeated three times in a row, or half the 3-grams repeated), ``untranslated`` (most output
-tokens copied from a source of four words or more).
+Flags: ``hallucination`` and ``omission`` when the model's calibration has a map for them (fitted by ``nmt
+calibrate`` on made-up failures: each source paired with another sentence's translation, and with the
+translation of its first part only) and it says more likely than not; and plain rules: ``truncated`` (the
+output stopped at its length limit), ``repetition`` (a 1-4-gram repeated three times in a row, or half the
+3-grams repeated), ``untranslated`` (most output tokens copied from a source of four words or more).
 """
 
 from __future__ import annotations
@@ -99,13 +99,15 @@ def looping(tokens: list[int], times: int = 3) -> bool:
 
 
 def flags(
-    features: Features, output: list[int], source_words: int, truncated: bool, detached: float | None = None
+    features: Features,
+    output: list[int],
+    source_words: int,
+    truncated: bool,
+    learnt: dict[str, float] | None = None,
 ) -> list[str]:
-    """The flags of one translation (the module's docstring); ``hallucination`` when the calibration's
-    detached-output map (``detached``, a probability) says more likely than not."""
-    found = []
-    if detached is not None and detached >= 0.5:
-        found.append("hallucination")
+    """The flags of one translation (the module's docstring); a learnt flag (``hallucination``, ``omission``)
+    when the calibration's map for it (``learnt``: name -> probability) says more likely than not."""
+    found = [name for name, probability in sorted((learnt or {}).items()) if probability >= 0.5]
     if truncated:
         found.append("truncated")
     if looping(output) or features.repeated >= 0.5:

@@ -66,9 +66,9 @@ def test_a_fitted_calibration_ranks_and_is_calibrated_and_survives_the_model_fil
         found.append(Features(-1 + 0.5 * quality + rng.gauss(0, 0.3), rng.random(), rng.random(), 0.0, 0.0, 0.1))
         labels.append(rng.random() < 1 / (1 + math.exp(-2 * quality)))
     detached = [Features(-3 + rng.gauss(0, 0.3), rng.random(), 0.05 * rng.random(), 0.0, 0.0, 0.1) for _ in range(300)]
-    calibration = fit(found, labels, threshold=50, detached=detached)
+    calibration = fit(found, labels, threshold=50, synthetic={"hallucination": detached})
     confidences = [calibration.confidence(f) for f in found]
-    flagged = [flags(f, [1, 2, 3], 5, False, calibration.detached(f)) for f in detached[:50] + found[:50]]
+    flagged = [flags(f, [1, 2, 3], 5, False, calibration.flag_probabilities(f)) for f in detached[:50] + found[:50]]
     assert sum("hallucination" in f for f in flagged[:50]) >= 45 and sum("hallucination" in f for f in flagged[50:]) <= 5
     assert auroc(confidences, labels) > 0.75
     assert expected_calibration_error(confidences, labels) < 0.06
