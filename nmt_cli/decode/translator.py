@@ -153,6 +153,22 @@ def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple
             )
 
 
+def _teacher_forced(
+    batch: list[int],
+    found: list[list[Hypothesis]],
+    encoded: list[list[int]],
+    memory: tuple[torch.Tensor, torch.Tensor] | None,
+) -> tuple[list[list[int]], list[list[int]], tuple[torch.Tensor, torch.Tensor] | None]:
+    """The sources and outputs of every hypothesis of one batch, and the search's encoder output with each
+    sentence's row once per hypothesis: what a teacher-forced pass over the batch's results reads."""
+    sources = [encoded[i] for i, hyps in zip(batch, found) for _ in hyps]
+    outputs = [h.tokens for hyps in found for h in hyps]
+    if memory is not None:
+        rows = torch.tensor([n for n, hyps in enumerate(found) for _ in hyps], device=memory[0].device)
+        memory = (memory[0][rows], memory[1][rows])
+    return sources, outputs, memory
+
+
 def chunk_seed(seed: int, chunk_number: int) -> int:
     """The sampling seed of a chunk: ``seed`` itself for the first, so short inputs sample as before."""
     return (seed + chunk_number * 0x9E3779B97F4A7C15) % 2**63
@@ -305,14 +321,8 @@ class Translator:
     ) -> list[list[Assessment]]:
         """Every hypothesis of one batch assessed (quality/): one teacher-forced pass over them all."""
         assert self.assess_model is not None
-        pairs = [(encoded[i], h.tokens) for i, hyps in zip(batch, found) for h in hyps]
-        rows = [n for n, hyps in enumerate(found) for _ in hyps]
-        if memory is not None:
-            index = torch.tensor(rows, device=memory[0].device)
-            memory = (memory[0][index], memory[1][index])
-        attention = iter(
-            cross_attention(self.assess_model, [s for s, _ in pairs], [o for _, o in pairs], self.assess_layer, memory)
-        )
+        sources, outputs, memory = _teacher_forced(batch, found, encoded, memory)
+        attention = iter(cross_attention(self.assess_model, sources, outputs, self.assess_layer, memory))
         out = []
         for i, hyps in zip(batch, found):
             limit = int(self.config.max_len_a * len(encoded[i]) + self.config.max_len_b)
@@ -323,10 +333,12 @@ class Translator:
                 # the search's score is the summed log-probability over the length penalty
                 total = h.score * float(length_penalty(float(len(h.tokens) + 1), self.config))
                 found_features = features(total, next(attention), encoded[i], h.tokens)
-                confidence = self.calibration.confidence(found_features) if self.calibration is not None else None
-                row.append(
-                    Assessment(found_features, confidence, flags(found_features, h.tokens, words, len(h.tokens) >= limit))
-                )
+                confidence, learnt = None, None
+                if self.calibration is not None:
+                    confidence = self.calibration.confidence(found_features)
+                    learnt = self.calibration.flag_probabilities(found_features)
+                raised = flags(found_features, h.tokens, words, len(h.tokens) >= limit, learnt)
+                row.append(Assessment(found_features, confidence, raised))
             out.append(row)
         return out
 
@@ -340,13 +352,8 @@ class Translator:
         """Pharaoh word alignments of every hypothesis of one batch, from one teacher-forced pass over them all
         (on the search's encoder output when it has it: each sentence's row once per hypothesis)."""
         assert self.align_model is not None and self.align_layer is not None
-        pairs = [(encoded[i], h.tokens) for i, hyps in zip(batch, found) for h in hyps]
-        if memory is not None:
-            rows = torch.tensor([n for n, hyps in enumerate(found) for _ in hyps], device=memory[0].device)
-            memory = (memory[0][rows], memory[1][rows])
-        crosses = iter(
-            cross_attention(self.align_model, [s for s, _ in pairs], [o for _, o in pairs], self.align_layer, memory)
-        )
+        sources, outputs, memory = _teacher_forced(batch, found, encoded, memory)
+        crosses = iter(cross_attention(self.align_model, sources, outputs, self.align_layer, memory))
         out = []
         for i, hyps in zip(batch, found):
             source_pieces = [self.loaded.src_vocab.IdToPiece(t) for t in encoded[i]]

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+from nmt_cli.utils import torchfile
+
 
 def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nmt_cli", *args], input=stdin, capture_output=True, text=True, timeout=300)
@@ -54,6 +56,15 @@ def test_calibrate_writes_a_calibrated_copy_beside_the_model(overfit, tmp_path):
     records = nmt("translate", "-m", str(calibrated), "--confidence", "--format", "jsonl", stdin=src[0] + "\n")
     (record,) = [json.loads(line) for line in records.stdout.splitlines()]
     assert record["calibrated"] is True and 0 <= record["confidence"] <= 1 and "has no calibration" not in records.stderr
+    payload = torchfile.load(calibrated)
+    assert set(payload["calibration"]["flag_maps"]) == {"hallucination", "omission"}
+    payload["calibration"]["flag_maps"]["hallucination"]["bias"] = 40.0  # a map that flags everything
+    kind = payload.pop("kind")
+    torchfile.save(tmp_path / "flags-all.pt", {k: v for k, v in payload.items() if k != "format_version"}, kind)
+    flagged = nmt(
+        "translate", "-m", str(tmp_path / "flags-all.pt"), "--confidence", "--format", "jsonl", stdin=src[0] + "\n"
+    )
+    assert "hallucination" in json.loads(flagged.stdout)["flags"]  # learnt flags reach the output
 
     short = tmp_path / "short.de"
     short.write_text("\n".join(tgt[:10]) + "\n", encoding="utf-8")
