@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..errors import NmtError
 from .common import console
 
 
@@ -32,6 +33,8 @@ def run(
 
     source_file = model / MODEL_FILE if model.is_dir() else model
     output = output or source_file.with_name(source_file.stem + ".calibrated.pt")
+    if output.resolve() == source_file.resolve():  # before the translating, not after
+        raise NmtError(f"{output}: is the model file being calibrated; write the calibrated model to another file")
     report = calibrate(model, read_lines(src), read_lines(ref), threshold, device)
     write_calibrated(model, report.calibration, output)
     console.print(

@@ -171,12 +171,14 @@ def test_average_refuses_other_model_settings(overfit, prepared, tmp_path):
         checkpoint.average_checkpoints([run_dir / "model.pt", other], tmp_path / "x.pt")
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "text"])
 def test_corrupt_checkpoints_get_one_line_errors(overfit, tmp_path, damage):
     run_dir, _, _ = overfit
     data = (run_dir / "model.pt").read_bytes()
     bad = tmp_path / "bad.pt"
-    bad.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"not a checkpoint" * 10, "empty": b""}[damage])
+    bad.write_bytes(
+        {"truncate": data[: len(data) // 2], "garbage": b"not a checkpoint" * 10, "empty": b"", "text": b"junk\n"}[damage]
+    )
     with pytest.raises(CheckpointError, match="bad.pt: truncated or corrupt checkpoint") as err:
         checkpoint.load(bad)
     assert "\n" not in str(err.value)
