@@ -224,6 +224,14 @@ class TrainConfig:
     validate_every: int = _opt(1000, "validate every N updates (0: only at the end)", ge=0, le=10**12)
     valid_bleu: bool = _opt(True, "decode the validation set and report sacreBLEU")
     valid_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)", ge=1, le=1024)
+    calibrate: bool = _opt(
+        True,
+        "at the end, fit the confidence of `nmt translate --confidence` on the validation set (100 pairs or more) "
+        "and store it in model.pt",
+    )
+    calibrate_chrf: float = _opt(
+        50.0, "the sentence chrF that counts as an acceptable translation for that calibration", ge=0, le=100
+    )
     patience: int = _opt(0, "stop after N validations without improvement (0: off)", ge=0, le=1_000_000)
     save_every: int = _opt(1000, "write a checkpoint every N updates (0: off)", ge=0, le=10**12)
     save_minutes: float = _opt(0.0, "also write one every T minutes (the paper: 10)", ge=0, le=1_000_000)

@@ -129,6 +129,7 @@ train:
   save_every: 3
   log_every: 3
   threads: 1
+  calibrate: false  # the confidence fit at the end costs seconds per run; the tests that need it turn it on
 {extra}"""
 
 

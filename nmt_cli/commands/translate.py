@@ -5,7 +5,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import json
-import math
 import os
 import sys
 import time
@@ -386,20 +385,15 @@ def _format(index: int, hyps: list, nbest: int, output_format: str, alignments: 
 
 def _judged(assessment) -> list[str]:
     """The confidence (uncalibrated: marked with a ~) and the flags, as text columns."""
-    shown = f"{_confidence(assessment):.3f}" if assessment.confidence is not None else f"~{_confidence(assessment):.3f}"
-    return [shown, ",".join(assessment.flags)]
-
-
-def _confidence(assessment) -> float:
-    """The calibrated confidence, or without a calibration exp(mean token log-probability), in [0, 1] too."""
-    return assessment.confidence if assessment.confidence is not None else math.exp(assessment.features.mean_logprob)
+    mark = "" if assessment.confidence is not None else "~"
+    return [f"{mark}{assessment.shown_confidence:.3f}", ",".join(assessment.flags)]
 
 
 def _record(index: int, rank: int, hyp: tuple, alignments: bool, confidence: bool) -> dict:
     record = {"line": index, "rank": rank, "translation": hyp[0], "score": round(hyp[1], 4)}
     if confidence:
         assessment = hyp[-1]
-        record["confidence"] = round(_confidence(assessment), 4)
+        record["confidence"] = round(assessment.shown_confidence, 4)
         record["calibrated"] = assessment.confidence is not None
         record["flags"] = assessment.flags
         record["features"] = assessment.features.as_dict()

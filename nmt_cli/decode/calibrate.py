@@ -38,8 +38,6 @@ def calibrate(
     model_path: Path, sources: list[str], references: list[str], threshold: float = 50.0, device: str = "cpu"
 ) -> CalibrationReport:
     """Fit a calibration for the model at ``model_path`` on ``sources`` and their ``references``."""
-    import sacrebleu
-
     if len(sources) != len(references):
         raise NmtError(
             f"{len(sources):,} source lines but {len(references):,} references; give one reference per source line"
@@ -47,8 +45,16 @@ def calibrate(
     kept = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
     if len(kept) < MIN_PAIRS:
         raise NmtError(f"calibration needs at least {MIN_PAIRS} non-empty pairs; got {len(kept)}")
-    loaded = load_model(model_path, device)
-    translator = Translator(loaded, loaded.recipe.decode, torch.device(device), assess=True)
+    return calibrate_loaded(load_model(model_path, device), kept, threshold, torch.device(device))
+
+
+def calibrate_loaded(
+    loaded: LoadedModel, kept: list[tuple[str, str]], threshold: float, device: torch.device
+) -> CalibrationReport:
+    """Fit a calibration for ``loaded`` on (source, reference) pairs, non-empty and at least MIN_PAIRS."""
+    import sacrebleu
+
+    translator = Translator(loaded, loaded.recipe.decode, device, assess=True)
     hyps = [h[0] for h in translator.translate(s for s, _ in kept)]
     found = [hyp[-1].features for hyp in hyps]
     scores = [sacrebleu.sentence_chrf(hyp[0], [ref]).score for hyp, (_, ref) in zip(hyps, kept)]
@@ -77,10 +83,10 @@ def _paired(loaded: LoadedModel, translator: Translator, sources: list[str], out
     output_ids = loaded.tgt_vocab.encode(outputs, out_type=int)
     limit = loaded.recipe.model.max_positions - 1
     pairs = [(s[:limit], o[:limit]) for s, o in zip(source_ids, output_ids)]
-    first = translator.assess_model
-    assert first is not None
+    assert translator.assessor is not None
+    first = translator.assessor.model
     totals = forced_scores(first, pairs, loaded.recipe.decode, next(first.parameters()).device)
-    attention = cross_attention(first, [s for s, _ in pairs], [o for _, o in pairs], translator.assess_layer)
+    attention = cross_attention(first, [s for s, _ in pairs], [o for _, o in pairs], translator.assessor.layer)
     return [
         features(total.total if total.total is not None else -1e9, weights, s, o)
         for (s, o), total, weights in zip(pairs, totals, attention)
@@ -100,6 +106,16 @@ def write_calibrated(model_path: Path, calibration: Calibration, output: Path) -
     source = model_path / MODEL_FILE if model_path.is_dir() else model_path
     if output.resolve() == source.resolve():
         raise NmtError(f"{output}: is the model file being calibrated; write the calibrated model to another file")
+    _store(source, calibration, output)
+
+
+def store_in_place(model_file: Path, calibration: Calibration) -> None:
+    """Store ``calibration`` in a model file training has just written (atomically: the old file stays
+    whole until the new one is complete)."""
+    _store(model_file, calibration, model_file)
+
+
+def _store(source: Path, calibration: Calibration, output: Path) -> None:
     payload = torchfile.load(source)
     kind = payload.pop("kind", "weights")
     payload = {k: v for k, v in payload.items() if k not in ("format_version", "nmt_version")}

@@ -25,15 +25,15 @@ from ..formats.segments import Sentences
 from ..model.cpu_inference import prepare_for_cpu_inference
 from ..model.transformer import Transformer, build_model
 from ..quality.calibration import Calibration
-from ..quality.features import Features, features, flags
 from ..utils import torchfile
 from ..utils.text import has_control_characters, replace_control_characters
+from .assess import Assessment, Assessor, teacher_forced
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import cross_attention, parse_pharaoh, pharaoh, word_alignment
 from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
 from .sampling import sample
-from .search import Hypothesis, length_penalty, search
+from .search import Hypothesis, search
 
 # one output: (text, score), then the word alignment with --alignments, then an Assessment with --confidence
 Translated = tuple[Any, ...]
@@ -49,16 +49,6 @@ class LoadedModel:
     tgt_vocab: spm.SentencePieceProcessor
     path: Path
     calibration: Calibration | None = None  # the confidence map fitted for this model (nmt calibrate), if any
-
-
-@dataclass(frozen=True)
-class Assessment:
-    """What ``quality/`` says of one translation: its features, its calibrated confidence (None when the
-    model has no calibration), and its flags."""
-
-    features: Features
-    confidence: float | None
-    flags: list[str]
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
@@ -153,22 +143,6 @@ def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple
             )
 
 
-def _teacher_forced(
-    batch: list[int],
-    found: list[list[Hypothesis]],
-    encoded: list[list[int]],
-    memory: tuple[torch.Tensor, torch.Tensor] | None,
-) -> tuple[list[list[int]], list[list[int]], tuple[torch.Tensor, torch.Tensor] | None]:
-    """The sources and outputs of every hypothesis of one batch, and the search's encoder output with each
-    sentence's row once per hypothesis: what a teacher-forced pass over the batch's results reads."""
-    sources = [encoded[i] for i, hyps in zip(batch, found) for _ in hyps]
-    outputs = [h.tokens for hyps in found for h in hyps]
-    if memory is not None:
-        rows = torch.tensor([n for n, hyps in enumerate(found) for _ in hyps], device=memory[0].device)
-        memory = (memory[0][rows], memory[1][rows])
-    return sources, outputs, memory
-
-
 def chunk_seed(seed: int, chunk_number: int) -> int:
     """The sampling seed of a chunk: ``seed`` itself for the first, so short inputs sample as before."""
     return (seed + chunk_number * 0x9E3779B97F4A7C15) % 2**63
@@ -225,9 +199,7 @@ class Translator:
         self.align_model = first if alignments else None
         self.align_layer = alignment_layer_of(first, alignment_layer) if alignments else None
         # assess: each hypothesis also gets an Assessment (quality/): features, calibrated confidence, flags
-        self.assess_model = first if assess else None
-        self.assess_layer = alignment_layer_of(first, alignment_layer)
-        self.calibration = loaded.calibration if assess else None
+        self.assessor = Assessor.of(loaded, config, alignment_layer) if assess else None
 
     def translate(
         self, lines: Iterable[str], prefixes: Iterable[str] | None = None, first_line: int = 0
@@ -303,7 +275,7 @@ class Translator:
         )
         for batch, (found, memory) in zip(batches, search_all):
             links = self._alignments(batch, found, encoded, memory) if self.align_model is not None else None
-            assessed = self._assessments(batch, found, encoded, memory) if self.assess_model is not None else None
+            assessed = self._assessments(batch, found, encoded, memory) if self.assessor is not None else None
             for n, (i, hyps) in enumerate(zip(batch, found)):
                 results[i] = [
                     self._detokenize(h, links[n][k] if links is not None else None)
@@ -319,28 +291,9 @@ class Translator:
         encoded: list[list[int]],
         memory: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> list[list[Assessment]]:
-        """Every hypothesis of one batch assessed (quality/): one teacher-forced pass over them all."""
-        assert self.assess_model is not None
-        sources, outputs, memory = _teacher_forced(batch, found, encoded, memory)
-        attention = iter(cross_attention(self.assess_model, sources, outputs, self.assess_layer, memory))
-        out = []
-        for i, hyps in zip(batch, found):
-            limit = int(self.config.max_len_a * len(encoded[i]) + self.config.max_len_b)
-            limit = max(1, min(limit, self.loaded.recipe.model.max_positions - 1))
-            words = len(self.loaded.src_vocab.decode(encoded[i]).split())
-            row = []
-            for h in hyps:
-                # the search's score is the summed log-probability over the length penalty
-                total = h.score * float(length_penalty(float(len(h.tokens) + 1), self.config))
-                found_features = features(total, next(attention), encoded[i], h.tokens)
-                confidence, learnt = None, None
-                if self.calibration is not None:
-                    confidence = self.calibration.confidence(found_features)
-                    learnt = self.calibration.flag_probabilities(found_features)
-                raised = flags(found_features, h.tokens, words, len(h.tokens) >= limit, learnt)
-                row.append(Assessment(found_features, confidence, raised))
-            out.append(row)
-        return out
+        """Every hypothesis of one batch assessed (decode/assess.py): one teacher-forced pass over them all."""
+        assert self.assessor is not None
+        return self.assessor.assess([encoded[i] for i in batch], found, memory)
 
     def _alignments(
         self,
@@ -352,7 +305,7 @@ class Translator:
         """Pharaoh word alignments of every hypothesis of one batch, from one teacher-forced pass over them all
         (on the search's encoder output when it has it: each sentence's row once per hypothesis)."""
         assert self.align_model is not None and self.align_layer is not None
-        sources, outputs, memory = _teacher_forced(batch, found, encoded, memory)
+        sources, outputs, memory = teacher_forced([encoded[i] for i in batch], found, memory)
         crosses = iter(cross_attention(self.align_model, sources, outputs, self.align_layer, memory))
         out = []
         for i, hyps in zip(batch, found):
@@ -379,7 +332,7 @@ class Translator:
         if self.config.sampling:
             return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix), None
         memory = None
-        wanted = self.align_model or self.assess_model
+        wanted = self.align_model or (self.assessor.model if self.assessor else None)
         if wanted is not None and wanted is self.loaded.model:
             with torch.inference_mode():
                 memory = self.loaded.model.encode(src)

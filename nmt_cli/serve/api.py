@@ -31,6 +31,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from ..decode.assess import Assessment, Assessor
 from ..decode.search import Hypothesis
 from ..errors import NmtError
 from ..formats import EXTENSIONS, translate_bytes
@@ -99,6 +100,7 @@ class Decoded:
     lines: list[list[str]]  # per text, its lines
     hypotheses: list[list[list[Hypothesis]]]  # per text, per line
     truncated: list[list[bool]]
+    assessments: list[list[list[Assessment]]] | None = None  # per text, per line, per hypothesis ("confidence")
 
 
 def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics) -> FastAPI:
@@ -278,6 +280,7 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
     for i, ids in zip(todo, encoded):
         truncated_flat[i] = len(ids) > max_src
     results_flat: list[list[Hypothesis]] = [[] for _ in flat]
+    assessed_flat: list[list[Assessment]] = [[] for _ in flat]
     if todo:
         running = asyncio.get_running_loop()
         answered: asyncio.Future[Job] = running.create_future()
@@ -286,6 +289,7 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
             parsed.config,
             parsed.nbest,
             on_done=lambda job: _resolve_from_thread(running, answered, job),
+            assess=Assessor.of(loaded, parsed.config).assess if parsed.confidence else None,
         )
         try:
             parsed.model.loop.submit(job)
@@ -304,7 +308,10 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
             raise BadRequest(500, job.error)
         for i, hyps in zip(todo, job.results):
             results_flat[i] = hyps
-    return Decoded(lines, _regroup(results_flat, lines), _regroup(truncated_flat, lines))
+        for i, assessed in zip(todo, job.assessments):
+            assessed_flat[i] = assessed
+    assessments = _regroup(assessed_flat, lines) if parsed.confidence else None
+    return Decoded(lines, _regroup(results_flat, lines), _regroup(truncated_flat, lines), assessments)
 
 
 class TranslatedFiles:
@@ -416,7 +423,7 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
     """The response body. A text of several lines joins its lines' i-th hypotheses (or their best)."""
     vocab = parsed.model.loaded.tgt_vocab
     texts = []
-    for hyps_per_line in decoded.hypotheses:
+    for n, hyps_per_line in enumerate(decoded.hypotheses):
         alternatives = []
         for rank in range(parsed.nbest):
             picked = [hyps[min(rank, len(hyps) - 1)] if hyps else None for hyps in hyps_per_line]
@@ -424,7 +431,10 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
                 break
             text = "\n".join(vocab.decode(h.tokens) if h else "" for h in picked)
             scores = [h.score for h in picked if h]
-            alternatives.append({"text": text, "score": sum(scores) / len(scores) if scores else 0.0})
+            alternative = {"text": text, "score": sum(scores) / len(scores) if scores else 0.0}
+            if decoded.assessments is not None:
+                alternative.update(_trust(decoded.assessments[n], rank))
+            alternatives.append(alternative)
         texts.append(alternatives)
     if parsed.libre:
         best = [alternatives[0]["text"] for alternatives in texts]
@@ -435,6 +445,9 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
         if parsed.detected is not None:  # one language for the request, repeated per text as LibreTranslate does
             found = {"confidence": parsed.detected[1], "language": parsed.detected[0]}
             body["detectedLanguage"] = found if parsed.single else [found] * len(texts)
+        if parsed.confidence:  # an addition to LibreTranslate's shape, asked for; its own fields stay as they are
+            trust = [{k: a[k] for k in ("confidence", "calibrated", "flags")} for a in (t[0] for t in texts)]
+            body["confidence"] = trust[0] if parsed.single else trust
         if parsed.ignored:
             body["ignored"] = parsed.ignored
         return body
@@ -444,8 +457,7 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
         "alpha": parsed.config.alpha,
         "translations": [
             {
-                "text": alternatives[0]["text"],
-                "score": alternatives[0]["score"],
+                **alternatives[0],
                 "nbest": alternatives,
                 "truncated": any(cut),
             }
@@ -454,6 +466,23 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
         "time_ms": round(seconds * 1000, 2),
         **({"ignored": parsed.ignored} if parsed.ignored else {}),
     }
+
+
+def _trust(assessed_per_line: list[list[Assessment]], rank: int) -> dict[str, Any]:
+    """The confidence of a text's ``rank``-th translation: its least trusted line's (a text is as good as its
+    worst sentence), the flags of all its lines and, for a text of several lines, each line's own."""
+    lines = [found[min(rank, len(found) - 1)] if found else None for found in assessed_per_line]
+    judged = [a for a in lines if a is not None]
+    trust: dict[str, Any] = {
+        "confidence": round(min((a.shown_confidence for a in judged), default=1.0), 4),
+        "calibrated": all(a.confidence is not None for a in judged),
+        "flags": sorted({flag for a in judged for flag in a.flags}),
+    }
+    if len(lines) > 1:
+        trust["lines"] = [
+            {"confidence": round(a.shown_confidence, 4), "flags": a.flags} if a is not None else None for a in lines
+        ]
+    return trust
 
 
 def _describe(model: ServedModel) -> dict[str, Any]:
@@ -471,4 +500,5 @@ def _describe(model: ServedModel) -> dict[str, Any]:
         "beam": recipe.decode.beam,
         "alpha": recipe.decode.alpha,
         "max_positions": recipe.model.max_positions,
+        "calibrated": model.loaded.calibration is not None,  # "confidence": true gives calibrated probabilities
     }

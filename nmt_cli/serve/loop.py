@@ -18,6 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..config import DecodeConfig
 from ..decode.continuous import ContinuousBeamSearch
@@ -51,6 +52,10 @@ class Job:
     nbest: int
     on_done: Callable[[Job], None]
     results: list[list[Hypothesis]] = field(default_factory=list)
+    # "confidence": true: called in the loop's thread once every sentence has its n-best list (the model is
+    # the loop's alone), with the sources and their results; returns what ``assessments`` keeps
+    assess: Callable[[list[list[int]], list[list[Hypothesis]]], list[list[Any]]] | None = None
+    assessments: list[list[Any]] = field(default_factory=list)
     error: str | None = None
     ident: int = 0
     remaining: int = 0
@@ -212,9 +217,19 @@ class DecodingLoop:
                 job.results[done.key[1]] = done.hypotheses
                 job.remaining -= 1
                 if job.remaining == 0:
-                    self._finish(job, "ok")
+                    self._finish_assessed(job)
         if not len(lane):
             del self._lanes[settings]
+
+    def _finish_assessed(self, job: Job) -> None:
+        if job.assess is not None:
+            try:
+                job.assessments = job.assess(job.sentences, job.results)
+            except (RuntimeError, ValueError) as err:  # e.g. out of memory: this job fails, the loop goes on
+                log.exception("assessing failed")
+                self._fail(job, f"assessing the translations failed: {str(err).splitlines()[0]}")
+                return
+        self._finish(job, "ok")
 
     def _fail(self, job: Job, reason: str) -> None:
         if job.ident in self._jobs:

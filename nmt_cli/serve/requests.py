@@ -63,13 +63,14 @@ class TranslationRequest:
     nbest: int
     detected: tuple[str, float] | None = None  # "source": "auto": the language found, confidence 0-100
     html: bool = False  # "format": "html": each text is HTML, translated with its markup kept
+    confidence: bool = False  # "confidence": true: each translation gets its confidence and flags (decode/assess.py)
     ignored: list[str] = field(default_factory=list)  # fields of the body this request shape does not read
 
 
 # The fields each request shape reads; others are ignored and named in the answer ("ignored").
 # LibreTranslate's api_key and secret are taken and ignored: this server asks for no key.
-LIBRE_FIELDS = frozenset({"q", "source", "target", "format", "alternatives", "api_key", "secret"})
-OUR_FIELDS = frozenset({"text", "model", "source", "target", "beam", "nbest", "alpha", "format", "api_key"})
+LIBRE_FIELDS = frozenset({"q", "source", "target", "format", "alternatives", "api_key", "secret", "confidence"})
+OUR_FIELDS = frozenset({"text", "model", "source", "target", "beam", "nbest", "alpha", "format", "api_key", "confidence"})
 STRING_FIELDS = ("source", "target", "model", "format")
 
 
@@ -105,8 +106,20 @@ def parse_request(
     config = replace(defaults, beam=beam, alpha=alpha, sampling=False)
     ignored = sorted(set(fields) - (LIBRE_FIELDS if libre else OUR_FIELDS))
     html = fields.get("format") == "html"
+    confidence = _boolean(fields, "confidence", from_form)
+    if confidence and html:
+        raise BadRequest(400, '"confidence" is given for "format": "text" only; leave it out for HTML')
     return TranslationRequest(
-        texts, single, libre, model, config, 1 if html else nbest, detected, html, [shown(k) for k in ignored]
+        texts,
+        single,
+        libre,
+        model,
+        config,
+        1 if html else nbest,
+        detected,
+        html=html,
+        confidence=confidence,
+        ignored=[shown(k) for k in ignored],
     )
 
 
@@ -170,6 +183,15 @@ def _integer(fields: dict[str, Any], name: str, default: int, low: int, high: in
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BadRequest(400, f'"{name}" must be a whole number from {low} to {high}')
+    return value
+
+
+def _boolean(fields: dict[str, Any], name: str, from_form: bool = False) -> bool:
+    value = fields.get(name, False)
+    if from_form and isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", ""):
+        value = value.strip().lower() in ("true", "1")
+    if not isinstance(value, bool):
+        raise BadRequest(400, f'"{name}" must be true or false')
     return value
 
 

@@ -35,6 +35,7 @@ from ..utils.cpu import check_parallelism
 from ..utils.files import append_line, atomic_open, sha256_file
 from ..utils.run_folder import RunFolder
 from . import checkpoint
+from .calibration import calibrate_model_file
 from .checkpoint import TrainingCheckpoint, data_identity, load_training, vocab_digest
 from .distributed import (
     DistInfo,
@@ -745,6 +746,12 @@ class Trainer:
         else:
             checkpoint.save(target, self._model_payload(), kind="weights")
             self.log(f"model written to {target}")
+        if self.config.calibrate:
+            try:
+                calibrate_model_file(target, self.recipe, self.info.device, self.log)
+            except Preempted:  # the model file is whole; only its calibration is missing
+                self.stopped_by = self.stop.signal
+                self.log(f"calibration abandoned at {self.stop.signal}: {target} has none (nmt calibrate fits one)")
 
     def _write_metrics(self, record: dict[str, Any]) -> None:
         if self.info.is_main:

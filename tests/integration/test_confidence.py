@@ -74,3 +74,42 @@ def test_calibrate_writes_a_calibrated_copy_beside_the_model(overfit, tmp_path):
     assert few.returncode == 1 and "at least 100" in few.stderr
     all_good = nmt("calibrate", "-m", str(run), "--src", str(source), "--ref", str(source), "--threshold", "0")
     assert all_good.returncode == 1 and "needs good and bad ones" in all_good.stderr
+
+
+def test_training_ends_by_calibrating_on_the_validation_set(overfit, tmp_path):
+    from dataclasses import replace
+
+    from nmt_cli.config import recipe_from_dict
+    from nmt_cli.data.prepare import text_paths
+    from nmt_cli.train.calibration import calibrate_model_file
+
+    run, src, tgt = overfit
+    original = torchfile.load(run / "model.pt")
+    recipe = recipe_from_dict(original["recipe"])
+    recipe = replace(recipe, data=replace(recipe.data, output=str(tmp_path / "data")))
+    valid_src, valid_ref = text_paths(recipe.data_dir, "valid", recipe)
+    valid_src.parent.mkdir(parents=True)
+    model_file = tmp_path / "model.pt"
+    model_file.write_bytes((run / "model.pt").read_bytes())
+    logged: list[str] = []
+
+    valid_src.write_text("\n".join(src[:50]) + "\n", encoding="utf-8")
+    valid_ref.write_text("\n".join(tgt[:50]) + "\n", encoding="utf-8")
+    calibrate_model_file(model_file, recipe, torch_cpu(), logged.append)
+    assert "fewer than the 100" in logged[-1] and "nmt calibrate -m" in logged[-1]
+    assert "calibration" not in torchfile.load(model_file)  # a small validation set: no calibration, said so
+
+    valid_src.write_text("\n".join(src * 2) + "\n", encoding="utf-8")
+    valid_ref.write_text("\n".join(tgt + tgt[1:] + tgt[:1]) + "\n", encoding="utf-8")  # half of them wrong
+    calibrate_model_file(model_file, recipe, torch_cpu(), logged.append)
+    assert "calibrated on 128 validation pairs" in logged[-1]
+    stored = torchfile.load(model_file)
+    assert stored["calibration"]["threshold"] == recipe.train.calibrate_chrf and stored["step"] == original["step"]
+    records = nmt("translate", "-m", str(model_file), "--confidence", "--format", "jsonl", stdin=src[0] + "\n")
+    assert json.loads(records.stdout)["calibrated"] is True
+
+
+def torch_cpu():
+    import torch
+
+    return torch.device("cpu")

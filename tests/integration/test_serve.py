@@ -175,6 +175,31 @@ def test_our_shape_has_nbest_lists_scores_and_timing(client, loaded, overfit):
     assert second["score"] == pytest.approx(expected[3][0][1], abs=1e-4) and not second["truncated"]
 
 
+def test_confidence_and_flags_are_given_when_asked(client, loaded, overfit):
+    _, src, _ = overfit
+    expected = list(Translator(loaded, loaded.recipe.decode, nbest=2, assess=True).translate([src[5], UNSEEN[0]]))
+    plain = client.post("/translate", json={"text": [src[5], UNSEEN[0]], "nbest": 2}).json()
+    assert "confidence" not in plain["translations"][0]  # the shape is unchanged unless asked
+    body = client.post("/translate", json={"text": [src[5], f"{src[5]}\n{UNSEEN[0]}"], "nbest": 2, "confidence": True})
+    one, two = body.json()["translations"]
+    known, unseen = (hyps[0][-1] for hyps in expected)
+    assert one["confidence"] == pytest.approx(known.shown_confidence, abs=1e-3) and one["calibrated"] is False
+    assert one["flags"] == known.flags and "lines" not in one
+    assert [a["confidence"] for a in one["nbest"]] == pytest.approx([h[-1].shown_confidence for h in expected[0]], abs=1e-3)
+    # a text of two lines: each line's own, and the text as trusted as its weaker line
+    assert [line["confidence"] for line in two["lines"]] == pytest.approx(
+        [known.shown_confidence, unseen.shown_confidence], abs=1e-3
+    )
+    assert two["confidence"] == pytest.approx(min(known.shown_confidence, unseen.shown_confidence), abs=1e-3)
+    libre = client.post("/translate", json={"q": [src[5]], "source": "en", "target": "de", "confidence": True}).json()
+    assert libre["translatedText"] == [expected[0][0][0]]  # LibreTranslate's fields as they were
+    assert libre["confidence"][0]["confidence"] == pytest.approx(known.shown_confidence, abs=1e-3)
+    assert client.get("/models").json()[0]["calibrated"] is False
+    for refused, words in (({"confidence": "yes"}, "true or false"), ({"confidence": True, "format": "html"}, "HTML")):
+        answer = client.post("/translate", json={"text": "Hi", **refused})
+        assert answer.status_code == 400 and words in answer.json()["error"]
+
+
 @pytest.mark.parametrize(
     "body, status, words",
     [
@@ -406,12 +431,19 @@ def test_web_page_keeps_lines_and_shows_source_and_target_side_by_side(server, l
         browser.find_element(By.ID, "go").click()
         wait.until(lambda b: b.find_element(By.ID, "output").text.strip())
         shown = browser.find_element(By.ID, "output").text  # as rendered: line breaks included
+        marks = [span.get_attribute("title") for span in browser.find_elements(By.CSS_SELECTOR, "#output span")]
+        shaded = [span.get_attribute("class") for span in browser.find_elements(By.CSS_SELECTOR, "#output span")]
+        note = browser.find_element(By.ID, "trust-note").text
         source_box = browser.find_element(By.ID, "text").rect
         target_box = browser.find_element(By.ID, "output").rect
         copy_button = browser.find_element(By.ID, "copy").is_displayed()
     finally:
         browser.quit()
     assert shown.split("\n") == [hyps[0][0] for hyps in translated(loaded, lines)]
+    assert len(marks) == 3 and all(title.startswith("confidence ") for title in marks)  # each line its own
+    assessed = [hyps[0][-1] for hyps in Translator(loaded, loaded.recipe.decode, assess=True).translate(lines)]
+    doubtful = [bool(a.flags) or a.shown_confidence < 0.5 for a in assessed]
+    assert [bool(c) for c in shaded] == doubtful and "no calibration" in note
     assert target_box["x"] > source_box["x"] + source_box["width"] / 2  # beside it, not below
     assert abs(target_box["y"] - source_box["y"]) < 5
     assert pair.startswith("English → German") and copy_button

@@ -1,0 +1,104 @@
+"""How far to trust each translation: one teacher-forced pass over the search's hypotheses gives the
+features of ``quality/features.py``; the model's calibration turns them into a confidence and flags.
+
+Used by :class:`.translator.Translator` (``nmt translate --confidence``) and by the server's decoding
+loop (``"confidence": true``), so both assess a translation the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import sentencepiece as spm
+import torch
+
+from ..config import DecodeConfig
+from ..model.transformer import Transformer
+from ..quality.calibration import Calibration
+from ..quality.features import Features, features, flags
+from .attention_maps import alignment_layer, cross_attention
+from .ensemble import Ensemble
+from .search import Hypothesis, length_penalty
+
+if TYPE_CHECKING:  # translator.py imports this module
+    from .translator import LoadedModel
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What ``quality/`` says of one translation: its features, its calibrated confidence (None when the
+    model has no calibration), and its flags."""
+
+    features: Features
+    confidence: float | None
+    flags: list[str]
+
+    @property
+    def shown_confidence(self) -> float:
+        """The calibrated confidence, or without a calibration exp(mean token log-probability), in [0, 1] too."""
+        return self.confidence if self.confidence is not None else math.exp(self.features.mean_logprob)
+
+
+@dataclass(frozen=True)
+class Assessor:
+    """Everything an assessment reads besides the sentences: the model (an ensemble's first member), the
+    layer whose cross-attention is read, the search settings that made the hypotheses, the calibration."""
+
+    model: Transformer
+    layer: int
+    config: DecodeConfig
+    src_vocab: spm.SentencePieceProcessor
+    max_positions: int
+    calibration: Calibration | None
+
+    @classmethod
+    def of(cls, loaded: LoadedModel, config: DecodeConfig, layer: int | None = None) -> Assessor:
+        """The assessor of a loaded model: an ensemble's first member is read, at ``layer`` (default: the
+        alignment layer)."""
+        model = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model
+        layer = alignment_layer(model, layer)
+        return cls(model, layer, config, loaded.src_vocab, loaded.recipe.model.max_positions, loaded.calibration)
+
+    def assess(
+        self,
+        sources: list[list[int]],
+        found: list[list[Hypothesis]],
+        memory: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> list[list[Assessment]]:
+        """Every hypothesis of ``found`` (per source sentence, its n-best list) assessed; ``memory`` is the
+        search's encoder output for ``sources`` when the caller still has it (then it is not recomputed)."""
+        pairs_src, pairs_out, memory = teacher_forced(sources, found, memory)
+        attention = iter(cross_attention(self.model, pairs_src, pairs_out, self.layer, memory))
+        out = []
+        for source, hyps in zip(sources, found):
+            limit = int(self.config.max_len_a * len(source) + self.config.max_len_b)
+            limit = max(1, min(limit, self.max_positions - 1))
+            words = len(self.src_vocab.decode(source).split())
+            out.append([self._one(source, h, next(attention), words, limit) for h in hyps])
+        return out
+
+    def _one(self, source: list[int], hyp: Hypothesis, weights: torch.Tensor, words: int, limit: int) -> Assessment:
+        # the search's score is the summed log-probability over the length penalty
+        total = hyp.score * float(length_penalty(float(len(hyp.tokens) + 1), self.config))
+        found_features = features(total, weights, source, hyp.tokens)
+        confidence, learnt = None, None
+        if self.calibration is not None:
+            confidence = self.calibration.confidence(found_features)
+            learnt = self.calibration.flag_probabilities(found_features)
+        raised = flags(found_features, hyp.tokens, words, len(hyp.tokens) >= limit, learnt)
+        return Assessment(found_features, confidence, raised)
+
+
+def teacher_forced(
+    sources: list[list[int]], found: list[list[Hypothesis]], memory: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[list[list[int]], list[list[int]], tuple[torch.Tensor, torch.Tensor] | None]:
+    """The source and output of every hypothesis, and the encoder output with each sentence's row once per
+    hypothesis: what a teacher-forced pass over a batch's results reads."""
+    pairs_src = [source for source, hyps in zip(sources, found) for _ in hyps]
+    pairs_out = [h.tokens for hyps in found for h in hyps]
+    if memory is not None:
+        rows = torch.tensor([n for n, hyps in enumerate(found) for _ in hyps], device=memory[0].device)
+        memory = (memory[0][rows], memory[1][rows])
+    return pairs_src, pairs_out, memory

@@ -1,0 +1,53 @@
+"""The last step of training: fit the confidence of ``nmt translate --confidence`` on the validation set.
+
+The model file just written is loaded as ``nmt translate`` would load it, translates the validation
+sources, and the fitted map (``decode/calibrate.py``) is stored in that file. A validation set smaller
+than the minimum leaves the model uncalibrated, said in the log with the command that fits one later.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..config import Recipe
+from ..data.prepare import text_paths
+from ..decode.calibrate import calibrate_loaded, store_in_place
+from ..decode.translator import load_model
+from ..errors import NmtError
+from ..quality.calibration import MIN_PAIRS
+from ..utils.files import split_lines
+
+
+def calibrate_model_file(model_file: Path, recipe: Recipe, device: torch.device, log: Callable[[str], None]) -> None:
+    """Fit the calibration of ``model_file`` on the run's validation pairs and store it there."""
+    sources_path, references_path = text_paths(recipe.data_dir, "valid", recipe)
+    later = f"nmt calibrate -m {model_file} --src IN-DOMAIN.{recipe.data.src_lang} --ref IN-DOMAIN.{recipe.data.tgt_lang}"
+    if not (sources_path.is_file() and references_path.is_file()):
+        log(f"no validation set: {model_file} has no calibration; fit one with `{later}`")
+        return
+    sources = split_lines(sources_path.read_text(encoding="utf-8"))
+    references = split_lines(references_path.read_text(encoding="utf-8"))
+    kept = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
+    if len(kept) < MIN_PAIRS:
+        log(
+            f"{len(kept)} validation pairs, fewer than the {MIN_PAIRS} a calibration needs: {model_file} has no "
+            f"calibration; fit one with `{later}`"
+        )
+        return
+    started = time.monotonic()
+    try:
+        report = calibrate_loaded(load_model(model_file, device), kept, recipe.train.calibrate_chrf, device)
+    except NmtError as err:  # e.g. every validation translation acceptable: nothing to tell apart
+        log(f"{model_file} has no calibration: {err}; fit one with `{later}`")
+        return
+    store_in_place(model_file, report.calibration)
+    log(
+        f"confidence calibrated on {report.pairs:,} validation pairs in {time.monotonic() - started:.0f} s "
+        f"({report.acceptable:.0%} acceptable: sentence chrF >= {recipe.train.calibrate_chrf:g}; AUROC for bad "
+        f"translations {report.auroc_confidence:.3f}, mean log-probability alone {report.auroc_seq_logprob:.3f}; "
+        f"calibration error {report.calibration_error:.3f}); stored in {model_file}"
+    )
