@@ -128,6 +128,14 @@ def run(
     retranslate: bool = typer.Option(
         False, "--retranslate", help="gettext: translate entries that already have a translation too."
     ),
+    fuzzy_below: float = typer.Option(
+        0.5,
+        "--fuzzy-below",
+        min=0.0,
+        max=1.0,
+        help="gettext with --confidence: flag fuzzy only the entries whose confidence is below this, or that "
+        "carry a flag; each entry gets a comment with its confidence.",
+    ),
     markup: bool = typer.Option(
         False,
         "--markup",
@@ -290,7 +298,12 @@ def run(
     if chosen_format != LINES:
         assert input is not None
         count = _translate_document(
-            input, output, chosen_format, _sentences(results, aligned), languages, fuzzy, retranslate
+            input,
+            output,
+            chosen_format,
+            _sentences(results, aligned, confidence),
+            languages,
+            (fuzzy, retranslate, fuzzy_below if confidence else None),
         )
         if show:
             console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
@@ -330,10 +343,14 @@ def _check_markup_options(chosen, nbest, alignments, prefix) -> None:
             raise NmtError(f"{flag} does not go with --markup (the alignment places the tags); drop one of them")
 
 
-def _sentences(results, aligned: bool):
-    """This command's engine as ``formats.Sentences``: best translations, with word alignments when ``aligned``."""
+def _sentences(results, aligned: bool, assessed: bool = False):
+    """This command's engine as ``formats.Sentences``: best translations, with word alignments when ``aligned``,
+    with their confidence and flags when ``assessed`` (--confidence)."""
     from ..decode.attention_maps import parse_pharaoh
-    from ..formats import Sentences
+    from ..formats import Sentences, Trust
+
+    def assess(lines: list[str]) -> list[tuple[str, Trust]]:
+        return [(hyps[0][0], Trust(hyps[0][-1].shown_confidence, tuple(hyps[0][-1].flags))) for hyps in results(iter(lines))]
 
     def translate(lines: list[str]) -> list[str]:
         return [hyps[0][0] for hyps in results(iter(lines))]
@@ -341,7 +358,7 @@ def _sentences(results, aligned: bool):
     def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
         return [(hyps[0][0], parse_pharaoh(hyps[0][2])) for hyps in results(iter(lines))]
 
-    return Sentences(translate, align if aligned else None)
+    return Sentences(translate, align if aligned else None, assess if assessed else None)
 
 
 def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int) -> Iterator[str]:
@@ -355,7 +372,7 @@ def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int)
             yield line + "\n"
 
 
-def _translate_document(input, output, chosen, sentences, languages, fuzzy, retranslate) -> int:
+def _translate_document(input, output, chosen, sentences, languages, gettext_options) -> int:
     """A document in its own format (``nmt_cli/formats``), its sentences through this command's engine."""
     from ..formats import translate_file
 
@@ -364,7 +381,7 @@ def _translate_document(input, output, chosen, sentences, languages, fuzzy, retr
         raise NmtError(
             f"{input}: the model does not say its target language (no recipe beside it); a {chosen} file needs it"
         )
-    return translate_file(input, output, sentences, source_language, target_language, chosen, fuzzy, retranslate)
+    return translate_file(input, output, sentences, source_language, target_language, chosen, *gettext_options)
 
 
 def _format(index: int, hyps: list, nbest: int, output_format: str, alignments: bool, confidence: bool) -> str:
@@ -416,8 +433,12 @@ def _check_confidence_options(confidence, output_format, engine, sampling, marku
         raise NmtError("--confidence runs with --engine nmt only (it reads the model's attention); drop one of them")
     if sampling:
         raise NmtError("--confidence assesses beam search or greedy outputs; drop --sampling")
-    if markup or chosen != "lines":
-        raise NmtError("--confidence applies to line-by-line translation; drop it for --markup and documents")
+    if markup:
+        raise NmtError("--confidence does not go with --markup; drop one of them")
+    if chosen not in ("lines", "po"):
+        raise NmtError(
+            f"--confidence applies to line-by-line translation and gettext catalogues, not {chosen} documents; drop it"
+        )
 
 
 def _job_shard(shard: str | None, input: Path | None, output: Path | None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import NmtError
-from .segments import Aligned, Sentences, TranslateSentences, as_sentences, translate_texts
+from .segments import Aligned, Sentences, TranslateSentences, Trust, as_sentences, translate_texts
 from .textfile import TextFile
 
 LINES = "lines"  # today's behaviour: one output line per input line
@@ -58,6 +58,7 @@ def translate_file(
     file_format: str | None = None,
     fuzzy: bool = True,
     retranslate: bool = False,
+    fuzzy_below: float | None = None,
 ) -> int:
     """Translate the file at ``path`` into ``output`` (stdout when None) in its own format; returns the number
     of entries (or segments) translated. The input is only read; the output is written atomically."""
@@ -67,7 +68,7 @@ def translate_file(
     if chosen == "docx" and output is None:
         raise NmtError(f"{path}: a Word document is binary; give the output file with -o")
     data, count = translate_bytes(
-        path.read_bytes(), path, translate, source_language, target_language, chosen, fuzzy, retranslate
+        path.read_bytes(), path, translate, source_language, target_language, chosen, fuzzy, retranslate, fuzzy_below
     )
     TextFile.write_bytes(output, data)
     return count
@@ -82,6 +83,7 @@ def translate_bytes(
     file_format: str | None = None,
     fuzzy: bool = True,
     retranslate: bool = False,
+    fuzzy_below: float | None = None,
 ) -> tuple[bytes, int]:
     """A document's bytes translated in its format (chosen by ``name``'s extension unless given), as bytes in
     the input's encoding and line ends, and the number of entries translated (the server's /translate_file)."""
@@ -90,7 +92,7 @@ def translate_bytes(
         from .gettext import declared_charset, translate_po
 
         source = TextFile.decode(data, name, declared_charset)
-        text, count = translate_po(source, translate, source_language, target_language, fuzzy, retranslate)
+        text, count = translate_po(source, translate, source_language, target_language, fuzzy, retranslate, fuzzy_below)
         return source.encode(text), count
     if chosen == "html":
         from .html import declared_charset as page_charset
@@ -133,6 +135,7 @@ __all__ = [
     "Aligned",
     "EXTENSIONS",
     "Sentences",
+    "Trust",
     "as_sentences",
     "needs_alignment",
     "FORMATS",

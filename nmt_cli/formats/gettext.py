@@ -8,7 +8,9 @@ Read and written with polib (the maintained Python reader and writer of PO files
   it names the target language, else Babel's CLDR-derived table): form i takes the translation of
   msgid when the number that picks it is 1, else of msgid_plural;
 - machine translations are flagged ``fuzzy`` (a translator reviews them; tools skip them when compiling)
-  unless ``fuzzy=False``;
+  unless ``fuzzy=False``; with ``fuzzy_below`` (``nmt translate --confidence``) only those whose
+  confidence is below it or that carry a flag, and each entry gets a translator comment with its
+  confidence and flags (an earlier one of ours is replaced, the translators' own kept);
 - the header's Language and Plural-Forms are set for the target language, and a template's
   ``charset=CHARSET`` becomes UTF-8. msgctxt, comments, flags, references and the entry order are kept.
 
@@ -25,7 +27,7 @@ from datetime import datetime, timezone
 
 from ..errors import NmtError
 from ..version import __version__
-from .segments import Sentences, TranslateSentences, translate_texts
+from .segments import TRUSTED, Sentences, TranslateSentences, Trust, assess_texts, translate_texts
 from .textfile import TextFile
 
 FUZZY = "fuzzy"
@@ -93,8 +95,10 @@ def translate_po(
     target_language: str,
     fuzzy: bool = True,
     retranslate: bool = False,
+    fuzzy_below: float | None = None,
 ) -> tuple[str, int]:
-    """The catalogue in ``source`` translated; returns its new text and how many entries were translated."""
+    """The catalogue in ``source`` translated; returns its new text and how many entries were translated.
+    ``fuzzy_below``: mark fuzzy only what is trusted less (``translate`` must be :class:`Sentences` that assess)."""
     try:
         import polib
     except ImportError:
@@ -116,21 +120,29 @@ def translate_po(
         if entry.msgid and not entry.obsolete and (retranslate or not entry.translated() and FUZZY not in entry.flags)
     ]
     texts = [entry.msgid for entry in todo] + [entry.msgid_plural for entry in todo if entry.msgid_plural]
-    done = iter(translate_texts(texts, translate, source_language))
+    if fuzzy_below is not None:
+        assert isinstance(translate, Sentences) and translate.assess is not None
+        done = iter(assess_texts(texts, translate, source_language))
+    else:
+        done = iter((text, TRUSTED) for text in translate_texts(texts, translate, source_language))
     singular = {id(entry): next(done) for entry in todo}
     plural = {id(entry): next(done) for entry in todo if entry.msgid_plural}
     forms = plurals.singular_forms()
     for entry in todo:
+        one, trust = singular[id(entry)]
         if entry.msgid_plural:
-            entry.msgstr_plural = {
-                i: singular[id(entry)] if takes_one else plural[id(entry)] for i, takes_one in enumerate(forms)
-            }
+            many, plural_trust = plural[id(entry)]
+            trust = trust.worst(plural_trust)
+            entry.msgstr_plural = {i: one if takes_one else many for i, takes_one in enumerate(forms)}
         else:
-            entry.msgstr = singular[id(entry)]
-        if fuzzy and FUZZY not in entry.flags:
+            entry.msgstr = one
+        doubtful = fuzzy and (fuzzy_below is None or trust.confidence < fuzzy_below or bool(trust.flags))
+        if doubtful and FUZZY not in entry.flags:
             entry.flags.insert(0, FUZZY)  # first, as the gettext tools write it
-        elif not fuzzy and FUZZY in entry.flags:
+        elif not doubtful and FUZZY in entry.flags:
             entry.flags.remove(FUZZY)
+        if fuzzy_below is not None:
+            entry.tcomment = _with_trust_comment(entry.tcomment, trust)
     metadata["Language"] = target_language
     metadata["Plural-Forms"] = plurals.header
     if todo:
@@ -141,6 +153,16 @@ def translate_po(
         metadata["Content-Type"] = "text/plain; charset=UTF-8"
     metadata.setdefault("Content-Transfer-Encoding", "8bit")
     return _unwrapped_as_written(catalogue), len(todo)
+
+
+TRUST_COMMENT = "nmt confidence"  # how our translator comment starts; a later run replaces it
+
+
+def _with_trust_comment(comment: str, trust: Trust) -> str:
+    """The entry's translator comment with our line giving its confidence and flags (the translators' lines kept)."""
+    kept = [line for line in comment.split("\n") if line and not line.startswith(TRUST_COMMENT)] if comment else []
+    flags = f"; flags: {', '.join(trust.flags)}" if trust.flags else ""
+    return "\n".join([*kept, f"{TRUST_COMMENT} {trust.confidence:.2f}{flags}"])
 
 
 def _unwrapped_as_written(catalogue) -> str:  # type: ignore[no-untyped-def]

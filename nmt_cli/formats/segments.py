@@ -23,6 +23,21 @@ Aligned = tuple[str, list[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
+class Trust:
+    """How far a translation is to be trusted (``nmt translate --confidence``): a confidence in [0, 1] and flags."""
+
+    confidence: float
+    flags: tuple[str, ...] = ()
+
+    def worst(self, other: Trust) -> Trust:
+        """A text of several sentences is as trusted as its least trusted one, with all their flags."""
+        return Trust(min(self.confidence, other.confidence), tuple(sorted({*self.flags, *other.flags})))
+
+
+TRUSTED = Trust(1.0)  # a text with nothing to translate
+
+
+@dataclass(frozen=True)
 class Sentences:
     """What a format needs from a translator: sentences translated, and, for markup, word-aligned.
 
@@ -31,6 +46,8 @@ class Sentences:
 
     translate: TranslateSentences
     align: Callable[[list[str]], list[Aligned]] | None = None
+    # translations with their confidence and flags (--confidence); None when the engine cannot assess them
+    assess: Callable[[list[str]], list[tuple[str, Trust]]] | None = None
 
     def aligned(self, sentences: list[str]) -> list[Aligned]:
         if self.align is not None:
@@ -76,7 +93,19 @@ def split_sentences(line: str, language: str) -> list[str]:
 
 def translate_texts(texts: Sequence[str], translate: TranslateSentences | Sentences, source_language: str) -> list[str]:
     """Each text translated sentence by sentence, with its line breaks, spacing and placeholders kept."""
-    translate = as_sentences(translate).translate
+    plain = as_sentences(translate).translate
+    return [text for text, _ in _translate_texts(texts, lambda cores: [(t, TRUSTED) for t in plain(cores)], source_language)]
+
+
+def assess_texts(texts: Sequence[str], sentences: Sentences, source_language: str) -> list[tuple[str, Trust]]:
+    """As :func:`translate_texts`, each text with the trust of its least trusted sentence."""
+    assert sentences.assess is not None
+    return _translate_texts(texts, sentences.assess, source_language)
+
+
+def _translate_texts(
+    texts: Sequence[str], translate: Callable[[list[str]], list[tuple[str, Trust]]], source_language: str
+) -> list[tuple[str, Trust]]:
     plans: list[list[list[tuple[str, str, str]]]] = []  # per text, per line, per sentence: (before, core, after)
     cores: list[str] = []
     for text in texts:
@@ -93,12 +122,15 @@ def translate_texts(texts: Sequence[str], translate: TranslateSentences | Senten
     translated = iter(translate(cores) if cores else [])
     out = []
     for lines in plans:
-        rebuilt = []
+        rebuilt, trust = [], TRUSTED
         for sentences in lines:
-            rebuilt.append(
-                "".join(
-                    before + (repair(core, next(translated)) if core else "") + after for before, core, after in sentences
-                )
-            )
-        out.append("\n".join(rebuilt))
+            pieces = []
+            for before, core, after in sentences:
+                if core:
+                    text, judged = next(translated)
+                    trust = trust.worst(judged)
+                    core = repair(core, text)
+                pieces.append(before + core + after)
+            rebuilt.append("".join(pieces))
+        out.append(("\n".join(rebuilt), trust))
     return out

@@ -192,3 +192,42 @@ def test_sentences_are_never_cut_inside_a_placeholder():
     line = "Use <disk device. partition> here. Then go."
     assert "".join(split_sentences(line, "en")) == line
     assert all(piece.count("<") == piece.count(">") for piece in split_sentences(line, "en"))
+
+
+def test_confidence_marks_only_doubtful_entries_fuzzy_and_says_why(overfit, tmp_path):
+    import json
+
+    run, src, _ = overfit
+    unseen = "Three old men are repairing a blue boat on the beach."
+    template = tmp_path / "app.pot"
+    extra = f'\n# checked by Anna\nmsgid "{unseen}"\nmsgstr ""\n'
+    template.write_text(catalogue(src) + extra, encoding="utf-8")
+    output = tmp_path / "de.po"
+    result = nmt("translate", "-m", str(run), "-i", str(template), "-o", str(output), "--confidence")
+    assert result.returncode == 0, result.stderr
+    lines = "\n".join([src[0], src[2], unseen]) + "\n"
+    judged = subprocess.run(
+        [sys.executable, "-m", "nmt_cli", "translate", "-m", str(run), "--confidence", "--format", "jsonl"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    records = {sentence: json.loads(line) for sentence, line in zip(lines.split("\n"), judged.stdout.splitlines())}
+    by_id = {e.msgid: e for e in polib.pofile(str(output))}
+    for sentence, record in records.items():
+        entry = by_id[sentence]
+        doubtful = record["confidence"] < 0.5 or bool(record["flags"])
+        assert ("fuzzy" in entry.flags) == doubtful, (sentence, record)
+        assert f"nmt confidence {record['confidence']:.2f}" in entry.tcomment
+    assert entry.tcomment.startswith("checked by Anna\n")  # the translators' own comment stays
+    assert any("fuzzy" not in e.flags for e in by_id.values() if e.msgid in records)  # trusted ones are not flagged
+    again = tmp_path / "again.po"
+    rerun = ["-i", str(output), "-o", str(again), "--confidence", "--retranslate", "--fuzzy-below", "1"]
+    assert nmt("translate", "-m", str(run), *rerun).returncode == 0
+    redone = {e.msgid: e for e in polib.pofile(str(again))}[unseen]
+    assert redone.tcomment.count("nmt confidence") == 1 and "fuzzy" in redone.flags  # replaced, not added
+    page = tmp_path / "page.html"
+    page.write_text(f"<p>{src[0]}</p>", encoding="utf-8")
+    refused = nmt("translate", "-m", str(run), "-i", str(page), "-o", str(tmp_path / "out.html"), "--confidence")
+    assert refused.returncode == 1 and "not html documents" in refused.stderr and "Traceback" not in refused.stderr
