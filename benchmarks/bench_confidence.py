@@ -41,7 +41,16 @@ def main() -> None:
     parser.add_argument("--fit-ref", required=True)
     parser.add_argument("--test", action="append", required=True, help="NAME:SRC:REF")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--refit", type=int, default=0, help="also refit on the first N pairs of the last test set, scored on the rest"
+    )
+    parser.add_argument(
+        "--try-mc", type=int, default=0, help="only: N Monte-Carlo dropout passes as extra features, on the fit pairs"
+    )
     args = parser.parse_args()
+    if args.try_mc:
+        _try_mc_dropout(args.model, read_lines(args.fit_src), read_lines(args.fit_ref), args.try_mc)
+        return
 
     report = calibrate(Path(args.model), read_lines(args.fit_src), read_lines(args.fit_ref))
     calibration = report.calibration
@@ -67,7 +76,72 @@ def main() -> None:
         if name == args.test[0].split(":")[0]:
             _synthetic(loaded, translator, calibration, src, [h[0] for h in hyps])
     _omissions(loaded, translator, calibration, first_src)
+    if args.refit:
+        _refit(args.model, args.test[-1], args.refit)
     _timing(args.model, first_src, args.rounds)
+
+
+def _refit(model: str, spec: str, n: int) -> None:
+    """What `nmt calibrate` on N pairs of a new domain gives on the rest of it."""
+    name, src_path, ref_path = spec.split(":")
+    src, ref = read_lines(src_path), read_lines(ref_path)
+    report = calibrate(Path(model), src[:n], ref[:n])
+    loaded = load_model(model)
+    translator = Translator(loaded, loaded.recipe.decode, assess=True)
+    hyps = [h[0] for h in translator.translate(src[n:])]
+    chrf = [sacrebleu.sentence_chrf(h[0], [r]).score for h, r in zip(hyps, ref[n:])]
+    confidence = [report.calibration.confidence(h[-1].features) for h in hyps]
+    ok, bad = [c >= 50 for c in chrf], [c < 30 for c in chrf]
+    print(
+        f"{name} refitted on its first {n} pairs, scored on the other {len(src) - n}: ECE "
+        f"{expected_calibration_error(confidence, ok):.3f} (mean confidence {statistics.mean(confidence):.3f}, "
+        f"{sum(ok) / len(ok):.0%} acceptable), AUROC bad {auroc([-c for c in confidence], bad):.3f}"
+    )
+
+
+def _try_mc_dropout(model: str, src: list[str], ref: list[str], passes: int) -> None:
+    """Fomicheva et al. (2020): the mean and spread of the sentence log-probability over N teacher-forced passes with
+    dropout on, as extra features. AUROC for bad translations by 2-fold cross-validation on the fit (validation)
+    pairs: the one-pass features alone, then with the Monte-Carlo ones."""
+    from nmt_cli.quality.calibration import _logistic
+
+    loaded = load_model(model)
+    translator = Translator(loaded, loaded.recipe.decode, assess=True)
+    hyps = [h[0] for h in translator.translate(src)]
+    bad = [sacrebleu.sentence_chrf(h[0], [r]).score < 30 for h, r in zip(hyps, ref)]
+    base = [h[-1].features.vector() for h in hyps]
+    outputs = loaded.tgt_vocab.encode([h[0] for h in hyps], out_type=int)
+    pairs = list(zip(loaded.src_vocab.encode(src, out_type=int), outputs))
+    started = time.perf_counter()
+    loaded.model.train()  # dropout on
+    runs = []
+    for seed in range(passes):
+        torch.manual_seed(seed)
+        totals = forced_scores(loaded.model, pairs, loaded.recipe.decode, torch.device("cpu"))
+        runs.append([(t.total or -1e9) / max(len(o) + 1, 1) for t, (_, o) in zip(totals, pairs)])
+    loaded.model.eval()
+    seconds = time.perf_counter() - started
+    by_line = list(zip(*runs))
+    mc = [[statistics.mean(v), statistics.pstdev(v)] for v in by_line]
+
+    def cross_validated(rows: list[list[float]]) -> float:
+        x = torch.tensor(rows, dtype=torch.float64)
+        y = torch.tensor(bad, dtype=torch.float64)
+        folds = [list(range(0, len(rows), 2)), list(range(1, len(rows), 2))]
+        scores = [0.0] * len(rows)
+        for train_rows, test_rows in (folds, folds[::-1]):
+            mean, scale = x[train_rows].mean(0), x[train_rows].std(0).clamp(min=1e-6)
+            w = _logistic((x[train_rows] - mean) / scale, y[train_rows], 1.0)
+            z = w[0] + ((x[test_rows] - mean) / scale) @ w[1:]
+            for i, value in zip(test_rows, z.tolist()):
+                scores[i] = value
+        return auroc(scores, bad)
+
+    print(f"{len(src):,} fit pairs, {sum(bad) / len(bad):.0%} bad; {passes} dropout passes took {seconds:.1f} s")
+    print(f"  one-pass features: AUROC bad {cross_validated(base):.3f} (2-fold cross-validation)")
+    alone = auroc([-b[0] for b in base], bad), auroc([-m[0] for m in mc], bad)
+    print(f"  Seq-Logprob alone: {alone[0]:.3f}; MC mean alone {alone[1]:.3f}")
+    print(f"  one-pass + MC mean and spread: AUROC bad {cross_validated([b + m for b, m in zip(base, mc)]):.3f}")
 
 
 def _synthetic(loaded, translator, calibration, src: list[str], outputs: list[str]) -> None:
@@ -78,7 +152,7 @@ def _synthetic(loaded, translator, calibration, src: list[str], outputs: list[st
     sources = loaded.src_vocab.encode(src, out_type=int)
     real = loaded.tgt_vocab.encode(outputs, out_type=int)
     fake = loaded.tgt_vocab.encode(shuffled, out_type=int)
-    layer = translator.assess_layer
+    layer = translator.assessor.layer
     scores, detached, labels = [], [], []
     for targets, label in ((real, False), (fake, True)):
         totals = forced_scores(loaded.model, list(zip(sources, targets)), loaded.recipe.decode, torch.device("cpu"))
