@@ -29,6 +29,7 @@ from nmt_cli.decode.attention_maps import cross_attention
 from nmt_cli.decode.calibrate import calibrate
 from nmt_cli.decode.forced import forced_scores
 from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.errors import NmtError
 from nmt_cli.quality.calibration import auroc, expected_calibration_error
 from nmt_cli.quality.features import features
 from nmt_cli.score.metrics import read_lines
@@ -85,7 +86,11 @@ def _refit(model: str, spec: str, n: int) -> None:
     """What `nmt calibrate` on N pairs of a new domain gives on the rest of it."""
     name, src_path, ref_path = spec.split(":")
     src, ref = read_lines(src_path), read_lines(ref_path)
-    report = calibrate(Path(model), src[:n], ref[:n])
+    try:
+        report = calibrate(Path(model), src[:n], ref[:n])
+    except NmtError as err:
+        print(f"{name}: nmt calibrate on its first {n} pairs refuses: {err}")
+        return
     loaded = load_model(model)
     translator = Translator(loaded, loaded.recipe.decode, assess=True)
     hyps = [h[0] for h in translator.translate(src[n:])]
@@ -168,6 +173,41 @@ def _synthetic(loaded, translator, calibration, src: list[str], outputs: list[st
         f"synthetic hallucinations (another sentence's output): AUROC of confidence {auroc(scores, labels):.3f}, of the "
         f"hallucination map {auroc(detached, labels):.3f}; flag recall {caught / sum(labels):.3f}, precision "
         f"{caught / max(sum(flagged), 1):.3f} ({sum(f and not y for f, y in zip(flagged, labels))} real pairs flagged)"
+    )
+    real_assessed = [h[0][-1] for h in translator.translate(src)]
+    # a misleading prefix: the search is forced to start with the first half of another sentence's translation
+    prefixes = [" ".join(o.split()[: max(1, len(o.split()) // 2)]) for o in shuffled]
+    misled = [h[0][-1] for h in translator.translate(src, prefixes)]
+    _detected("misleading prefix (half of another sentence's translation forced first)", real_assessed, misled)
+    # outputs forced to loop: the first three words of the real output, again and again, as long as the output was
+    looped = [" ".join((o.split()[:3] or ["."]) * max(2, len(o.split()) // 3 + 1)) for o in outputs]
+    looped_ids = loaded.tgt_vocab.encode(looped, out_type=int)
+    limit = loaded.recipe.model.max_positions - 1
+    looped_ids = [ids[:limit] for ids in looped_ids]
+    found = [
+        translator.assessor.assess([s], [[_forced_hypothesis(loaded, s, o)]])[0][0] for s, o in zip(sources, looped_ids)
+    ]
+    _detected("outputs forced to loop (the first 3 words repeated)", real_assessed, found)
+
+
+def _forced_hypothesis(loaded, source: list[int], output: list[int]):
+    """A hypothesis for ``output`` as the search would score it (log-probability over the length penalty)."""
+    from nmt_cli.decode.search import Hypothesis, length_penalty
+
+    total = forced_scores(loaded.model, [(source, output)], loaded.recipe.decode, torch.device("cpu"))[0].total
+    penalty = float(length_penalty(float(len(output) + 1), loaded.recipe.decode))
+    return Hypothesis(output, (total if total is not None else -1e9) / penalty)
+
+
+def _detected(kind: str, real, fake) -> None:
+    """AUROC of the confidence for telling made-up failures from the real translations; flag recall and false alarms."""
+    scores = [-a.shown_confidence for a in real] + [-a.shown_confidence for a in fake]
+    labels = [False] * len(real) + [True] * len(fake)
+    flagged_fake = sum(bool(a.flags) for a in fake)
+    flagged_real = sum(bool(a.flags) for a in real)
+    print(
+        f"synthetic {kind}: AUROC of confidence {auroc(scores, labels):.3f}; any flag on {flagged_fake / len(fake):.3f} "
+        f"of them and on {flagged_real / len(real):.3f} of the real translations"
     )
 
 
