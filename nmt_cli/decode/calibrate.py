@@ -49,16 +49,27 @@ def calibrate(
 
 
 def calibrate_loaded(
-    loaded: LoadedModel, kept: list[tuple[str, str]], threshold: float, device: torch.device
+    loaded: LoadedModel, kept: list[tuple[str, str]], threshold: float, device: torch.device, probe: int = 0
 ) -> CalibrationReport:
-    """Fit a calibration for ``loaded`` on (source, reference) pairs, non-empty and at least MIN_PAIRS."""
+    """Fit a calibration for ``loaded`` on (source, reference) pairs, non-empty and at least MIN_PAIRS.
+
+    ``probe``: translate that many pairs first and give up (NmtError) when none is acceptable, before the rest:
+    a model trained a few updates writes to the length limit, and translating a whole validation set to learn
+    that it is all bad would take minutes."""
     import sacrebleu
 
     translator = Translator(loaded, loaded.recipe.decode, device, assess=True)
-    hyps = [h[0] for h in translator.translate(s for s, _ in kept)]
+    hyps: list = []
+    acceptable: list[bool] = []
+    for part in (kept[:probe], kept[probe:]) if probe else (kept,):
+        hyps += [h[0] for h in translator.translate(s for s, _ in part)]
+        acceptable = [sacrebleu.sentence_chrf(h[0], [ref]).score >= threshold for h, (_, ref) in zip(hyps, kept)]
+        if not any(acceptable):
+            raise NmtError(
+                f"none of the first {len(hyps):,} translations reaches sentence chrF {threshold:g}: calibration needs "
+                "good and bad ones; give sentences nearer the model's limits, or another --threshold"
+            )
     found = [hyp[-1].features for hyp in hyps]
-    scores = [sacrebleu.sentence_chrf(hyp[0], [ref]).score for hyp, (_, ref) in zip(hyps, kept)]
-    acceptable = [score >= threshold for score in scores]
     sources = [s for s, _ in kept]
     synthetic = {
         "hallucination": _paired(loaded, translator, sources, [hyps[(i + 1) % len(hyps)][0] for i in range(len(hyps))]),

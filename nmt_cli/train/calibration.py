@@ -40,7 +40,7 @@ def calibrate_model_file(model_file: Path, recipe: Recipe, device: torch.device,
         return
     started = time.monotonic()
     try:
-        report = calibrate_loaded(load_model(model_file, device), kept, recipe.train.calibrate_chrf, device)
+        report = calibrate_loaded(load_model(model_file, device), kept, recipe.train.calibrate_chrf, device, probe=MIN_PAIRS)
     except NmtError as err:  # e.g. every validation translation acceptable: nothing to tell apart
         log(f"{model_file} has no calibration: {err}; fit one with `{later}`")
         return

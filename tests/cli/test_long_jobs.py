@@ -27,7 +27,16 @@ EXIT_WITHIN = 10.0  # seconds from the signal to the exit: a cluster kills the j
 
 
 def nmt(*args: str, env: dict | None = None, limit: int | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``nmt ARGS`` to completion; ``limit`` caps the size of any file it writes (``ulimit -f``, in bytes)."""
+    """``nmt ARGS`` to completion; ``limit`` caps the size of any file it writes (``ulimit -f``, in bytes).
+    A plain ``nmt translate`` (no signal to send, no limit) runs in this process: starting an interpreter and
+    torch for each call would take most of these tests' time."""
+    if args[0] == "translate" and not env and not limit:
+        from typer.testing import CliRunner
+
+        from nmt_cli.cli import app
+
+        result = CliRunner().invoke(app, list(args))
+        return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
     return subprocess.run(
         [sys.executable, *([str(WORKER)] if env else ["-m", "nmt_cli"]), *args],
         capture_output=True,

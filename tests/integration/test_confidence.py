@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
+from typer.testing import CliRunner
+
+from nmt_cli.cli import app
 from nmt_cli.utils import torchfile
 
 
 def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmt_cli", *args], input=stdin, capture_output=True, text=True, timeout=300)
+    """``nmt ARGS`` in this process (no interpreter and torch to start per call), as a finished process."""
+    result = CliRunner().invoke(app, list(args), input=stdin)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def test_confidence_records_and_text_columns(overfit):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -42,21 +41,21 @@ def catalogue(src: list[str]) -> str:
     return header + "\n".join(entries)
 
 
-def nmt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmt_cli", *args], capture_output=True, text=True, timeout=300)
+def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``nmt ARGS`` in this process (no interpreter and torch to start per call), as a finished process."""
+    from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
+
+    result = CliRunner().invoke(app, list(args), input=stdin)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 @pytest.fixture(scope="module")
 def translated_lines(overfit):
     """What ``nmt translate`` gives, line by line, for the model's sentences."""
     run, src, _ = overfit
-    result = subprocess.run(
-        [sys.executable, "-m", "nmt_cli", "translate", "-m", str(run)],
-        input="\n".join(src[:12]) + "\n",
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = nmt("translate", "-m", str(run), stdin="\n".join(src[:12]) + "\n")
     assert result.returncode == 0, result.stderr
     return dict(zip(src[:12], result.stdout.splitlines()))
 
@@ -206,13 +205,7 @@ def test_confidence_marks_only_doubtful_entries_fuzzy_and_says_why(overfit, tmp_
     result = nmt("translate", "-m", str(run), "-i", str(template), "-o", str(output), "--confidence")
     assert result.returncode == 0, result.stderr
     lines = "\n".join([src[0], src[2], unseen]) + "\n"
-    judged = subprocess.run(
-        [sys.executable, "-m", "nmt_cli", "translate", "-m", str(run), "--confidence", "--format", "jsonl"],
-        input=lines,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    judged = nmt("translate", "-m", str(run), "--confidence", "--format", "jsonl", stdin=lines)
     records = {sentence: json.loads(line) for sentence, line in zip(lines.split("\n"), judged.stdout.splitlines())}
     by_id = {e.msgid: e for e in polib.pofile(str(output))}
     for sentence, record in records.items():
