@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -59,7 +60,7 @@ def calibrate_loaded(
     import sacrebleu
 
     translator = Translator(loaded, loaded.recipe.decode, device, assess=True)
-    hyps: list = []
+    hyps: list[Any] = []
     acceptable: list[bool] = []
     for part in (kept[:probe], kept[probe:]) if probe else (kept,):
         hyps += [h[0] for h in translator.translate(s for s, _ in part)]
