@@ -139,7 +139,9 @@ class ModelConfig:
     dropout: float = _opt(0.1, "residual and embedding dropout", ge=0, le=1)
     attention_dropout: float = _opt(0.0, "dropout on attention weights", ge=0, le=1)
     activation_dropout: float = _opt(0.0, "dropout after the feed-forward activation", ge=0, le=1)
-    activation: Literal["relu", "gelu"] = _opt("relu", "feed-forward activation")
+    activation: Literal["relu", "gelu", "swish"] = _opt(
+        "relu", "feed-forward activation; swish is SiLU, x*sigmoid(x) (Marian's and OPUS-MT's default)"
+    )
     positions: Literal["sinusoidal", "learned", "relative", "xl"] = _opt(
         "sinusoidal",
         "sinusoidal (paper), learned (paper variant E), relative (Shaw et al. 2018), xl "

@@ -112,7 +112,11 @@ def build_spec(loaded: LoadedModel):
         with_relative_position=config.positions == "relative",
         pre_norm=pre_norm,
         no_final_norm=not pre_norm,
-        activation=common_spec.Activation.GELU if config.activation == "gelu" else common_spec.Activation.RELU,
+        activation={
+            "relu": common_spec.Activation.RELU,
+            "gelu": common_spec.Activation.GELU,
+            "swish": common_spec.Activation.SWISH,
+        }[config.activation],
     )
     table = _position_table(model)
     for side, embedding in ((spec.encoder, model.src_embed), (spec.decoder, model.tgt_embed)):

@@ -81,14 +81,18 @@ class Residual(nn.Module):
         return self.dropout(x) if self.training else x
 
 
+# The feed-forward activations a recipe names (model.activation).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
 class FeedForward(nn.Module):
-    """FFN(x) = W2 act(W1 x + b1) + b2 (section 3.3), ReLU as in the paper or GELU."""
+    """FFN(x) = W2 act(W1 x + b1) + b2 (section 3.3), ReLU as in the paper, GELU or swish."""
 
     def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float) -> None:
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation = ACTIVATIONS[activation]
         self.dropout = dropout
 
     def forward(self, x: Tensor) -> Tensor:

@@ -64,6 +64,7 @@ VARIANTS = [
     dict(positions="learned"),
     dict(positions="relative"),
     dict(activation="gelu", norm="pre"),
+    dict(activation="swish"),
     dict(share_embeddings=False, tie_output=False),
 ]
 

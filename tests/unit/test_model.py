@@ -332,7 +332,7 @@ ABSOLUTE_VARIANTS = [(pos, norm) for pos, norm in VARIANTS if pos in ("sinusoida
 
 
 @pytest.mark.parametrize("positions, norm", ABSOLUTE_VARIANTS)
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "swish"])
 @pytest.mark.parametrize("cross_attention", ["kernel", "written out"])
 @pytest.mark.parametrize("kernels", ["plain", "packed"])
 @pytest.mark.parametrize("beam", [2, 1])
