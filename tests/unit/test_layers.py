@@ -1,6 +1,6 @@
 """The import layers of docs/architecture.md: every import between two parts of the package goes down.
 
-cli -> commands -> pipeline -> train / export / serve / attention_figure -> decode -> quality -> data / model /
+cli -> commands -> pipeline -> train / export / convert / serve / attention_figure -> decode -> quality -> data / model /
 score / curves / formats -> config -> utils -> errors -> version. Imports inside functions count too.
 """
 
@@ -17,6 +17,7 @@ LAYER = {
     "pipeline": 6,
     "train": 5,
     "export": 5,
+    "convert": 5,
     "serve": 5,
     "attention_figure": 5,
     "decode": 4,
