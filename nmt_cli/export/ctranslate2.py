@@ -143,6 +143,8 @@ def build_spec(loaded: LoadedModel):
         _linear(layer_spec.ffn.linear_1, block.ffn.w2)
         _norm(layer_spec.ffn.layer_norm, block.res_ffn.norm)
     spec.decoder.projection.weight = _numpy(model.output.weight)
+    if model.output.bias is not None:
+        spec.decoder.projection.bias = _numpy(model.output.bias)
     spec.config.add_source_eos = True  # nmt's sources end in EOS
     spec.config.decoder_start_token = "<s>"
     spec.config.layer_norm_epsilon = 1e-5  # torch.nn.LayerNorm's default

@@ -22,7 +22,7 @@ from .cache import DecoderState, GrowingKeysValues, LayerCache, LayersStep
 from .decoder_step import FlatDecoderStep
 from .dropout import Dropout
 from .layers import DecoderLayer, EncoderLayer, Residual
-from .loss import output_loss
+from .loss import label_smoothed_nll, output_loss
 from .positions import LearnedPositions, SinusoidalPositions
 
 
@@ -50,7 +50,7 @@ class Transformer(nn.Module):
         # Pre-norm stacks end in a LayerNorm, else the last residual sum is never normalised.
         self.encoder_norm = nn.LayerNorm(d) if arrangement == "pre" else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if arrangement == "pre" else nn.Identity()
-        self.output = nn.Linear(d, tgt_vocab, bias=False)
+        self.output = nn.Linear(d, tgt_vocab, bias=config.output_bias)
         if config.tie_output:
             self.output.weight = self.tgt_embed.weight
         self.activation_checkpointing = False
@@ -143,7 +143,10 @@ class Transformer(nn.Module):
         positions = keep.nonzero_static(size=target_tokens).squeeze(1)  # (N,), no host read
         hidden = hidden.flatten(0, 1).index_select(0, positions)  # (N, D)
         target = tgt_out.flatten().index_select(0, positions)  # (N,)
-        loss, nll = output_loss(hidden, self.output.weight, target, epsilon)
+        if self.output.bias is not None:  # the fused loss is for the paper's bias-free output: the plain path here
+            loss, nll = label_smoothed_nll(self.output(hidden), target, epsilon)
+        else:
+            loss, nll = output_loss(hidden, self.output.weight, target, epsilon)
         return loss, nll, target_tokens
 
     def forward(

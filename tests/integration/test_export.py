@@ -64,7 +64,7 @@ VARIANTS = [
     dict(positions="learned"),
     dict(positions="relative"),
     dict(activation="gelu", norm="pre"),
-    dict(activation="swish"),
+    dict(activation="swish", output_bias=True),
     dict(share_embeddings=False, tie_output=False),
 ]
 
@@ -88,7 +88,7 @@ def test_token_scores_match_for_each_supported_variant(overfit, tmp_path, varian
     model = build_model(ModelConfig(**{k: v for k, v in recipe["model"].items()}), vocab_size, vocab_size)
     with torch.no_grad():  # make LayerNorm parameters non-trivial so that their export is checked too
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or name == "output.bias":
                 p.add_(torch.randn_like(p) * 0.1)
     payload = {**payload, "model": model.state_dict(), "recipe": recipe}
     loaded = model_from_payload(payload, tmp_path / "variant.pt")

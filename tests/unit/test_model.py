@@ -850,3 +850,33 @@ def test_causal_fast_path_aligns_bottom_right_like_the_reference():
     padding[1, ..., 5:] = False
     for mask in (None, padding):
         torch.testing.assert_close(attention(q, k, v, mask, causal=True), attention_reference(q, k, v, mask, causal=True))
+
+
+def test_output_bias_is_added_to_the_logits_and_trained_through_the_plain_loss():
+    """``model.output_bias`` (Marian's final_logits_bias): the logits carry it, decoding step by step sees it,
+    and the loss (the plain path, not the fused one) equals the formula over those logits."""
+    from nmt_cli.model.loss import label_smoothed_nll
+
+    model = tiny(output_bias=True)
+    with torch.no_grad():
+        model.output.bias.copy_(torch.randn(50))
+    src = torch.tensor([[5, 6, 7, 3]])
+    tgt_in, tgt_out = torch.tensor([[2, 8, 9]]), torch.tensor([[8, 9, 3]])
+    memory, mask = model.encode(src)
+    hidden = model.decode(tgt_in, memory, mask)
+    logits = model.logits(hidden)
+    torch.testing.assert_close(logits, hidden @ model.output.weight.T + model.output.bias)
+    state = model.start_decoding(memory, mask)
+    for t in range(tgt_in.size(1)):
+        torch.testing.assert_close(model.decode_step(tgt_in[:, t], state), logits[:, t], atol=1e-5, rtol=1e-5)
+    loss, nll, _ = model.loss(src, tgt_in, tgt_out, 0.1)
+    expected_loss, expected_nll = label_smoothed_nll(logits[0], tgt_out[0], 0.1)
+    torch.testing.assert_close((loss, nll), (expected_loss, expected_nll))
+    loss.backward()
+    assert model.output.bias.grad is not None and model.output.bias.grad.abs().sum() > 0
+    from nmt_cli.model import cpu_inference
+
+    if cpu_inference.onednn_usable():  # the CPU inference kernels keep the bias too
+        with torch.no_grad():
+            cpu_inference.prepare_for_cpu_inference(model, model.output)
+            torch.testing.assert_close(model.logits(hidden), logits, atol=1e-4, rtol=1e-4)
