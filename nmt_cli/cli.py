@@ -91,6 +91,7 @@ def _register() -> None:
         config,
         download,
         export,
+        import_model,
         plot,
         prepare,
         quickstart,
@@ -110,6 +111,9 @@ def _register() -> None:
     app.command("config")(friendly(config.run))
     app.command("download")(friendly(download.run))
     app.command("export")(friendly(export.run))
+    imports = typer.Typer(help=import_model.HELP, no_args_is_help=True)
+    imports.command("hf")(friendly(import_model.hf))
+    app.add_typer(imports, name="import")
     app.command("plot")(friendly(plot.run))
     app.command("attention")(friendly(attention.run))
     app.command("serve")(friendly(serve.run))

@@ -170,9 +170,7 @@ class ModelConfig:
     )
     share_embeddings: bool = _opt(True, "one embedding for source and target (needs vocab.joint)")
     tie_output: bool = _opt(True, "output projection tied to the target embedding")
-    output_bias: bool = _opt(
-        False, "a learnt bias on the output logits (MarianMT's final_logits_bias; the paper has none)"
-    )
+    output_bias: bool = _opt(False, "a learnt bias on the output logits (MarianMT's final_logits_bias; the paper has none)")
     max_positions: int = _opt(1024, "longest sentence in subword tokens (incl. EOS)", ge=8, le=1 << 20)
 
     @property

@@ -1,0 +1,148 @@
+"""``nmt import hf``: a MarianMT folder laid out as OPUS-MT publishes it (random weights, small SentencePiece
+models trained here, no network) gives an nmt model whose per-token log-probabilities equal transformers' own
+forward on the original folder, and whose greedy outputs equal transformers' generate."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+from typer.testing import CliRunner
+
+from nmt_cli.cli import app
+from nmt_cli.decode.translator import Translator, load_model
+
+transformers = pytest.importorskip("transformers", reason="transformers is in the dev extra")
+SAMPLE = Path(str(resources.files("nmt_cli") / "sample" / "en-de"))
+
+
+def lines(name: str, n: int) -> list[str]:
+    return gzip.decompress((SAMPLE / name).read_bytes()).decode("utf-8").splitlines()[:n]
+
+
+def marian_spm(text: list[str], size: int) -> bytes:
+    """As OPUS-MT's: unigram, <unk> 0, </s> 1, no <s> or <pad> of its own."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text),
+        model_writer=model,
+        vocab_size=size,
+        model_type="unigram",
+        unk_id=0,
+        eos_id=1,
+        bos_id=-1,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory) -> Path:
+    """A MarianMT folder: config.json, model.safetensors, source.spm, target.spm, vocab.json, tokenizer_config.json."""
+    folder = tmp_path_factory.mktemp("opus-mt-en-de")
+    source, target = marian_spm(lines("train.en.gz", 3000), 300), marian_spm(lines("train.de.gz", 3000), 280)
+    (folder / "source.spm").write_bytes(source)
+    (folder / "target.spm").write_bytes(target)
+    pieces: list[str] = []
+    for blob in (source, target):
+        sp = spm.SentencePieceProcessor()
+        sp.LoadFromSerializedProto(blob)
+        pieces += [sp.IdToPiece(i) for i in range(sp.GetPieceSize()) if not (sp.IsControl(i) or sp.IsUnknown(i))]
+    ordered = ["</s>", "<unk>", *dict.fromkeys(pieces), "<pad>"]  # the converter's order: eos 0, unk 1, pad last
+    vocab = {piece: i for i, piece in enumerate(ordered)}
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+    config = transformers.MarianConfig(
+        vocab_size=len(vocab),
+        decoder_vocab_size=len(vocab),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        activation_function="swish",
+        max_position_embeddings=128,
+        pad_token_id=len(vocab) - 1,
+        eos_token_id=0,
+        decoder_start_token_id=len(vocab) - 1,
+        scale_embedding=True,
+        dropout=0.1,
+    )
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():  # non-trivial norms and logit bias, so that their mapping is checked too
+        for name, p in model.named_parameters():
+            if "layer_norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+        model.final_logits_bias.add_(torch.randn_like(model.final_logits_bias))
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def hf_side(folder: Path):
+    tokenizer = transformers.MarianTokenizer(
+        source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"), vocab=str(folder / "vocab.json")
+    )
+    return transformers.MarianMTModel.from_pretrained(folder).eval(), tokenizer
+
+
+def test_imported_model_scores_and_translates_as_transformers(marian_folder, tmp_path):
+    result = CliRunner().invoke(app, ["import", "hf", str(marian_folder), "-o", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    loaded = load_model(tmp_path / "run")
+    theirs, tokenizer = hf_side(marian_folder)
+    sources, targets = lines("test.en.gz", 8), lines("test.de.gz", 8)
+    for source, target in zip(sources, targets):
+        src_ids = tokenizer(source, return_tensors="pt").input_ids  # pieces + </s>
+        tgt_ids = tokenizer(text_target=target, return_tensors="pt").input_ids[0]  # pieces + </s>
+        start = torch.tensor([[theirs.config.decoder_start_token_id]])
+        with torch.no_grad():
+            logits = theirs(input_ids=src_ids, decoder_input_ids=torch.cat([start, tgt_ids[None, :-1]], 1)).logits[0]
+        expected = torch.log_softmax(logits, -1)[torch.arange(len(tgt_ids)), tgt_ids]
+
+        ours_src = loaded.src_vocab.encode(source, out_type=int) + [3]
+        ours_tgt = loaded.tgt_vocab.encode(target, out_type=int)
+        assert loaded.src_vocab.encode(source, out_type=str) == tokenizer.convert_ids_to_tokens(src_ids[0][:-1])
+        with torch.no_grad():
+            memory, mask = loaded.model.encode(torch.tensor([ours_src]))
+            hidden = loaded.model.decode(torch.tensor([[2] + ours_tgt]), memory, mask)
+            log_probs = torch.log_softmax(loaded.model.logits(hidden)[0], -1)
+        ours = log_probs[torch.arange(len(ours_tgt) + 1), torch.tensor(ours_tgt + [3])]
+        torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)
+
+    config = replace(loaded.recipe.decode, beam=1, max_len_a=0.0, max_len_b=11)
+    greedy = [hyps[0][0] for hyps in Translator(loaded, config).translate(sources)]
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        # 12 steps, the last one forced to </s> (MarianConfig's forced_eos_token_id): 11 tokens at most, as ours
+        generated = theirs.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12)
+    assert greedy == tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+
+def test_what_nmt_cannot_read_is_one_line(marian_folder, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("source.spm", "target.spm", "vocab.json", "model.safetensors", "tokenizer_config.json"):
+        (broken / name).write_bytes((marian_folder / name).read_bytes())
+    config = json.loads((marian_folder / "config.json").read_text())
+    for change, words in (
+        ({"scale_embedding": False}, "scale_embedding is False"),
+        ({"activation_function": "tanh"}, "activation_function 'tanh'"),
+        ({"model_type": "bart"}, "model_type is 'bart'"),
+    ):
+        (broken / "config.json").write_text(json.dumps({**config, **change}))
+        result = CliRunner().invoke(app, ["import", "hf", str(broken), "-o", str(tmp_path / "out")])
+        assert result.exit_code == 1 and words in result.output and "Traceback" not in result.output
+    (broken / "config.json").unlink()
+    missing = CliRunner().invoke(app, ["import", "hf", str(broken), "-o", str(tmp_path / "out")])
+    assert missing.exit_code == 1 and "config.json: not found" in missing.output
