@@ -13,16 +13,29 @@ from .common import console
 def run(
     model: Path = typer.Argument(..., help="Model folder or checkpoint file."),
     output: Path = typer.Argument(..., help="Folder to create."),
-    format: str = typer.Option("ctranslate2", "--format", help="Export format (ctranslate2)."),
+    format: str = typer.Option("ctranslate2", "--format", help="ctranslate2, or hf (a MarianMT folder transformers loads)."),
     quantization: str = typer.Option(
         None, "--quantization", help="CTranslate2 weight type, e.g. int8, float16.", show_default=False
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
 ) -> None:
-    """Export a trained model for another inference engine (CTranslate2: fast CPU int8/fp32 decoding)."""
-    if format != "ctranslate2":
-        raise NmtError(f"--format {format}: only ctranslate2 is supported")
+    """Export a trained model for another inference engine (CTranslate2: fast CPU int8/fp32 decoding; hf: MarianMT)."""
+    if format not in ("ctranslate2", "hf"):
+        raise NmtError(f"--format {format}: choose ctranslate2 or hf")
     from ..decode.translator import load_model
+
+    if format == "hf":
+        if quantization or force:
+            raise NmtError("--quantization and --force apply to --format ctranslate2; drop them for hf")
+        from ..convert.marian import export_marian
+
+        folder = export_marian(load_model(model), output)
+        console.print(
+            f"MarianMT folder written to {folder}; load it with transformers' MarianMTModel.from_pretrained",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
     from ..export.ctranslate2 import export
 
     written = export(load_model(model), output, quantization, force)

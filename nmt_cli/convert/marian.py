@@ -1,4 +1,4 @@
-"""``nmt import hf``: a MarianMT folder (OPUS-MT's HuggingFace layout) as an nmt model folder.
+"""``nmt import hf`` and ``nmt export --format hf``: MarianMT folders (OPUS-MT's HuggingFace layout) in and out.
 
 The folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``),
 ``source.spm``/``target.spm`` and ``vocab.json``, the one id space both SentencePiece models map into. The
@@ -27,6 +27,7 @@ import torch
 
 from ..config import recipe_from_dict, recipe_to_dict
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from ..decode.translator import LoadedModel
 from ..errors import NmtError
 from ..utils import torchfile
 from .shared_ids import SPECIALS, rebuild
@@ -256,3 +257,131 @@ def _languages(folder: Path, src_lang: str | None, tgt_lang: str | None) -> tupl
     if not (isinstance(src, str) and src and isinstance(tgt, str) and tgt):
         raise NmtError(f"{folder}: does not say its languages (tokenizer_config.json); give --src-lang and --tgt-lang")
     return src, tgt
+
+
+def export_marian(loaded: LoadedModel, output: Path) -> Path:
+    """Write ``loaded`` as a MarianMT folder ``transformers`` loads (the inverse of :func:`import_marian`):
+    nmt's ids become vocab.json's, the residual dimensions go back to Marian's sinusoid layout."""
+    settings, model = loaded.recipe.model, loaded.model
+    _check_expressible(loaded)
+    if output.exists() and any(output.iterdir()):
+        raise NmtError(f"{output}: exists and is not empty; export into a new folder")
+    size = loaded.src_vocab.GetPieceSize()
+    vocab: dict[str, int] = {}
+    for i in range(size):  # one id space: each id's piece, from whichever side produces it
+        piece = loaded.tgt_vocab.IdToPiece(i) if loaded.tgt_vocab.IdToPiece(i) else loaded.src_vocab.IdToPiece(i)
+        vocab.setdefault(piece, i)
+    if len(vocab) != size:
+        raise NmtError(f"{loaded.path}: two ids share a piece; MarianMT's vocab.json cannot hold that vocabulary")
+    back = torch.argsort(_residual_order(settings.d_model))  # Marian's dimension j is nmt's back[j]
+    weights = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
+    cols = lambda w: w[:, back]  # noqa: E731
+    out_rows = lambda w: w[back]  # noqa: E731
+    d = settings.d_model
+    embedding = cols(weights["src_embed.weight"])
+    theirs: dict[str, torch.Tensor] = {
+        "model.shared.weight": embedding,
+        "model.encoder.embed_tokens.weight": embedding,
+        "model.decoder.embed_tokens.weight": embedding,
+        "lm_head.weight": embedding,
+        "final_logits_bias": (weights["output.bias"] if "output.bias" in weights else torch.zeros(size))[None, :],
+    }
+
+    def attention(ours: str, prefix: str, fused_self: bool) -> None:
+        if fused_self:
+            q, k, v = weights[f"{ours}.qkv.weight"].split(d)
+            qb, kb, vb = weights[f"{ours}.qkv.bias"].split(d)
+        else:
+            q, qb = weights[f"{ours}.q.weight"], weights[f"{ours}.q.bias"]
+            k, v = weights[f"{ours}.kv.weight"].split(d)
+            kb, vb = weights[f"{ours}.kv.bias"].split(d)
+        for name, w, b in (("q", q, qb), ("k", k, kb), ("v", v, vb)):
+            theirs[f"{prefix}.{name}_proj.weight"], theirs[f"{prefix}.{name}_proj.bias"] = cols(w), b
+        theirs[f"{prefix}.out_proj.weight"] = out_rows(weights[f"{ours}.out.weight"])
+        theirs[f"{prefix}.out_proj.bias"] = out_rows(weights[f"{ours}.out.bias"])
+
+    def norm(ours: str, prefix: str) -> None:
+        theirs[f"{prefix}.weight"] = out_rows(weights[f"{ours}.norm.weight"])
+        theirs[f"{prefix}.bias"] = out_rows(weights[f"{ours}.norm.bias"])
+
+    def feed_forward(ours: str, prefix: str) -> None:
+        theirs[f"{prefix}.fc1.weight"], theirs[f"{prefix}.fc1.bias"] = (
+            cols(weights[f"{ours}.ffn.w1.weight"]),
+            weights[f"{ours}.ffn.w1.bias"],
+        )
+        theirs[f"{prefix}.fc2.weight"] = out_rows(weights[f"{ours}.ffn.w2.weight"])
+        theirs[f"{prefix}.fc2.bias"] = out_rows(weights[f"{ours}.ffn.w2.bias"])
+
+    for i in range(settings.layers):
+        ours, prefix = f"encoder.{i}", f"model.encoder.layers.{i}"
+        attention(f"{ours}.self_attn", f"{prefix}.self_attn", True)
+        norm(f"{ours}.res_attn", f"{prefix}.self_attn_layer_norm")
+        feed_forward(ours, prefix)
+        norm(f"{ours}.res_ffn", f"{prefix}.final_layer_norm")
+    for i in range(settings.n_decoder_layers):
+        ours, prefix = f"decoder.{i}", f"model.decoder.layers.{i}"
+        attention(f"{ours}.self_attn", f"{prefix}.self_attn", True)
+        norm(f"{ours}.res_self", f"{prefix}.self_attn_layer_norm")
+        attention(f"{ours}.cross_attn", f"{prefix}.encoder_attn", False)
+        norm(f"{ours}.res_cross", f"{prefix}.encoder_attn_layer_norm")
+        feed_forward(ours, prefix)
+        norm(f"{ours}.res_ffn", f"{prefix}.final_layer_norm")
+    config = {
+        "model_type": "marian",
+        "architectures": ["MarianMTModel"],
+        "vocab_size": size,
+        "decoder_vocab_size": size,
+        "d_model": d,
+        "encoder_layers": settings.layers,
+        "decoder_layers": settings.n_decoder_layers,
+        "encoder_attention_heads": settings.n_heads,
+        "decoder_attention_heads": settings.n_heads,
+        "encoder_ffn_dim": settings.d_ff,
+        "decoder_ffn_dim": settings.d_ff,
+        "activation_function": settings.activation,
+        "dropout": settings.dropout,
+        "attention_dropout": settings.attention_dropout,
+        "activation_dropout": settings.activation_dropout,
+        "max_position_embeddings": settings.max_positions,
+        "scale_embedding": True,
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "pad_token_id": PAD_ID,
+        "eos_token_id": EOS_ID,
+        "forced_eos_token_id": EOS_ID,
+        "decoder_start_token_id": BOS_ID,
+        "bad_words_ids": [[PAD_ID], [BOS_ID]],  # never emitted, as nmt's search never emits them
+        "num_beams": loaded.recipe.decode.beam,
+        "max_length": settings.max_positions,
+        "is_encoder_decoder": True,
+    }
+    staging = output.with_name(f".{output.name}.tmp")
+    staging.mkdir(parents=True, exist_ok=True)
+    torch.save({k: v.contiguous() for k, v in theirs.items()}, staging / "pytorch_model.bin")
+    (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (staging / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    (staging / "source.spm").write_bytes(loaded.src_vocab.serialized_model_proto())
+    (staging / "target.spm").write_bytes(loaded.tgt_vocab.serialized_model_proto())
+    languages = {"source_lang": loaded.recipe.data.src_lang, "target_lang": loaded.recipe.data.tgt_lang}
+    (staging / "tokenizer_config.json").write_text(json.dumps({**languages, "tokenizer_class": "MarianTokenizer"}) + "\n")
+    if output.exists():
+        output.rmdir()  # empty (checked above)
+    staging.rename(output)
+    return output
+
+
+def _check_expressible(loaded: LoadedModel) -> None:
+    """Refuse, naming the option, a model MarianMT cannot express."""
+    settings = loaded.recipe.model
+    for option, value, wanted in (
+        ("model.norm", settings.arrangement, "post"),
+        ("model.positions", settings.positions, "sinusoidal"),
+        ("model.share_embeddings", settings.share_embeddings, True),
+        ("model.tie_output", settings.tie_output, True),
+    ):
+        if value != wanted:
+            raise NmtError(f"{loaded.path}: {option} is {value}; MarianMT expresses {option}: {wanted} models only")
+    if settings.d_model % 2:
+        raise NmtError(f"{loaded.path}: model.d_model is odd; MarianMT's sinusoids need an even width")
+    if loaded.src_vocab.GetPieceSize() != loaded.tgt_vocab.GetPieceSize():
+        raise NmtError(f"{loaded.path}: the source and target vocabularies differ in size; MarianMT needs one id space")

@@ -146,3 +146,48 @@ def test_what_nmt_cannot_read_is_one_line(marian_folder, tmp_path):
     (broken / "config.json").unlink()
     missing = CliRunner().invoke(app, ["import", "hf", str(broken), "-o", str(tmp_path / "out")])
     assert missing.exit_code == 1 and "config.json: not found" in missing.output
+
+
+def hf_log_probs(folder: Path, source: str, target: str) -> torch.Tensor:
+    theirs, tokenizer = hf_side(folder)
+    src_ids = tokenizer(source, return_tensors="pt").input_ids
+    tgt_ids = tokenizer(text_target=target, return_tensors="pt").input_ids[0]
+    start = torch.tensor([[theirs.config.decoder_start_token_id]])
+    with torch.no_grad():
+        logits = theirs(input_ids=src_ids, decoder_input_ids=torch.cat([start, tgt_ids[None, :-1]], 1)).logits[0]
+    return torch.log_softmax(logits, -1)[torch.arange(len(tgt_ids)), tgt_ids]
+
+
+def nmt_log_probs(loaded, source: str, target: str) -> torch.Tensor:
+    ours_src = loaded.src_vocab.encode(source, out_type=int) + [3]
+    ours_tgt = loaded.tgt_vocab.encode(target, out_type=int)
+    with torch.no_grad():
+        memory, mask = loaded.model.encode(torch.tensor([ours_src]))
+        hidden = loaded.model.decode(torch.tensor([[2] + ours_tgt]), memory, mask)
+        log_probs = torch.log_softmax(loaded.model.logits(hidden)[0], -1)
+    return log_probs[torch.arange(len(ours_tgt) + 1), torch.tensor(ours_tgt + [3])]
+
+
+def test_exported_folders_score_in_transformers_as_in_nmt(marian_folder, prepared, overfit, tmp_path):
+    """`nmt export --format hf`: an imported model going back, and a model nmt trained (joint vocabulary)."""
+    from nmt_cli.config import load_recipe
+    from nmt_cli.train.loop import train
+
+    imported = tmp_path / "run"
+    assert CliRunner().invoke(app, ["import", "hf", str(marian_folder), "-o", str(imported)]).exit_code == 0
+    recipe = load_recipe(prepared.run_dir.parent / "tiny.yaml", [f"train.dir={tmp_path / 'trained'}"])
+    trained = train(recipe, log=lambda _m: None)  # the paper's post-norm model, 6 updates
+    _, src, tgt = overfit
+    for model, sources, targets in ((imported, lines("test.en.gz", 4), lines("test.de.gz", 4)), (trained, src[:4], tgt[:4])):
+        folder = tmp_path / f"hf-{model.name}"
+        result = CliRunner().invoke(app, ["export", str(model), str(folder), "--format", "hf"])
+        assert result.exit_code == 0, result.output
+        loaded = load_model(model)
+        for source, target in zip(sources, targets):
+            torch.testing.assert_close(
+                hf_log_probs(folder, source, target), nmt_log_probs(loaded, source, target), atol=1e-4, rtol=1e-4
+            )
+    again = CliRunner().invoke(app, ["export", str(trained), str(tmp_path / f"hf-{trained.name}"), "--format", "hf"])
+    assert again.exit_code == 1 and "not empty" in again.output
+    pre_norm = CliRunner().invoke(app, ["export", str(overfit[0]), str(tmp_path / "hf-pre"), "--format", "hf"])
+    assert pre_norm.exit_code == 1 and "model.norm is pre; MarianMT expresses model.norm: post" in pre_norm.output
