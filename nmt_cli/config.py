@@ -396,7 +396,8 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
 
     if m.d_model % m.n_heads:
         fail("model.n_heads", f"{m.n_heads} does not divide model.d_model={m.d_model}")
-    if m.share_embeddings and not recipe.vocab.joint:
+    # vocab.from may name two models over one id space (an imported MarianMT's): training checks the pieces
+    if m.share_embeddings and not recipe.vocab.joint and not recipe.vocab.from_:
         fail("model.share_embeddings", "needs a joint vocabulary; set vocab.joint: true or model.share_embeddings: false")
     if m.norm == "rezero" and m.init == "tfixup":
         fail("model.init", "tfixup and norm: rezero are alternatives; pick one")

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..config import recipe_from_dict, recipe_to_dict
+from ..config import dump_recipe, recipe_from_dict, recipe_to_dict
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..decode.translator import LoadedModel
 from ..errors import NmtError
@@ -55,6 +55,9 @@ def import_marian(folder: Path, output: Path, src_lang: str | None = None, tgt_l
             "data": {"src_lang": languages[0], "tgt_lang": languages[1]},
             "model": model_settings,
             "decode": {"beam": int(config.get("num_beams") or 4), "alpha": 1.0, "length_penalty": "average"},
+            # ready to fine-tune: the data is prepared with these SentencePiece models, training starts from these weights
+            "vocab": {"from": str((output / "model.pt").resolve()), "joint": False},
+            "train": {"init_from": str(output.resolve())},
         },
         source=f"{folder} (MarianMT config)",
     )
@@ -68,6 +71,8 @@ def import_marian(folder: Path, output: Path, src_lang: str | None = None, tgt_l
         "imported_from": {"format": "marian", "path": str(folder)},
     }
     torchfile.save(output / "model.pt", payload, "weights")
+    # the recipe to fine-tune from: its model section is the imported architecture (train.init_from keeps it)
+    (output / "recipe.yaml").write_text(dump_recipe(recipe), encoding="utf-8")
     return output
 
 

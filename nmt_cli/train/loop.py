@@ -93,12 +93,12 @@ def load_dataset(recipe: Recipe) -> Dataset:
             f"{data_dir}: prepared for {meta['src_lang']}-{meta['tgt_lang']}, but the recipe says "
             f"{recipe.data.src_lang}-{recipe.data.tgt_lang}; re-run `nmt prepare`"
         )
-    if recipe.model.share_embeddings and not meta["vocab"]["joint"]:
+    vocab = meta["vocab"]
+    if recipe.model.share_embeddings and not meta["vocab"]["joint"] and not _one_id_space(data_dir, vocab):
         raise NmtError(
             f"{data_dir}: has one vocabulary per side, but model.share_embeddings needs a joint one; "
             "set model.share_embeddings: false or prepare with vocab.joint: true"
         )
-    vocab = meta["vocab"]
     dtypes = tuple(meta["splits"]["train"]["dtypes"])
     train = ParallelData.load(data_dir, "train", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
     valid = valid_refs = None
@@ -108,6 +108,14 @@ def load_dataset(recipe: Recipe) -> Dataset:
     blobs = {"src": (data_dir / vocab["src_model"]).read_bytes(), "tgt": (data_dir / vocab["tgt_model"]).read_bytes()}
     vocabs = Vocabularies(load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"]))
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
+
+
+def _one_id_space(data_dir: Path, vocab: dict[str, Any]) -> bool:
+    """Separate source and target models whose ids mean the same pieces (an imported MarianMT model's, rebuilt
+    over its one id space by convert/shared_ids.py) can share one embedding as a joint model does."""
+    src, tgt = load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"])
+    size = src.GetPieceSize()
+    return size == tgt.GetPieceSize() and all(src.IdToPiece(i) == tgt.IdToPiece(i) for i in range(size))
 
 
 class Trainer:
