@@ -181,6 +181,55 @@ def _residual_order(d: int) -> torch.Tensor:
     return torch.tensor([k // 2 if k % 2 == 0 else d // 2 + k // 2 for k in range(d)])
 
 
+# How the residual dimension lies in a weight: "in" its columns (it reads the residual stream), "out" its rows
+# (it writes to it: output rows, their biases, LayerNorm), "none" not at all (biases inside a projection).
+Place = str
+
+
+def _layer_map(encoder_layers: int, decoder_layers: int) -> list[tuple[str, tuple[str, ...], Place]]:
+    """Every layer weight as (nmt's name, MarianMT's names concatenated into it, where the residual lies): one
+    table, read one way by the import and the other way by the export."""
+    table: list[tuple[str, tuple[str, ...], Place]] = []
+
+    def attention(ours: str, theirs: str, fused: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+        for name, parts in fused:
+            table.append((f"{ours}.{name}.weight", tuple(f"{theirs}.{q}_proj.weight" for q in parts), "in"))
+            table.append((f"{ours}.{name}.bias", tuple(f"{theirs}.{q}_proj.bias" for q in parts), "none"))
+        table.append((f"{ours}.out.weight", (f"{theirs}.out_proj.weight",), "out"))
+        table.append((f"{ours}.out.bias", (f"{theirs}.out_proj.bias",), "out"))
+
+    def norm(ours: str, theirs: str) -> None:
+        table.extend((f"{ours}.norm.{n}", (f"{theirs}.{n}",), "out") for n in ("weight", "bias"))
+
+    def feed_forward(ours: str, theirs: str) -> None:
+        table.append((f"{ours}.ffn.w1.weight", (f"{theirs}.fc1.weight",), "in"))
+        table.append((f"{ours}.ffn.w1.bias", (f"{theirs}.fc1.bias",), "none"))
+        table.append((f"{ours}.ffn.w2.weight", (f"{theirs}.fc2.weight",), "out"))
+        table.append((f"{ours}.ffn.w2.bias", (f"{theirs}.fc2.bias",), "out"))
+
+    self_attn = (("qkv", ("q", "k", "v")),)
+    for i in range(encoder_layers):
+        ours, theirs = f"encoder.{i}", f"model.encoder.layers.{i}"
+        attention(f"{ours}.self_attn", f"{theirs}.self_attn", self_attn)
+        norm(f"{ours}.res_attn", f"{theirs}.self_attn_layer_norm")
+        feed_forward(ours, theirs)
+        norm(f"{ours}.res_ffn", f"{theirs}.final_layer_norm")
+    for i in range(decoder_layers):
+        ours, theirs = f"decoder.{i}", f"model.decoder.layers.{i}"
+        attention(f"{ours}.self_attn", f"{theirs}.self_attn", self_attn)
+        norm(f"{ours}.res_self", f"{theirs}.self_attn_layer_norm")
+        attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", (("q", ("q",)), ("kv", ("k", "v"))))
+        norm(f"{ours}.res_cross", f"{theirs}.encoder_attn_layer_norm")
+        feed_forward(ours, theirs)
+        norm(f"{ours}.res_ffn", f"{theirs}.final_layer_norm")
+    return table
+
+
+def _placed(weight: torch.Tensor, place: Place, order: torch.Tensor) -> torch.Tensor:
+    """``weight`` with its residual dimension put in ``order``."""
+    return weight[:, order] if place == "in" else weight[order] if place == "out" else weight
+
+
 def _state_dict(
     weights: dict[str, torch.Tensor], config: dict[str, Any], rows: torch.Tensor, folder: Path
 ) -> dict[str, torch.Tensor]:
@@ -195,58 +244,17 @@ def _state_dict(
         return found[name]
 
     perm = _residual_order(int(config["d_model"]))
-    cols = lambda w: w[:, perm]  # noqa: E731  residual space in: input columns
-    out_rows = lambda w: w[perm]  # noqa: E731  residual space out: output rows (and their biases)
     embedding = take("shared.weight") if "shared.weight" in found else take("encoder.embed_tokens.weight")
     for alias in ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"):
         used.add(alias)
-    embedding = cols(embedding[rows])
+    embedding = _placed(embedding[rows], "in", perm)
     state = {"src_embed.weight": embedding, "tgt_embed.weight": embedding, "output.weight": embedding}
     bias = take("final_logits_bias").reshape(-1)[rows].clone() if "final_logits_bias" in found else torch.zeros(len(rows))
     bias[BOS_ID] = NEVER
     state["output.bias"] = bias
 
-    def attention(prefix: str, theirs: str, ours: str, fused_self: bool) -> None:
-        q, k, v, o = (f"{theirs}.{n}_proj" for n in ("q", "k", "v", "out"))
-        if fused_self:
-            state[f"{ours}.qkv.weight"] = cols(torch.cat([take(f"{prefix}.{p}.weight") for p in (q, k, v)]))
-            state[f"{ours}.qkv.bias"] = torch.cat([take(f"{prefix}.{p}.bias") for p in (q, k, v)])
-        else:
-            state[f"{ours}.q.weight"], state[f"{ours}.q.bias"] = (
-                cols(take(f"{prefix}.{q}.weight")),
-                take(f"{prefix}.{q}.bias"),
-            )
-            state[f"{ours}.kv.weight"] = cols(torch.cat([take(f"{prefix}.{p}.weight") for p in (k, v)]))
-            state[f"{ours}.kv.bias"] = torch.cat([take(f"{prefix}.{p}.bias") for p in (k, v)])
-        state[f"{ours}.out.weight"] = out_rows(take(f"{prefix}.{o}.weight"))
-        state[f"{ours}.out.bias"] = out_rows(take(f"{prefix}.{o}.bias"))
-
-    def norm(prefix: str, theirs: str, ours: str) -> None:
-        state[f"{ours}.norm.weight"] = out_rows(take(f"{prefix}.{theirs}.weight"))
-        state[f"{ours}.norm.bias"] = out_rows(take(f"{prefix}.{theirs}.bias"))
-
-    def feed_forward(prefix: str, ours: str) -> None:
-        state[f"{ours}.ffn.w1.weight"], state[f"{ours}.ffn.w1.bias"] = (
-            cols(take(f"{prefix}.fc1.weight")),
-            take(f"{prefix}.fc1.bias"),
-        )
-        state[f"{ours}.ffn.w2.weight"] = out_rows(take(f"{prefix}.fc2.weight"))
-        state[f"{ours}.ffn.w2.bias"] = out_rows(take(f"{prefix}.fc2.bias"))
-
-    for i in range(int(config["encoder_layers"])):
-        prefix, ours = f"encoder.layers.{i}", f"encoder.{i}"
-        attention(prefix, "self_attn", f"{ours}.self_attn", fused_self=True)
-        norm(prefix, "self_attn_layer_norm", f"{ours}.res_attn")
-        feed_forward(prefix, ours)
-        norm(prefix, "final_layer_norm", f"{ours}.res_ffn")
-    for i in range(int(config["decoder_layers"])):
-        prefix, ours = f"decoder.layers.{i}", f"decoder.{i}"
-        attention(prefix, "self_attn", f"{ours}.self_attn", fused_self=True)
-        norm(prefix, "self_attn_layer_norm", f"{ours}.res_self")
-        attention(prefix, "encoder_attn", f"{ours}.cross_attn", fused_self=False)
-        norm(prefix, "encoder_attn_layer_norm", f"{ours}.res_cross")
-        feed_forward(prefix, ours)
-        norm(prefix, "final_layer_norm", f"{ours}.res_ffn")
+    for ours, theirs, place in _layer_map(int(config["encoder_layers"]), int(config["decoder_layers"])):
+        state[ours] = _placed(torch.cat([take(name.removeprefix("model.")) for name in theirs]), place, perm)
     left = sorted(n for n in found if n not in used and "embed_positions" not in n)
     if left:
         raise NmtError(f"{folder}: the weights hold {left[0]} (and {len(left) - 1} more) that nmt's model has no place for")
@@ -274,16 +282,13 @@ def export_marian(loaded: LoadedModel, output: Path) -> Path:
     size = loaded.src_vocab.GetPieceSize()
     vocab: dict[str, int] = {}
     for i in range(size):  # one id space: each id's piece, from whichever side produces it
-        piece = loaded.tgt_vocab.IdToPiece(i) if loaded.tgt_vocab.IdToPiece(i) else loaded.src_vocab.IdToPiece(i)
+        piece = loaded.tgt_vocab.IdToPiece(i) or loaded.src_vocab.IdToPiece(i)
         vocab.setdefault(piece, i)
     if len(vocab) != size:
         raise NmtError(f"{loaded.path}: two ids share a piece; MarianMT's vocab.json cannot hold that vocabulary")
     back = torch.argsort(_residual_order(settings.d_model))  # Marian's dimension j is nmt's back[j]
     weights = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
-    cols = lambda w: w[:, back]  # noqa: E731
-    out_rows = lambda w: w[back]  # noqa: E731
-    d = settings.d_model
-    embedding = cols(weights["src_embed.weight"])
+    embedding = _placed(weights["src_embed.weight"], "in", back)
     theirs: dict[str, torch.Tensor] = {
         "model.shared.weight": embedding,
         "model.encoder.embed_tokens.weight": embedding,
@@ -291,52 +296,15 @@ def export_marian(loaded: LoadedModel, output: Path) -> Path:
         "lm_head.weight": embedding,
         "final_logits_bias": (weights["output.bias"] if "output.bias" in weights else torch.zeros(size))[None, :],
     }
-
-    def attention(ours: str, prefix: str, fused_self: bool) -> None:
-        if fused_self:
-            q, k, v = weights[f"{ours}.qkv.weight"].split(d)
-            qb, kb, vb = weights[f"{ours}.qkv.bias"].split(d)
-        else:
-            q, qb = weights[f"{ours}.q.weight"], weights[f"{ours}.q.bias"]
-            k, v = weights[f"{ours}.kv.weight"].split(d)
-            kb, vb = weights[f"{ours}.kv.bias"].split(d)
-        for name, w, b in (("q", q, qb), ("k", k, kb), ("v", v, vb)):
-            theirs[f"{prefix}.{name}_proj.weight"], theirs[f"{prefix}.{name}_proj.bias"] = cols(w), b
-        theirs[f"{prefix}.out_proj.weight"] = out_rows(weights[f"{ours}.out.weight"])
-        theirs[f"{prefix}.out_proj.bias"] = out_rows(weights[f"{ours}.out.bias"])
-
-    def norm(ours: str, prefix: str) -> None:
-        theirs[f"{prefix}.weight"] = out_rows(weights[f"{ours}.norm.weight"])
-        theirs[f"{prefix}.bias"] = out_rows(weights[f"{ours}.norm.bias"])
-
-    def feed_forward(ours: str, prefix: str) -> None:
-        theirs[f"{prefix}.fc1.weight"], theirs[f"{prefix}.fc1.bias"] = (
-            cols(weights[f"{ours}.ffn.w1.weight"]),
-            weights[f"{ours}.ffn.w1.bias"],
-        )
-        theirs[f"{prefix}.fc2.weight"] = out_rows(weights[f"{ours}.ffn.w2.weight"])
-        theirs[f"{prefix}.fc2.bias"] = out_rows(weights[f"{ours}.ffn.w2.bias"])
-
-    for i in range(settings.layers):
-        ours, prefix = f"encoder.{i}", f"model.encoder.layers.{i}"
-        attention(f"{ours}.self_attn", f"{prefix}.self_attn", True)
-        norm(f"{ours}.res_attn", f"{prefix}.self_attn_layer_norm")
-        feed_forward(ours, prefix)
-        norm(f"{ours}.res_ffn", f"{prefix}.final_layer_norm")
-    for i in range(settings.n_decoder_layers):
-        ours, prefix = f"decoder.{i}", f"model.decoder.layers.{i}"
-        attention(f"{ours}.self_attn", f"{prefix}.self_attn", True)
-        norm(f"{ours}.res_self", f"{prefix}.self_attn_layer_norm")
-        attention(f"{ours}.cross_attn", f"{prefix}.encoder_attn", False)
-        norm(f"{ours}.res_cross", f"{prefix}.encoder_attn_layer_norm")
-        feed_forward(ours, prefix)
-        norm(f"{ours}.res_ffn", f"{prefix}.final_layer_norm")
+    for ours, names, place in _layer_map(settings.layers, settings.n_decoder_layers):
+        weight = _placed(weights[ours], place, back)
+        theirs.update(zip(names, weight.split(settings.d_model) if len(names) > 1 else (weight,)))
     config = {
         "model_type": "marian",
         "architectures": ["MarianMTModel"],
         "vocab_size": size,
         "decoder_vocab_size": size,
-        "d_model": d,
+        "d_model": settings.d_model,
         "encoder_layers": settings.layers,
         "decoder_layers": settings.n_decoder_layers,
         "encoder_attention_heads": settings.n_heads,
