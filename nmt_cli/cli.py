@@ -113,6 +113,7 @@ def _register() -> None:
     app.command("export")(friendly(export.run))
     imports = typer.Typer(help=import_model.HELP, no_args_is_help=True)
     imports.command("hf")(friendly(import_model.hf))
+    imports.command("fairseq")(friendly(import_model.fairseq))
     app.add_typer(imports, name="import")
     app.command("plot")(friendly(plot.run))
     app.command("attention")(friendly(attention.run))

@@ -147,6 +147,11 @@ class ModelConfig:
         "sinusoidal (paper), learned (paper variant E), relative (Shaw et al. 2018), xl "
         "(Transformer-XL relative attention, Dai et al. 2019: sinusoidal R_(i-j), biases u and v)",
     )
+    sinusoids: Literal["paper", "fairseq"] = _opt(
+        "paper",
+        "with positions sinusoidal: paper, sin/cos(pos/10000^(2i/d)) from position 0; fairseq, frequencies "
+        "10000^(-i/(d/2-1)) from position 2, as fairseq (and tensor2tensor) compute them (set by nmt import fairseq)",
+    )
     max_relative_position: int = _opt(16, "clipping distance k of relative positions", ge=1, le=1 << 20)
     norm: Literal["post", "pre", "rezero"] = _opt(
         "post", "post: LN(x+F(x)) (paper); pre: x+F(LN(x)) with final LN; rezero: x+a*F(x)"
@@ -396,6 +401,8 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
 
     if m.d_model % m.n_heads:
         fail("model.n_heads", f"{m.n_heads} does not divide model.d_model={m.d_model}")
+    if m.sinusoids == "fairseq" and m.d_model % 2:
+        fail("model.sinusoids", f"fairseq's sinusoids need an even model.d_model (it is {m.d_model})")
     # vocab.from may name two models over one id space (an imported MarianMT's): training checks the pieces
     if m.share_embeddings and not recipe.vocab.joint and not recipe.vocab.from_:
         fail("model.share_embeddings", "needs a joint vocabulary; set vocab.joint: true or model.share_embeddings: false")

@@ -10,7 +10,7 @@ nmt's), tied embeddings. Three things are moved, not added:
   layout, and the embedding rows follow; Marian starts decoding from ``<pad>``, so nmt's ``<s>`` row is that
   row, and its output bias is -1e4 so that the pad logit is counted once in the softmax, as Marian counts it;
 - the position layout: Marian's sinusoid table holds all sines then all cosines, nmt's interleaves them with
-  the same frequencies; permuting the residual dimensions of every weight (``_residual_order``) gives the same
+  the same frequencies; permuting the residual dimensions of every weight (``layers.sines_then_cosines``) gives the same
   network in nmt's layout, so no new position option is needed;
 - the weights' names: Q, K and V concatenated into nmt's fused projections.
 
@@ -30,14 +30,18 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..decode.translator import LoadedModel
 from ..errors import NmtError
 from ..utils import torchfile
+from .layers import layer_map, placed, sines_then_cosines
 from .shared_ids import SPECIALS, rebuild
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 NEVER = -1e4  # output bias of the copy of the pad row that nmt's <s> is: exp(-1e4) is 0 in float32
 
 
-def import_marian(folder: Path, output: Path, src_lang: str | None = None, tgt_lang: str | None = None) -> Path:
-    """Write ``output``/model.pt from the MarianMT folder ``folder``; returns ``output``."""
+def import_marian(
+    folder: Path, output: Path, src_lang: str | None = None, tgt_lang: str | None = None, origin: str | None = None
+) -> Path:
+    """Write ``output``/model.pt from the MarianMT folder ``folder`` (fetched from the hub name ``origin``, if
+    given); returns ``output``."""
     config = _read_json(folder / "config.json")
     model_settings = _model_settings(config, folder)
     vocab = _read_json(folder / "vocab.json")
@@ -51,7 +55,7 @@ def import_marian(folder: Path, output: Path, src_lang: str | None = None, tgt_l
     languages = _languages(folder, src_lang, tgt_lang)
     recipe = recipe_from_dict(
         {
-            "name": folder.name,
+            "name": (origin or folder.name).rsplit("/", 1)[-1],
             "data": {"src_lang": languages[0], "tgt_lang": languages[1]},
             "model": model_settings,
             "decode": {"beam": int(config.get("num_beams") or 4), "alpha": 1.0, "length_penalty": "average"},
@@ -68,7 +72,7 @@ def import_marian(folder: Path, output: Path, src_lang: str | None = None, tgt_l
         "vocab": {"src": sides["source"], "tgt": sides["target"]},
         "step": 0,
         "parent": None,
-        "imported_from": {"format": "marian", "path": str(folder)},
+        "imported_from": {"format": "marian", "path": origin or str(folder)},
     }
     torchfile.save(output / "model.pt", payload, "weights")
     # the recipe to fine-tune from: its model section is the imported architecture (train.init_from keeps it)
@@ -176,60 +180,6 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     raise NmtError(f"{folder}: holds neither model.safetensors nor pytorch_model.bin")
 
 
-def _residual_order(d: int) -> torch.Tensor:
-    """For each of nmt's residual dimensions, Marian's: sines first then cosines there, interleaved here."""
-    return torch.tensor([k // 2 if k % 2 == 0 else d // 2 + k // 2 for k in range(d)])
-
-
-# How the residual dimension lies in a weight: "in" its columns (it reads the residual stream), "out" its rows
-# (it writes to it: output rows, their biases, LayerNorm), "none" not at all (biases inside a projection).
-Place = str
-
-
-def _layer_map(encoder_layers: int, decoder_layers: int) -> list[tuple[str, tuple[str, ...], Place]]:
-    """Every layer weight as (nmt's name, MarianMT's names concatenated into it, where the residual lies): one
-    table, read one way by the import and the other way by the export."""
-    table: list[tuple[str, tuple[str, ...], Place]] = []
-
-    def attention(ours: str, theirs: str, fused: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
-        for name, parts in fused:
-            table.append((f"{ours}.{name}.weight", tuple(f"{theirs}.{q}_proj.weight" for q in parts), "in"))
-            table.append((f"{ours}.{name}.bias", tuple(f"{theirs}.{q}_proj.bias" for q in parts), "none"))
-        table.append((f"{ours}.out.weight", (f"{theirs}.out_proj.weight",), "out"))
-        table.append((f"{ours}.out.bias", (f"{theirs}.out_proj.bias",), "out"))
-
-    def norm(ours: str, theirs: str) -> None:
-        table.extend((f"{ours}.norm.{n}", (f"{theirs}.{n}",), "out") for n in ("weight", "bias"))
-
-    def feed_forward(ours: str, theirs: str) -> None:
-        table.append((f"{ours}.ffn.w1.weight", (f"{theirs}.fc1.weight",), "in"))
-        table.append((f"{ours}.ffn.w1.bias", (f"{theirs}.fc1.bias",), "none"))
-        table.append((f"{ours}.ffn.w2.weight", (f"{theirs}.fc2.weight",), "out"))
-        table.append((f"{ours}.ffn.w2.bias", (f"{theirs}.fc2.bias",), "out"))
-
-    self_attn = (("qkv", ("q", "k", "v")),)
-    for i in range(encoder_layers):
-        ours, theirs = f"encoder.{i}", f"model.encoder.layers.{i}"
-        attention(f"{ours}.self_attn", f"{theirs}.self_attn", self_attn)
-        norm(f"{ours}.res_attn", f"{theirs}.self_attn_layer_norm")
-        feed_forward(ours, theirs)
-        norm(f"{ours}.res_ffn", f"{theirs}.final_layer_norm")
-    for i in range(decoder_layers):
-        ours, theirs = f"decoder.{i}", f"model.decoder.layers.{i}"
-        attention(f"{ours}.self_attn", f"{theirs}.self_attn", self_attn)
-        norm(f"{ours}.res_self", f"{theirs}.self_attn_layer_norm")
-        attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", (("q", ("q",)), ("kv", ("k", "v"))))
-        norm(f"{ours}.res_cross", f"{theirs}.encoder_attn_layer_norm")
-        feed_forward(ours, theirs)
-        norm(f"{ours}.res_ffn", f"{theirs}.final_layer_norm")
-    return table
-
-
-def _placed(weight: torch.Tensor, place: Place, order: torch.Tensor) -> torch.Tensor:
-    """``weight`` with its residual dimension put in ``order``."""
-    return weight[:, order] if place == "in" else weight[order] if place == "out" else weight
-
-
 def _state_dict(
     weights: dict[str, torch.Tensor], config: dict[str, Any], rows: torch.Tensor, folder: Path
 ) -> dict[str, torch.Tensor]:
@@ -243,18 +193,18 @@ def _state_dict(
         used.add(name)
         return found[name]
 
-    perm = _residual_order(int(config["d_model"]))
+    perm = sines_then_cosines(int(config["d_model"]))
     embedding = take("shared.weight") if "shared.weight" in found else take("encoder.embed_tokens.weight")
     for alias in ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"):
         used.add(alias)
-    embedding = _placed(embedding[rows], "in", perm)
+    embedding = placed(embedding[rows], "in", perm)
     state = {"src_embed.weight": embedding, "tgt_embed.weight": embedding, "output.weight": embedding}
     bias = take("final_logits_bias").reshape(-1)[rows].clone() if "final_logits_bias" in found else torch.zeros(len(rows))
     bias[BOS_ID] = NEVER
     state["output.bias"] = bias
 
-    for ours, theirs, place in _layer_map(int(config["encoder_layers"]), int(config["decoder_layers"])):
-        state[ours] = _placed(torch.cat([take(name.removeprefix("model.")) for name in theirs]), place, perm)
+    for ours, theirs, place in layer_map(int(config["encoder_layers"]), int(config["decoder_layers"]), prefix="model."):
+        state[ours] = placed(torch.cat([take(name.removeprefix("model.")) for name in theirs]), place, perm)
     left = sorted(n for n in found if n not in used and "embed_positions" not in n)
     if left:
         raise NmtError(f"{folder}: the weights hold {left[0]} (and {len(left) - 1} more) that nmt's model has no place for")
@@ -286,9 +236,9 @@ def export_marian(loaded: LoadedModel, output: Path) -> Path:
         vocab.setdefault(piece, i)
     if len(vocab) != size:
         raise NmtError(f"{loaded.path}: two ids share a piece; MarianMT's vocab.json cannot hold that vocabulary")
-    back = torch.argsort(_residual_order(settings.d_model))  # Marian's dimension j is nmt's back[j]
+    back = torch.argsort(sines_then_cosines(settings.d_model))  # Marian's dimension j is nmt's back[j]
     weights = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
-    embedding = _placed(weights["src_embed.weight"], "in", back)
+    embedding = placed(weights["src_embed.weight"], "in", back)
     theirs: dict[str, torch.Tensor] = {
         "model.shared.weight": embedding,
         "model.encoder.embed_tokens.weight": embedding,
@@ -296,8 +246,8 @@ def export_marian(loaded: LoadedModel, output: Path) -> Path:
         "lm_head.weight": embedding,
         "final_logits_bias": (weights["output.bias"] if "output.bias" in weights else torch.zeros(size))[None, :],
     }
-    for ours, names, place in _layer_map(settings.layers, settings.n_decoder_layers):
-        weight = _placed(weights[ours], place, back)
+    for ours, names, place in layer_map(settings.layers, settings.n_decoder_layers, prefix="model."):
+        weight = placed(weights[ours], place, back)
         theirs.update(zip(names, weight.split(settings.d_model) if len(names) > 1 else (weight,)))
     config = {
         "model_type": "marian",
@@ -349,6 +299,7 @@ def _check_expressible(loaded: LoadedModel) -> None:
     for option, value, wanted in (
         ("model.norm", settings.arrangement, "post"),
         ("model.positions", settings.positions, "sinusoidal"),
+        ("model.sinusoids", settings.sinusoids, "paper"),
         ("model.share_embeddings", settings.share_embeddings, True),
         ("model.tie_output", settings.tie_output, True),
     ):

@@ -21,9 +21,25 @@ def sinusoids(positions: Tensor, d_model: int) -> Tensor:
     return table.float()
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
-    """The paper's table for positions 0 .. P-1: (P, D)."""
+def sinusoidal_table(max_positions: int, d_model: int, flavour: str = "paper") -> Tensor:
+    """The paper's table for positions 0 .. P-1: (P, D); or fairseq's (``model.sinusoids``)."""
+    if flavour == "fairseq":
+        return fairseq_sinusoids(max_positions, d_model)
     return sinusoids(torch.arange(max_positions), d_model)
+
+
+def fairseq_sinusoids(max_positions: int, d_model: int) -> Tensor:
+    """fairseq's table in nmt's interleaved layout: frequencies exp(-i*ln(10000)/(d/2-1)), so that the last is
+    exactly 1/10000, and positions counted from 2 (fairseq numbers them from its padding index + 1). fairseq
+    concatenates all sines then all cosines; an imported model's weights are permuted to this layout
+    (``convert/layers.py``). (P, D) float32."""
+    half = d_model // 2
+    position = torch.arange(2, max_positions + 2, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(torch.arange(half, dtype=torch.float64) * (-math.log(10000.0) / max(half - 1, 1)))
+    table = torch.zeros(max_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)
+    return table.float()
 
 
 class SinusoidalPositions(nn.Module):
@@ -31,14 +47,14 @@ class SinusoidalPositions(nn.Module):
 
     table: Tensor  # (P, D)
 
-    def __init__(self, max_positions: int, d_model: int) -> None:
+    def __init__(self, max_positions: int, d_model: int, flavour: str = "paper") -> None:
         super().__init__()
         if torch.get_default_device().type == "meta":
             # Built to check a checkpoint's shapes (decode/translator.py): a shape is all it needs, and
             # meta ``arange`` would first import torch._dynamo (1-2 s).
             table = torch.empty(max_positions, d_model)
         else:
-            table = sinusoidal_table(max_positions, d_model)
+            table = sinusoidal_table(max_positions, d_model, flavour)
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:

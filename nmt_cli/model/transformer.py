@@ -272,7 +272,7 @@ def length_groups(widths: list[int]) -> list[list[int]]:
 
 def _positions(config: ModelConfig) -> SinusoidalPositions | LearnedPositions | None:
     if config.positions == "sinusoidal":
-        return SinusoidalPositions(config.max_positions, config.d_model)
+        return SinusoidalPositions(config.max_positions, config.d_model, config.sinusoids)
     if config.positions == "learned":
         return LearnedPositions(config.max_positions, config.d_model)
     return None  # relative positions live inside self-attention

@@ -5,8 +5,11 @@ forward on the original folder, and whose greedy outputs equal transformers' gen
 from __future__ import annotations
 
 import gzip
+import hashlib
+import http.server
 import io
 import json
+import threading
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -236,3 +239,79 @@ def test_an_imported_model_fine_tunes_on_new_data(marian_folder, tmp_path):
         return -sum(s.total for s in scores) / sum(s.tokens for s in scores)
 
     assert mean_nll(tuned) < mean_nll(run)
+
+
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """The two requests huggingface_hub makes per file: HEAD (commit, ETag, size) then GET, at
+    /OWNER/NAME/resolve/REVISION/FILE; a missing file is a 404 marked EntryNotFound, as the hub says it."""
+
+    root: Path
+    seen: list[str]
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self.answer(with_body=False)
+
+    def do_GET(self) -> None:
+        self.answer(with_body=True)
+
+    def answer(self, with_body: bool) -> None:
+        parts = self.path.split("?")[0].strip("/").split("/")
+        found = (
+            self.root / parts[-1] if len(parts) == 5 and parts[:3] == ["Helsinki-NLP", "opus-mt-en-de", "resolve"] else None
+        )
+        self.seen.append(f"{self.command} {self.path}")
+        if found is None or not found.is_file():
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RepoNotFound" if found is None else "EntryNotFound")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = found.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", f'"{hashlib.sha1(data).hexdigest()}"')
+        self.send_header("X-Repo-Commit", "0" * 40)
+        self.end_headers()
+        if with_body:
+            self.wfile.write(data)
+
+
+def test_a_hub_name_is_fetched_only_by_that_command(marian_folder, tmp_path, monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    handler = type("Hub", (FakeHub,), {"root": marian_folder, "seen": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    try:
+        result = CliRunner().invoke(app, ["import", "hf", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "run")])
+        assert result.exit_code == 0, result.output
+        fetched = {line.split()[1].rsplit("/", 1)[-1] for line in handler.seen if line.startswith("GET")}
+        # what the import reads, the safetensors weights rather than both copies
+        assert fetched == {
+            "config.json",
+            "vocab.json",
+            "source.spm",
+            "target.spm",
+            "model.safetensors",
+            "tokenizer_config.json",
+        }
+        loaded = load_model(tmp_path / "run")
+        assert loaded.recipe.name == "opus-mt-en-de"
+        local = CliRunner().invoke(app, ["import", "hf", str(marian_folder), "-o", str(tmp_path / "local")])
+        assert local.exit_code == 0
+        assert torch.equal(loaded.model.output.weight, load_model(tmp_path / "local").model.output.weight)
+
+        missing = CliRunner().invoke(app, ["import", "hf", "Helsinki-NLP/opus-mt-xx-yy", "-o", str(tmp_path / "other")])
+        assert missing.exit_code == 1 and "no such model on the hub" in missing.output and "Traceback" not in missing.output
+    finally:
+        server.shutdown()
+        server.server_close()
+    # no network and nothing in the cache: said in one line (the library reads HF_HUB_OFFLINE once, at import)
+    monkeypatch.setattr(pytest.importorskip("huggingface_hub.constants"), "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    offline = CliRunner().invoke(app, ["import", "hf", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "third")])
+    assert offline.exit_code == 1 and "could not fetch it" in offline.output and "Traceback" not in offline.output
