@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..config import Recipe, TrainConfig, recipe_to_dict
 from ..errors import CheckpointError
 from ..utils.run_folder import BEST_FILE, CHECKPOINT_DIR, MODEL_FILE, RunFolder
 from ..utils.torchfile import load, save
@@ -35,6 +36,9 @@ __all__ = [
     "select_checkpoints",
     "data_identity",
     "vocab_digest",
+    "weights_payload",
+    "training_payload",
+    "write_model_file",
 ]
 
 TRAINING_KEYS = ("optimizer", "scheduler", "scaler", "train_state", "rng")
@@ -279,3 +283,46 @@ def _step_of(payload: Mapping[str, Any]) -> int | None:
     state = payload.get("train_state")
     step = state.get("step") if isinstance(state, dict) else payload.get("step")
     return int(step) if isinstance(step, int) else None
+
+
+def weights_payload(
+    weights: Mapping[str, torch.Tensor], recipe: Recipe, parent: dict[str, Any] | None, vocab: dict[str, bytes], step: int
+) -> dict[str, Any]:
+    """What every model file holds: the weights, the resolved recipe, the fine-tuning parent (if any), the
+    SentencePiece models and the update it was taken at."""
+    return {"model": weights, "recipe": recipe_to_dict(recipe), "parent": parent, "vocab": vocab, "step": step}
+
+
+def training_payload(
+    weights: dict[str, Any], state: dict[str, Any], world_size: int, data: dict[str, Any]
+) -> dict[str, Any]:
+    """A training checkpoint: ``weights_payload`` plus the optimizer, schedule, scaler, train state, random
+    states (and moving average) in ``state``, the group size and the prepared data's identity."""
+    missing = [key for key in TRAINING_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"a training checkpoint needs {missing}")
+    return {**weights, **state, "world_size": world_size, "data": data}
+
+
+def write_model_file(
+    folder: RunFolder,
+    config: TrainConfig,
+    weights: dict[str, Any],
+    ema: Mapping[str, torch.Tensor] | None,
+    log: Callable[[str], None],
+) -> Path:
+    """The run's ``model.pt``: the last ``train.average_last`` checkpoints averaged, or ``weights``; and the
+    moving average's file when there is one. Returns the model file's path."""
+    if ema is not None:
+        save(folder.ema_file, {**weights, "model": ema}, kind="weights")
+        log(f"moving average of the weights (decay {config.ema_decay}) written to {folder.ema_file}")
+    target = folder.model_file
+    found = folder.step_checkpoints()
+    if config.average_last > 1 and len(found) > 1:
+        used = found[-config.average_last :]
+        average_checkpoints(used, target)
+        log(f"averaged the last {len(used)} checkpoints into {target}")
+    else:
+        save(target, weights, kind="weights")
+        log(f"model written to {target}")
+    return target

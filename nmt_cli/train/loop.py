@@ -10,33 +10,29 @@ accumulating W batches. Checkpoints carry everything needed to resume exactly.
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
-from ..config import Recipe, dump_recipe, recipe_to_dict
-from ..data.batches import ParallelData, collate, make_batches, target_tokens
-from ..data.prepare import load_meta, text_paths
-from ..data.vocab import PAD_ID, is_extension, load_vocab
-from ..errors import CheckpointError, NmtError, TrainingStopped
-from ..model.transformer import Transformer, build_model, count_parameters
+from ..config import Recipe, dump_recipe
+from ..data.batches import collate, make_batches, target_tokens
+from ..data.vocab import PAD_ID
+from ..errors import NmtError, TrainingStopped
+from ..model.transformer import Transformer, build_model
 from ..utils.allocator import keep_freed_memory
 from ..utils.cpu import check_parallelism
-from ..utils.files import append_line, atomic_open, sha256_file
+from ..utils.files import atomic_open
 from ..utils.run_folder import RunFolder
 from . import checkpoint
 from .calibration import calibrate_model_file
-from .checkpoint import TrainingCheckpoint, data_identity, load_training, vocab_digest
+from .checkpoint import TrainingCheckpoint
+from .dataset import load_dataset
 from .distributed import (
     DistInfo,
     all_true_anywhere,
@@ -47,75 +43,17 @@ from .distributed import (
     shutdown,
 )
 from .ema import WeightAverage
-from .events import EventWriter
-from .memory import (
-    CPU_MAX_TOKENS,
-    MAX_SPLIT,
-    free_cuda_memory,
-    largest_fitting,
-    split_rows,
-    with_headroom,
-)
+from .memory import CPU_MAX_TOKENS, MAX_SPLIT, free_cuda_memory, probe_gpu_batch, resolve_max_tokens, split_rows
 from .precision import autocast, resolve_precision
+from .reporting import Reporter
 from .repulsive import repulse_heads
 from .schedule import learning_rate
+from .start import check_compatible, finished_reason, load_parent, start_checkpoint
 from .state import TrainState
 from .stopping import Preempted, StopRequest
-from .validate import ValidationResult, Vocabularies, validate
+from .validate import validate
 
 Log = Callable[[str], None]
-
-# Model keys a fine-tuning run may change: they shape training, not the weights.
-FINE_TUNABLE_MODEL_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
-VOCABULARY_ROWS = ("src_embed.weight", "tgt_embed.weight", "output.weight")  # grown by vocab.extend
-
-
-@dataclass
-class Dataset:
-    """Everything training reads from the prepared folder."""
-
-    train: ParallelData
-    valid: ParallelData | None
-    valid_refs: Path | None
-    vocab_blobs: dict[str, bytes]
-    src_size: int
-    tgt_size: int
-    vocabs: Vocabularies
-    identity: dict[str, Any]  # what makes it the same prepared data (checked on resume)
-
-
-def load_dataset(recipe: Recipe) -> Dataset:
-    """Open the prepared dataset of ``recipe`` (memory-mapped)."""
-    data_dir = recipe.data_dir
-    meta = load_meta(data_dir)
-    if meta["src_lang"] != recipe.data.src_lang or meta["tgt_lang"] != recipe.data.tgt_lang:
-        raise NmtError(
-            f"{data_dir}: prepared for {meta['src_lang']}-{meta['tgt_lang']}, but the recipe says "
-            f"{recipe.data.src_lang}-{recipe.data.tgt_lang}; re-run `nmt prepare`"
-        )
-    vocab = meta["vocab"]
-    if recipe.model.share_embeddings and not meta["vocab"]["joint"] and not _one_id_space(data_dir, vocab):
-        raise NmtError(
-            f"{data_dir}: has one vocabulary per side, but model.share_embeddings needs a joint one; "
-            "set model.share_embeddings: false or prepare with vocab.joint: true"
-        )
-    dtypes = tuple(meta["splits"]["train"]["dtypes"])
-    train = ParallelData.load(data_dir, "train", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
-    valid = valid_refs = None
-    if "valid" in meta["splits"]:
-        valid = ParallelData.load(data_dir, "valid", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
-        valid_refs = text_paths(data_dir, "valid", recipe)[1]
-    blobs = {"src": (data_dir / vocab["src_model"]).read_bytes(), "tgt": (data_dir / vocab["tgt_model"]).read_bytes()}
-    vocabs = Vocabularies(load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"]))
-    return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
-
-
-def _one_id_space(data_dir: Path, vocab: dict[str, Any]) -> bool:
-    """Separate source and target models whose ids mean the same pieces (an imported MarianMT model's, rebuilt
-    over its one id space by convert/shared_ids.py) can share one embedding as a joint model does."""
-    src, tgt = load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"])
-    size = src.GetPieceSize()
-    return size == tgt.GetPieceSize() and all(src.IdToPiece(i) == tgt.IdToPiece(i) for i in range(size))
 
 
 class Trainer:
@@ -135,14 +73,13 @@ class Trainer:
         self.optimizer = _optimizer(self.model, recipe)
         self.ema = WeightAverage(self.model, self.config.ema_decay) if self.config.ema_decay else None
         self.parent: dict[str, Any] | None = None  # the model a fine-tuning run started from (train.init_from)
-        self.events: EventWriter | None = None  # TensorBoard, opened with the run folder
         schedule = learning_rate(self.config, recipe.model.d_model)
         # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
         self.precision = resolve_precision(self.config.precision, info.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         self.state = TrainState()
-        self.metrics_path = self.folder.metrics_file
+        self.report = Reporter(self.folder, self.config.tensorboard, info, log)
         self._last_save_time = time.monotonic()
         self.network: torch.nn.Module = self.model
         self.last_lr = 0.0
@@ -162,12 +99,14 @@ class Trainer:
 
         Returns why the run is already finished (then nothing was trained or changed), or None.
         """
-        start = self._start_checkpoint(resume, start_from)
+        start = start_checkpoint(self.folder, resume, start_from, self.info.device)
         if start is None and self.config.init_from:
-            self.parent = self._load_parent(Path(self.config.init_from))
+            self.parent = load_parent(Path(self.config.init_from), self.folder, self.recipe, self.data, self.model, self.log)
+            if self.ema is not None:
+                self.ema = WeightAverage(self.model, self.config.ema_decay)  # averages from the parent's weights
         if start is not None:
-            self._check_compatible(start)
-            finished = self._finished_reason(start.payload["train_state"])
+            check_compatible(start, self.recipe, self.data)
+            finished = finished_reason(self.config, start.payload["train_state"])
             if finished and not start.payload["train_state"].get("validation_due"):
                 if self.info.is_main and not self.folder.model_file.is_file():
                     self._restore(start)  # killed before the model file was written: write it now
@@ -185,138 +124,15 @@ class Trainer:
         barrier(self.info)
         if start is not None:
             self._restore(start)
-        self.max_tokens = self.state.max_tokens = self._resolve_max_tokens()
+        self.max_tokens = self.state.max_tokens = resolve_max_tokens(
+            self.config, self.state.max_tokens, self.info.device, self.log, self._probe_batch_size
+        )
         if self.info.distributed:
             self.network = DistributedDataParallel(
                 self.model, device_ids=[self.info.local_rank] if self.info.device.type == "cuda" else None
             )
         if self.config.compile:
             self.network = cast(torch.nn.Module, torch.compile(self.network))
-        return None
-
-    def _start_checkpoint(self, resume: bool | None, start_from: str | None) -> TrainingCheckpoint | None:
-        """The checkpoint to resume from (``--from``, else the newest), or None for a new run."""
-        existing = self.folder.step_checkpoints()
-        if start_from is not None:
-            if resume is False:
-                raise NmtError("--from and --no-resume contradict each other; drop one")
-            return load_training(self.folder.find_checkpoint(start_from), self.info.device)
-        if existing and resume is False:
-            raise NmtError(
-                f"{self.run_dir}: already holds checkpoints; resume (the default), delete the folder, "
-                "or set train.dir to a new folder"
-            )
-        if resume and not existing:
-            raise NmtError(f"{self.run_dir}: no checkpoint to resume from; run without --resume to start")
-        if not existing:
-            return None
-        try:
-            return load_training(existing[-1], self.info.device)
-        except CheckpointError as err:
-            raise CheckpointError(
-                f"{err} — it is the newest checkpoint of {self.run_dir}; " + _previous_good(existing[:-1])
-            ) from None
-
-    def _check_compatible(self, start: TrainingCheckpoint) -> None:
-        """Refuse to resume with another model section, vocabulary or prepared data: name what differs."""
-        differs = _model_difference(start.model_section, self.recipe)
-        if differs:
-            key, stored, now = differs
-            raise CheckpointError(
-                f"{start.path}: model.{key} is {stored!r} in the run but {now!r} in the recipe; "
-                f"resume with the run's value (--set model.{key}={stored}) or use a new train.dir"
-            )
-        for side in ("src", "tgt"):
-            stored, now = start.vocab.get(side, b""), self.data.vocab_blobs[side]
-            if stored != now:
-                raise CheckpointError(
-                    f"{start.path}: the run was trained with another {side} vocabulary (SentencePiece model sha256 "
-                    f"{vocab_digest(stored)}) than {self.recipe.data_dir} holds ({vocab_digest(now)}); its token ids "
-                    "would mean other pieces. Prepare with the run's vocabulary, or use a new train.dir"
-                )
-        stored_data = start.data or {}
-        for key, now in self.data.identity.items():
-            if key in stored_data and stored_data[key] != now:
-                raise CheckpointError(
-                    f"{start.path}: the prepared training data changed since this run started ({key}: "
-                    f"{stored_data[key]!r} then, {now!r} in {self.recipe.data_dir}); the saved data position would "
-                    "be wrong. Re-prepare the run's data, or use a new train.dir"
-                )
-
-    def _load_parent(self, path: Path) -> dict[str, Any]:
-        """``train.init_from``: load a trained model's weights into this new run, after checking that the
-        architecture and the vocabulary match. Reads the parent only; returns what the run records of it."""
-        source = path
-        if path.is_dir():
-            if path.resolve() == self.folder.path.resolve():
-                raise NmtError(f"train.init_from names this run's own folder {path}; set train.dir to a new folder")
-            parent = RunFolder(path)
-            found = [parent.model_file] if parent.model_file.is_file() else parent.step_checkpoints()[-1:]
-            if not found:
-                raise NmtError(f"train.init_from: {path} holds no model.pt and no checkpoint; name a trained run")
-            source = found[0]
-        payload = checkpoint.load(source)
-        differs = _model_difference(payload["recipe"].get("model", {}), self.recipe, ignore=FINE_TUNABLE_MODEL_KEYS)
-        if differs:
-            key, then, now = differs
-            raise CheckpointError(
-                f"train.init_from {source}: model.{key} is {then!r} there but {now!r} in the "
-                f"recipe; fine-tuning keeps the architecture (--set model.{key}={then})"
-            )
-        extended = False
-        for side in ("src", "tgt"):
-            theirs, ours = (payload.get("vocab") or {}).get(side), self.data.vocab_blobs[side]
-            if theirs == ours:
-                continue
-            if isinstance(theirs, bytes) and is_extension(theirs, ours):
-                extended = True  # vocab.extend: the parent's pieces keep their ids, new ones follow
-                continue
-            raise CheckpointError(
-                f"train.init_from {source}: {self.recipe.data_dir} was prepared with another {side} vocabulary "
-                f"than the model's, so token ids would mean other pieces; prepare it with vocab.from: {path}"
-            )
-        weights = self._grown(payload["model"]) if extended else payload["model"]
-        try:
-            self.model.load_state_dict(weights)
-        except RuntimeError as err:
-            raise CheckpointError(
-                f"train.init_from {source}: weights do not fit the model ({str(err).strip().splitlines()[0]})"
-            ) from None
-        if self.ema is not None:
-            self.ema = WeightAverage(self.model, self.config.ema_decay)  # averages from the parent's weights
-        step = (payload.get("train_state") or {}).get("step")
-        self.log(
-            f"fine-tuning from {source}"
-            + (f" (update {step:,} of its run)" if step else "")
-            + ": its weights, a fresh optimizer and learning-rate schedule"
-        )
-        return {"path": str(source.resolve()), "sha256": sha256_file(source), "step": step}
-
-    def _grown(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The parent's weights with embedding and output rows added for an extended vocabulary: old rows
-        exactly as trained, new rows as this model initialised them."""
-        fresh = self.model.state_dict()
-        grown = dict(weights)
-        for key in VOCABULARY_ROWS:
-            old, new = weights.get(key), fresh.get(key)
-            if old is not None and new is not None and old.size(0) < new.size(0) and old.shape[1:] == new.shape[1:]:
-                rows = new.detach().clone()
-                rows[: old.size(0)] = old
-                grown[key] = rows
-                self.log(f"{key}: {old.size(0):,} rows from the parent, {new.size(0) - old.size(0):,} new")
-        return grown
-
-    def _finished_reason(self, state: dict[str, Any]) -> str | None:
-        """Which stop rule a checkpoint's state already met (a finished run is not trained further)."""
-        config = self.config
-        if config.max_steps and state.get("step", 0) >= config.max_steps:
-            return f"train.max_steps {config.max_steps:,} reached"
-        if config.max_epochs and state.get("epoch", 1) > config.max_epochs:
-            return f"train.max_epochs {config.max_epochs} reached"
-        if config.max_seconds and state.get("elapsed", 0.0) >= config.max_seconds:
-            return f"train.max_time {config.max_time} used"
-        if config.patience and state.get("bad_validations", 0) >= config.patience:
-            return f"stopped early (train.patience {config.patience})"
         return None
 
     def _restore(self, start: TrainingCheckpoint) -> None:
@@ -344,69 +160,14 @@ class Trainer:
             torch.manual_seed(self.config.seed + 1000 * self.info.rank + self.state.step)
         self.log(f"resuming from {path} (update {self.state.step:,}, epoch {self.state.epoch})")
 
-    def _resolve_max_tokens(self) -> int:
-        """The batch size: the one a resumed run used, the recipe's, or (auto) probed on the GPU."""
-        stored = self.state.max_tokens  # what the run used before an interruption (0 for a new run)
-        if self.config.max_tokens != "auto":
-            if stored and stored != self.config.max_tokens:
-                self.log(
-                    f"train.max_tokens changed from {stored:,} to {self.config.max_tokens:,}: batches from here "
-                    "on differ from the interrupted run's"
-                )
-            return int(self.config.max_tokens)
-        if stored:
-            return stored  # auto resolves once: a resumed run keeps its batches
-        if self.info.device.type != "cuda":
-            self.log(f"train.max_tokens auto: {CPU_MAX_TOKENS:,} on the CPU (auto sizes batches to GPU memory)")
-            return CPU_MAX_TOKENS
-        longest = min(int(self.data.train.pair_lengths.max()), self.recipe.model.max_positions)
-        widths = sorted({longest, min(16, longest)})  # long sentences, and many short rows
-        # Adam keeps two fp32 moments per parameter; hold their room while probing.
-        reserve = torch.empty(2 * count_parameters(self.model), dtype=torch.float32, device=self.info.device)
-        with torch.random.fork_rng(devices=[self.info.device]):  # the probe must not shift the run's randomness
-            fitted = largest_fitting(lambda tokens: self._fits(tokens, widths))
-        del reserve
-        free_cuda_memory(self.info.device)
-        torch.cuda.reset_peak_memory_stats(self.info.device)
-        if fitted == 0:
-            raise NmtError(
-                f"train.max_tokens auto: not even a batch of {widths[-1]} tokens fits in GPU memory; "
-                "set train.activation_checkpointing: true, precision bf16, or a smaller model"
-            )
-        chosen = min(cast(list[int], gather_objects(with_headroom(fitted), self.info)))  # every process uses the same size
-        self.log(
-            f"train.max_tokens auto: batches of {fitted:,} tokens fit in GPU memory "
-            f"(sentences of {widths[-1]} and {widths[0]} tokens); training with {chosen:,}"
-        )
-        return chosen
-
-    def _fits(self, tokens: int, widths: list[int]) -> bool:
-        """Whether forward and backward of all-real-token batches of ``tokens`` run without OOM."""
-        fits = True
-        try:
-            for width in widths:
-                rows = max(1, tokens // width)
-                ids = torch.randint(4, self.data.tgt_size, (3, rows, width), device=self.info.device)
-                src = ids[0] % self.data.src_size
-                with self._autocast():
-                    loss, _, _ = self.model(src.clamp(min=4), ids[1], ids[2], self.config.label_smoothing)
-                loss.backward()
-                del ids, src, loss
-        except torch.cuda.OutOfMemoryError:
-            fits = False
-        self.optimizer.zero_grad(set_to_none=True)
-        free_cuda_memory(self.info.device)
-        return fits
-
     # ----------------------------------------------------------------- the loop
 
     def run(self) -> TrainState:
         """Train until a stop rule fires; write the final checkpoint and the model file (a preemption
         signal writes the checkpoint only: ``train/stopping.py``)."""
-        self._log_start()
+        self.report.start(self.model, self.recipe, self.data.train.pair_lengths, self.precision)
         self.model.train()
-        self._window = _Window()
-        with self.stop, self._progress() as bar:
+        with self.stop, self.report.progress(self.config.max_steps, self.state.step) as bar:
             reason = None
             if self.state.validation_due:  # the validation a preemption interrupted runs first
                 reason = self._pending_validation()
@@ -414,24 +175,6 @@ class Trainer:
                 reason = self._train_epoch(bar)
             self._finish(reason)
         return self.state
-
-    def _log_start(self) -> None:
-        info, config = self.info, self.config
-        if not info.is_main:
-            return
-        self.log(
-            f"model: {count_parameters(self.model):,} parameters; {len(self.data.train):,} training pairs; "
-            f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}"
-            + (f" ({torch.distributed.get_backend()})" if info.distributed else "")
-            + "; "
-            f"precision {self.precision}" + (" (auto)" if config.precision == "auto" else "")
-        )
-        too_long = int((self.data.train.pair_lengths > self.recipe.model.max_positions).sum())
-        if too_long:
-            self.log(
-                f"{too_long:,} training pairs longer than model.max_positions "
-                f"({self.recipe.model.max_positions}) are left out; raise it or lower data.clean.max_tokens"
-            )
 
     def _pending_validation(self) -> str | None:
         if self._validate_and_track():
@@ -442,7 +185,7 @@ class Trainer:
         """Updates over the rest of this epoch's batches; returns why training stops, or None for the next epoch."""
         info, config = self.info, self.config
         started = time.monotonic() - self.state.elapsed
-        window = self._window
+        window = self.report.window
         try:
             # A single process may drop what a preemption interrupts; processes of a group must finish
             # the update together (the others wait for this one's gradients).
@@ -474,7 +217,7 @@ class Trainer:
             else:
                 self.state.step += 1
                 bar.update(1)
-                reason = self._after_update(window, bar)
+                reason = self._after_update(bar)
             if reason is not None:
                 return reason
         self.state.epoch += 1
@@ -519,7 +262,7 @@ class Trainer:
             f"out of GPU memory at update {self.state.step + 1:,}: each batch now runs as {self.split} "
             "accumulation steps (same gradients, less memory)"
         )
-        self._write_metrics({"step": self.state.step, "oom_split": self.split})
+        self.report.write({"step": self.state.step, "oom_split": self.split})
 
     def _try_update(self, group: list[np.ndarray]) -> dict[str, float]:
         """Forward/backward over this process's share of ``group``, then one optimizer step."""
@@ -581,15 +324,29 @@ class Trainer:
             sums["slots"] += batch.src.numel() + batch.tgt_out.numel()  # real tokens and padding, both sides
         return sums
 
+    def _probe_batch_size(self) -> int:
+        """``train.max_tokens: auto`` on a GPU: the largest batch whose update fits, the same on every process."""
+        longest = min(int(self.data.train.pair_lengths.max()), self.recipe.model.max_positions)
+        return probe_gpu_batch(
+            self.model,
+            self.optimizer,
+            (self.data.src_size, self.data.tgt_size),
+            longest,
+            lambda src, tgt_in, tgt_out: self.model(src, tgt_in, tgt_out, self.config.label_smoothing)[0],
+            self._autocast,
+            self.info,
+            self.log,
+        )
+
     def _autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.precision, self.info.device)
 
     # ----------------------------------------------------------------- after each update
 
-    def _after_update(self, window: _Window, bar: Any) -> str | None:
+    def _after_update(self, bar: Any) -> str | None:
         config, state = self.config, self.state
         if state.step % config.log_every == 0:
-            self._log_train(window, bar)
+            self.report.update(bar, self.state, self.last_lr, self.scaler)
         if config.validate_every and state.step % config.validate_every == 0:
             if self._validate_and_track():
                 return f"no improvement in {config.patience} validations (early stopping)"
@@ -613,34 +370,6 @@ class Trainer:
             return f"reached {config.max_steps:,} updates"
         return None
 
-    def _log_train(self, window: _Window, bar: Any) -> None:
-        stats = window.flush(self.info.world_size)
-        record = {
-            "step": self.state.step,
-            "epoch": self.state.epoch,
-            **stats,
-            "lr": self.last_lr,
-            "elapsed": round(self.state.elapsed, 1),
-        }
-        if self.info.device.type == "cuda":
-            record["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        if self.scaler.is_enabled():
-            record["loss_scale"] = self.scaler.get_scale()
-            record["skipped_updates"] = self.state.skipped_updates
-        bar.set_postfix(
-            loss=f"{stats['loss']:.3f}",
-            ppl=f"{stats['ppl']:.1f}",
-            lr=f"{record['lr']:.2e}",
-            tok_s=f"{stats['tgt_tokens_per_s']:.0f}",
-        )
-        if bar.disable and self.info.is_main:
-            self.log(
-                f"update {self.state.step:,} | loss {stats['loss']:.3f} | nll {stats['nll']:.3f} | "
-                f"ppl {stats['ppl']:.2f} | lr {record['lr']:.2e} | gnorm {stats['grad_norm']:.2f} | "
-                f"{stats['tgt_tokens_per_s']:,.0f} tgt tok/s"
-            )
-        self._write_metrics(record)
-
     def _validate_and_track(self) -> bool:
         """Validate on rank 0, track the best checkpoint; return True when patience ran out."""
         if self.data.valid is None or self.data.valid_refs is None:
@@ -658,8 +387,7 @@ class Trainer:
                 self.log(f"validation at update {self.state.step:,} abandoned at {self.stop.signal}; it runs on resuming")
                 return all_true_anywhere(False, self.info)
             self.state.validation_due = False
-            self._write_metrics({"step": self.state.step, **result.as_dict()})
-            self.log(_describe_validation(self.state.step, result))
+            self.report.validation(self.state.step, result)
             if result.truncated and not self._warned_truncation:
                 self._warned_truncation = True
                 self.log(
@@ -679,13 +407,9 @@ class Trainer:
     # ----------------------------------------------------------------- files
 
     def _model_payload(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            "recipe": recipe_to_dict(self.recipe),
-            "parent": self.parent,
-            "vocab": self.data.vocab_blobs,
-            "step": self.state.step,
-        }
+        return checkpoint.weights_payload(
+            self.model.state_dict(), self.recipe, self.parent, self.data.vocab_blobs, self.state.step
+        )
 
     def _save(self) -> None:
         """Write a full training checkpoint (rank 0), keeping the last K."""
@@ -695,17 +419,19 @@ class Trainer:
         }
         self._last_save_time = time.monotonic()
         if self.info.is_main:
-            payload = {
-                **self._model_payload(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "train_state": self.state.state_dict(),
-                "rng": rng,
-                "world_size": self.info.world_size,
-                "data": self.data.identity,
-                **({"ema": self.ema.state_dict()} if self.ema else {}),
-            }
+            payload = checkpoint.training_payload(
+                self._model_payload(),
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "scaler": self.scaler.state_dict(),
+                    "train_state": self.state.state_dict(),
+                    "rng": rng,
+                    **({"ema": self.ema.state_dict()} if self.ema else {}),
+                },
+                self.info.world_size,
+                self.data.identity,
+            )
             checkpoint.save(self.folder.step_path(self.state.step), payload, kind="training")
             self.folder.prune(self.config.keep_last)
         self._saved_step = self.state.step
@@ -726,8 +452,7 @@ class Trainer:
             self.log(f"stopped after update {self.state.step:,}: {reason}")
             if not self.preempted:
                 self._write_model_file_unless_preempted()
-            if self.events is not None:
-                self.events.close()
+            self.report.close()
         barrier(self.info)
 
     def _write_model_file_unless_preempted(self) -> None:
@@ -739,93 +464,14 @@ class Trainer:
             self.log(f"{self.folder.model_file} not written ({self.stop.signal}); the next `nmt train` writes it")
 
     def _write_model_file(self) -> None:
-        if self.ema is not None:
-            checkpoint.save(
-                self.folder.ema_file, {**self._model_payload(), "model": self.ema.model_state_dict()}, kind="weights"
-            )
-            self.log(f"moving average of the weights (decay {self.config.ema_decay}) written to {self.folder.ema_file}")
-        target = self.folder.model_file
-        n = self.config.average_last
-        found = self.folder.step_checkpoints()
-        if n > 1 and len(found) > 1:
-            used = found[-n:]
-            checkpoint.average_checkpoints(used, target)
-            self.log(f"averaged the last {len(used)} checkpoints into {target}")
-        else:
-            checkpoint.save(target, self._model_payload(), kind="weights")
-            self.log(f"model written to {target}")
+        ema = self.ema.model_state_dict() if self.ema is not None else None
+        target = checkpoint.write_model_file(self.folder, self.config, self._model_payload(), ema, self.log)
         if self.config.calibrate:
             try:
                 calibrate_model_file(target, self.recipe, self.info.device, self.log)
             except Preempted:  # the model file is whole; only its calibration is missing
                 self.stopped_by = self.stop.signal
                 self.log(f"calibration abandoned at {self.stop.signal}: {target} has none (nmt calibrate fits one)")
-
-    def _write_metrics(self, record: dict[str, Any]) -> None:
-        if self.info.is_main:
-            append_line(self.metrics_path, json.dumps(record))
-            if self.events is None:
-                self.events = EventWriter(self.folder.tensorboard_dir, self.config.tensorboard)
-            self.events.write(record)
-
-    def _progress(self) -> tqdm:
-        total = self.config.max_steps or None
-        return tqdm(
-            total=total,
-            initial=self.state.step,
-            desc="train",
-            unit=" updates",
-            dynamic_ncols=True,
-            disable=None if self.info.is_main else True,
-        )
-
-
-class _Window:
-    """Sums over the updates since the last log line (time spent in updates only, so
-    validation and checkpoint writing do not lower the reported throughput)."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-
-    def add(self, sums: dict[str, Any]) -> None:
-        """Add one update's sums; loss and NLL may be device tensors, read only at :meth:`flush`."""
-        for key, value in sums.items():
-            self.sums[key] = self.sums.get(key, 0.0) + value
-
-    def flush(self, world_size: int) -> dict[str, float]:
-        self.sums = {key: float(value) for key, value in self.sums.items()}
-        seconds = max(self.sums.get("seconds", 0.0), 1e-9)
-        tokens = max(self.sums.get("tokens", 0.0), 1.0)
-        nll = self.sums.get("nll", 0.0) / tokens
-        real = tokens + self.sums.get("src_tokens", 0.0)
-        stats = {
-            "loss": self.sums.get("loss", 0.0) / tokens,
-            "nll": nll,
-            "ppl": math.exp(min(nll, 50.0)),
-            "grad_norm": self.sums.get("grad_norm", 0.0) / max(self.sums.get("updates", 0.0), 1.0),
-            "pad_share": 1.0 - real / max(self.sums.get("slots", 0.0), real, 1.0),
-            "tgt_tokens": int(self.sums.get("tokens", 0.0)),
-            # This process's tokens times the world size: ranks get batches of equal size on average.
-            "tgt_tokens_per_s": world_size * tokens / seconds,
-            "tgt_tokens_per_s_per_process": tokens / seconds,
-            "src_tgt_tokens_per_s": world_size * (tokens + self.sums.get("src_tokens", 0.0)) / seconds,
-        }
-        self.sums = {}
-        return stats
-
-
-def _model_difference(
-    stored: dict[str, Any], recipe: Recipe, ignore: frozenset[str] = frozenset()
-) -> tuple[str, Any, Any] | None:
-    """The first model key (key, stored value, recipe value) whose values differ; keys a stored recipe
-    lacks (added to nmt after it was written) count as their defaults."""
-    ours = recipe_to_dict(recipe)["model"]
-    defaults = recipe_to_dict(Recipe())["model"]
-    for key in sorted((set(ours) | set(stored)) - ignore):
-        then, now = stored.get(key, defaults.get(key)), ours.get(key)
-        if then != now:
-            return key, then, now
-    return None
 
 
 def _rng_states(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -872,25 +518,6 @@ def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
         eps=config.adam_eps,
         weight_decay=config.weight_decay,
         fused=fused,
-    )
-
-
-def _previous_good(older: list[Path]) -> str:
-    """How to resume when the newest checkpoint is damaged: name the newest readable one before it."""
-    for path in reversed(older):
-        try:
-            load_training(path)
-        except CheckpointError:
-            continue
-        return f"resume from the previous good one with --from {int(path.stem.split('_')[1])} ({path})"
-    return "no earlier readable checkpoint is kept: delete the damaged file and train anew"
-
-
-def _describe_validation(step: int, result: ValidationResult) -> str:
-    bleu = f" | BLEU {result.bleu:.2f}" if result.bleu is not None else ""
-    heads = f" | heads alike {result.head_similarity:.2f}" if result.head_similarity is not None else ""
-    return (
-        f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}{bleu}{heads}"
     )
 
 

@@ -11,9 +11,16 @@ batch equals the whole batch's, because the loss is normalised by the update's t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import cast
 
 import torch
+
+from ..config import TrainConfig
+from ..errors import NmtError
+from ..model.transformer import count_parameters
+from .distributed import DistInfo, gather_objects
 
 CPU_MAX_TOKENS = 4096  # auto on the CPU: memory is rarely the limit there, speed per update is
 PROBE_START = 2048
@@ -67,4 +74,85 @@ def free_cuda_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-__all__ = ["CPU_MAX_TOKENS", "MAX_SPLIT", "largest_fitting", "with_headroom", "split_rows", "free_cuda_memory"]
+def resolve_max_tokens(
+    config: TrainConfig, stored: int, device: torch.device, log: Callable[[str], None], probe: Callable[[], int]
+) -> int:
+    """The batch size: the one a resumed run used (``stored``, 0 for a new run), the recipe's, or (auto) what
+    ``probe`` finds on the GPU."""
+    if config.max_tokens != "auto":
+        if stored and stored != config.max_tokens:
+            log(
+                f"train.max_tokens changed from {stored:,} to {config.max_tokens:,}: batches from here "
+                "on differ from the interrupted run's"
+            )
+        return int(config.max_tokens)
+    if stored:
+        return stored  # auto resolves once: a resumed run keeps its batches
+    if device.type != "cuda":
+        log(f"train.max_tokens auto: {CPU_MAX_TOKENS:,} on the CPU (auto sizes batches to GPU memory)")
+        return CPU_MAX_TOKENS
+    return probe()
+
+
+def probe_gpu_batch(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    vocab_sizes: tuple[int, int],
+    longest: int,
+    loss: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    info: DistInfo,
+    log: Callable[[str], None],
+) -> int:
+    """The batch size to train with on this GPU (the module's text), the smallest any process found."""
+    device = info.device
+    widths = sorted({longest, min(16, longest)})  # long sentences, and many short rows
+
+    def fits(tokens: int) -> bool:
+        """Whether forward and backward of all-real-token batches of ``tokens`` run without OOM."""
+        fitted = True
+        try:
+            for width in widths:
+                rows = max(1, tokens // width)
+                ids = torch.randint(4, vocab_sizes[1], (3, rows, width), device=device)
+                src = ids[0] % vocab_sizes[0]
+                with autocast():
+                    value = loss(src.clamp(min=4), ids[1], ids[2])
+                value.backward()
+                del ids, src, value
+        except torch.cuda.OutOfMemoryError:
+            fitted = False
+        optimizer.zero_grad(set_to_none=True)
+        free_cuda_memory(device)
+        return fitted
+
+    # Adam keeps two fp32 moments per parameter; hold their room while probing.
+    reserve = torch.empty(2 * count_parameters(model), dtype=torch.float32, device=device)
+    with torch.random.fork_rng(devices=[device]):  # the probe must not shift the run's randomness
+        fitted = largest_fitting(fits)
+    del reserve
+    free_cuda_memory(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    if fitted == 0:
+        raise NmtError(
+            f"train.max_tokens auto: not even a batch of {widths[-1]} tokens fits in GPU memory; "
+            "set train.activation_checkpointing: true, precision bf16, or a smaller model"
+        )
+    chosen = min(cast(list[int], gather_objects(with_headroom(fitted), info)))  # every process uses the same size
+    log(
+        f"train.max_tokens auto: batches of {fitted:,} tokens fit in GPU memory "
+        f"(sentences of {widths[-1]} and {widths[0]} tokens); training with {chosen:,}"
+    )
+    return chosen
+
+
+__all__ = [
+    "CPU_MAX_TOKENS",
+    "resolve_max_tokens",
+    "probe_gpu_batch",
+    "MAX_SPLIT",
+    "largest_fitting",
+    "with_headroom",
+    "split_rows",
+    "free_cuda_memory",
+]

@@ -1,0 +1,64 @@
+"""What training reads from a prepared folder (``nmt prepare``): the memory-mapped pairs, the vocabularies and
+what identifies the data (checked on resuming)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Recipe
+from ..data.batches import ParallelData
+from ..data.prepare import load_meta, text_paths
+from ..data.vocab import load_vocab
+from ..errors import NmtError
+from .checkpoint import data_identity
+from .validate import Vocabularies
+
+
+@dataclass
+class Dataset:
+    """Everything training reads from the prepared folder."""
+
+    train: ParallelData
+    valid: ParallelData | None
+    valid_refs: Path | None
+    vocab_blobs: dict[str, bytes]
+    src_size: int
+    tgt_size: int
+    vocabs: Vocabularies
+    identity: dict[str, Any]  # what makes it the same prepared data (checked on resume)
+
+
+def load_dataset(recipe: Recipe) -> Dataset:
+    """Open the prepared dataset of ``recipe`` (memory-mapped)."""
+    data_dir = recipe.data_dir
+    meta = load_meta(data_dir)
+    if meta["src_lang"] != recipe.data.src_lang or meta["tgt_lang"] != recipe.data.tgt_lang:
+        raise NmtError(
+            f"{data_dir}: prepared for {meta['src_lang']}-{meta['tgt_lang']}, but the recipe says "
+            f"{recipe.data.src_lang}-{recipe.data.tgt_lang}; re-run `nmt prepare`"
+        )
+    vocab = meta["vocab"]
+    if recipe.model.share_embeddings and not meta["vocab"]["joint"] and not _one_id_space(data_dir, vocab):
+        raise NmtError(
+            f"{data_dir}: has one vocabulary per side, but model.share_embeddings needs a joint one; "
+            "set model.share_embeddings: false or prepare with vocab.joint: true"
+        )
+    dtypes = tuple(meta["splits"]["train"]["dtypes"])
+    train = ParallelData.load(data_dir, "train", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
+    valid = valid_refs = None
+    if "valid" in meta["splits"]:
+        valid = ParallelData.load(data_dir, "valid", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
+        valid_refs = text_paths(data_dir, "valid", recipe)[1]
+    blobs = {"src": (data_dir / vocab["src_model"]).read_bytes(), "tgt": (data_dir / vocab["tgt_model"]).read_bytes()}
+    vocabs = Vocabularies(load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"]))
+    return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
+
+
+def _one_id_space(data_dir: Path, vocab: dict[str, Any]) -> bool:
+    """Separate source and target models whose ids mean the same pieces (an imported MarianMT model's, rebuilt
+    over its one id space by convert/shared_ids.py) can share one embedding as a joint model does."""
+    src, tgt = load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"])
+    size = src.GetPieceSize()
+    return size == tgt.GetPieceSize() and all(src.IdToPiece(i) == tgt.IdToPiece(i) for i in range(size))
