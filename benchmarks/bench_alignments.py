@@ -59,7 +59,7 @@ def main() -> None:
         translator = Translator(loaded, loaded.recipe.decode, alignments=True, alignment_layer=layer)
         hits = count = 0
         for source, hyps in zip(sources, translator.translate(sources)):
-            text, _, pharaoh = hyps[0]
+            text, pharaoh = hyps[0].text, hyps[0].alignment or ""
             links = dict((int(j), int(i)) for i, j in (pair.split("-") for pair in pharaoh.split()))
             for i, j in anchors(source, text):
                 count += 1

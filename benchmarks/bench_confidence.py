@@ -65,8 +65,8 @@ def main() -> None:
         first_src = first_src or src
         hyps = [h[0] for h in translator.translate(src)]
         chrf = [sacrebleu.sentence_chrf(h[0], [r]).score for h, r in zip(hyps, ref)]
-        confidence = [calibration.confidence(h[-1].features) for h in hyps]
-        logprob = [h[-1].features.mean_logprob for h in hyps]
+        confidence = [calibration.confidence(h.assessment.features) for h in hyps]
+        logprob = [h.assessment.features.mean_logprob for h in hyps]
         bad = [c < 30 for c in chrf]
         ok = [c >= 50 for c in chrf]
         print(
@@ -95,7 +95,7 @@ def _refit(model: str, spec: str, n: int) -> None:
     translator = Translator(loaded, loaded.recipe.decode, assess=True)
     hyps = [h[0] for h in translator.translate(src[n:])]
     chrf = [sacrebleu.sentence_chrf(h[0], [r]).score for h, r in zip(hyps, ref[n:])]
-    confidence = [report.calibration.confidence(h[-1].features) for h in hyps]
+    confidence = [report.calibration.confidence(h.assessment.features) for h in hyps]
     ok, bad = [c >= 50 for c in chrf], [c < 30 for c in chrf]
     print(
         f"{name} refitted on its first {n} pairs, scored on the other {len(src) - n}: ECE "
@@ -114,7 +114,7 @@ def _try_mc_dropout(model: str, src: list[str], ref: list[str], passes: int) -> 
     translator = Translator(loaded, loaded.recipe.decode, assess=True)
     hyps = [h[0] for h in translator.translate(src)]
     bad = [sacrebleu.sentence_chrf(h[0], [r]).score < 30 for h, r in zip(hyps, ref)]
-    base = [h[-1].features.vector() for h in hyps]
+    base = [h.assessment.features.vector() for h in hyps]
     outputs = loaded.tgt_vocab.encode([h[0] for h in hyps], out_type=int)
     pairs = list(zip(loaded.src_vocab.encode(src, out_type=int), outputs))
     started = time.perf_counter()
@@ -174,10 +174,10 @@ def _synthetic(loaded, translator, calibration, src: list[str], outputs: list[st
         f"hallucination map {auroc(detached, labels):.3f}; flag recall {caught / sum(labels):.3f}, precision "
         f"{caught / max(sum(flagged), 1):.3f} ({sum(f and not y for f, y in zip(flagged, labels))} real pairs flagged)"
     )
-    real_assessed = [h[0][-1] for h in translator.translate(src)]
+    real_assessed = [h[0].assessment for h in translator.translate(src)]
     # a misleading prefix: the search is forced to start with the first half of another sentence's translation
     prefixes = [" ".join(o.split()[: max(1, len(o.split()) // 2)]) for o in shuffled]
-    misled = [h[0][-1] for h in translator.translate(src, prefixes)]
+    misled = [h[0].assessment for h in translator.translate(src, prefixes)]
     _detected("misleading prefix (half of another sentence's translation forced first)", real_assessed, misled)
     # outputs forced to loop: the first three words of the real output, again and again, as long as the output was
     looped = [" ".join((o.split()[:3] or ["."]) * max(2, len(o.split()) // 3 + 1)) for o in outputs]

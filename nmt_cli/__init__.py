@@ -27,6 +27,7 @@ _API = {
     "load_model": "decode.translator",
     "load_ensemble": "decode.translator",
     "Translator": "decode.translator",
+    "Translation": "decode.translation",
     "forced_scores": "decode.forced",
     "translate_file": "formats",
     "run_quickstart": "pipeline",

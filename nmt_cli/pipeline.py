@@ -80,7 +80,7 @@ def run_quickstart(recipe: Recipe, log: Log = print, examples: int = 5) -> Quick
     references = split_lines(reference.read_text(encoding="utf-8"))
     loaded = load_model(recipe.run_dir)
     translator = Translator(loaded, recipe.decode)  # the recipe's decoding settings, as nmt translate
-    outputs = [hyps[0][0] for hyps in translator.translate(sources)]
+    outputs = [hyps[0].text for hyps in translator.translate(sources)]
     hypotheses = recipe.run_dir / "test.hyp"
     with atomic_open(hypotheses, "w", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in outputs))

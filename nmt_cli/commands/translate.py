@@ -10,12 +10,17 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import typer
 
 from ..errors import NmtError
 from .common import console, decode_option, with_decoding
+
+if TYPE_CHECKING:  # imported where used: the command line starts without torch
+    from ..decode.assess import Assessment
+    from ..decode.translation import Translation
+    from ..formats import Trust
 
 
 def run(
@@ -183,11 +188,9 @@ def run(
         seed=seed,
     )
     with_decoding(DecodeConfig(), options)  # bad values fail now, before a model is loaded
-    if engine not in ("nmt", "ctranslate2"):
+    if engine not in ENGINES:
         raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
-    if dtype == "int8" and engine != "ctranslate2":
-        raise NmtError("--dtype int8: only with --engine ctranslate2 (our engine computes in fp32, bf16 or fp16)")
-    if dtype not in (None, "fp32", "bf16", "fp16", "int8"):
+    if dtype not in DTYPES:
         raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16, fp16 or int8")
     sampling_options = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
     given = [name for name, value in sampling_options.items() if value is not None]
@@ -197,24 +200,17 @@ def run(
         raise NmtError(f"--prefix {prefix}: file not found")
     if alignment_layer is not None and not alignments:
         raise NmtError("--alignment-layer applies to --alignments; add --alignments")
-    if engine == "ctranslate2" and alignments:
-        raise NmtError("--alignments runs with --engine nmt only; drop --engine ctranslate2")
-    if engine == "ctranslate2" and prefix is not None:
-        raise NmtError("--prefix runs with --engine nmt only; drop --engine ctranslate2")
-    if engine == "ctranslate2" and len(models) > 1:
-        raise NmtError("ensembles (-m given more than once) run with --engine nmt only; drop --engine ctranslate2")
-    if engine == "ctranslate2" and sampling:
-        raise NmtError("--sampling runs with --engine nmt only; drop --engine ctranslate2")
-    if engine == "ctranslate2" and length_penalty == "gnmt":
-        raise NmtError(
-            "--length-penalty gnmt: CTranslate2 normalises scores by |Y|^alpha only; use --length-penalty "
-            "average or --engine nmt"
-        )
-    if engine == "ctranslate2" and stop not in (None, "beam"):
-        raise NmtError(
-            f"--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; "
-            "use --stop beam or leave --stop out"
-        )
+    asked = {
+        "alignments": alignments,
+        "prefix": prefix is not None,
+        "ensemble": len(models) > 1,
+        "sampling": sampling,
+        "gnmt": length_penalty == "gnmt",
+        "stop": stop not in (None, "beam"),
+        "int8": dtype == "int8",
+        "confidence": confidence,
+    }
+    _check_engine(engine, asked, stop)
     if input is not None and (not input.exists() or input.is_dir()):
         raise NmtError(f"{input}: input file not found")
     _check_output(output, input, models)
@@ -224,7 +220,7 @@ def run(
         _check_file_format_options(chosen_format, input, nbest, alignments, prefix, shard, sampling)
     if markup:
         _check_markup_options(chosen_format, nbest, alignments, prefix)
-    _check_confidence_options(confidence, output_format, engine, sampling, markup, chosen_format)
+    _check_confidence_options(confidence, output_format, sampling, markup, chosen_format)
     aligned = (markup or needs_alignment(chosen_format)) and engine != "ctranslate2"
     job_shard = _job_shard(shard, input, output)
     launched = "WORLD_SIZE" in os.environ
@@ -318,6 +314,38 @@ def run(
     _report(stats, time.perf_counter() - started, show, max_positions)
 
 
+ENGINES = ("nmt", "ctranslate2")
+DTYPES = (None, "fp32", "bf16", "fp16", "int8")
+
+# What one engine does and the other does not, in one place: capability -> (the engine that has it, the refusal)
+ONLY = {
+    "alignments": ("nmt", "--alignments runs with --engine nmt only; drop --engine ctranslate2"),
+    "prefix": ("nmt", "--prefix runs with --engine nmt only; drop --engine ctranslate2"),
+    "ensemble": ("nmt", "ensembles (-m given more than once) run with --engine nmt only; drop --engine ctranslate2"),
+    "sampling": ("nmt", "--sampling runs with --engine nmt only; drop --engine ctranslate2"),
+    "confidence": ("nmt", "--confidence runs with --engine nmt only (it reads the model's attention); drop one of them"),
+    "gnmt": (
+        "nmt",
+        "--length-penalty gnmt: CTranslate2 normalises scores by |Y|^alpha only; use --length-penalty average "
+        "or --engine nmt",
+    ),
+    "stop": (
+        "nmt",
+        "--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; use --stop beam "
+        "or leave --stop out",
+    ),
+    "int8": ("ctranslate2", "--dtype int8: only with --engine ctranslate2 (our engine computes in fp32, bf16 or fp16)"),
+}
+
+
+def _check_engine(engine: str, asked: dict[str, bool], stop: str | None) -> None:
+    """Refuse, in one line, the first thing asked for that ``engine`` does not do (``ONLY``)."""
+    for capability, wanted in asked.items():
+        owner, refusal = ONLY[capability]
+        if wanted and owner != engine:
+            raise NmtError(refusal.format(stop=stop))
+
+
 def _check_file_format_options(chosen, input, nbest, alignments, prefix, shard, sampling) -> None:
     """What line-by-line options mean nothing for a document."""
     if input is None:
@@ -347,18 +375,25 @@ def _sentences(results, aligned: bool, assessed: bool = False):
     """This command's engine as ``formats.Sentences``: best translations, with word alignments when ``aligned``,
     with their confidence and flags when ``assessed`` (--confidence)."""
     from ..decode.attention_maps import parse_pharaoh
-    from ..formats import Sentences, Trust
+    from ..formats import Sentences
 
     def assess(lines: list[str]) -> list[tuple[str, Trust]]:
-        return [(hyps[0][0], Trust(hyps[0][-1].shown_confidence, tuple(hyps[0][-1].flags))) for hyps in results(iter(lines))]
+        return [(hyps[0].text, _trust(hyps[0].assessment)) for hyps in results(iter(lines))]
 
     def translate(lines: list[str]) -> list[str]:
-        return [hyps[0][0] for hyps in results(iter(lines))]
+        return [hyps[0].text for hyps in results(iter(lines))]
 
     def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-        return [(hyps[0][0], parse_pharaoh(hyps[0][2])) for hyps in results(iter(lines))]
+        return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in results(iter(lines))]
 
     return Sentences(translate, align if aligned else None, assess if assessed else None)
+
+
+def _trust(assessment: Assessment | None) -> Trust:
+    from ..formats import Trust
+
+    assert assessment is not None  # an assessing translator gives every Translation one
+    return Trust(assessment.shown_confidence, tuple(assessment.flags))
 
 
 def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int) -> Iterator[str]:
@@ -384,7 +419,7 @@ def _translate_document(input, output, chosen, sentences, languages, gettext_opt
     return translate_file(input, output, sentences, source_language, target_language, chosen, *gettext_options)
 
 
-def _format(index: int, hyps: list, nbest: int, output_format: str, alignments: bool, confidence: bool) -> str:
+def _format(index: int, hyps: list[Translation], nbest: int, output_format: str, alignments: bool, confidence: bool) -> str:
     """One input line's output: its translation (then alignments if asked), or INDEX, SCORE, TEXT lines;
     with --confidence the confidence and flags too; --format jsonl/tsv: one record per hypothesis."""
     if output_format == "jsonl":
@@ -394,10 +429,10 @@ def _format(index: int, hyps: list, nbest: int, output_format: str, alignments: 
         )
     if output_format == "tsv":
         return "".join(_tsv(index, rank, hyp, alignments, confidence) for rank, hyp in enumerate(hyps))
-    extra = lambda hyp: ([hyp[2]] if alignments else []) + (_judged(hyp[-1]) if confidence else [])  # noqa: E731
+    extra = lambda hyp: ([hyp.alignment or ""] if alignments else []) + (_judged(hyp.assessment) if confidence else [])  # noqa: E731
     if nbest == 1:
-        return "\t".join([hyps[0][0], *extra(hyps[0])]) + "\n"
-    return "".join("\t".join([str(index), f"{hyp[1]:.4f}", hyp[0], *extra(hyp)]) + "\n" for hyp in hyps)
+        return "\t".join([hyps[0].text, *extra(hyps[0])]) + "\n"
+    return "".join("\t".join([str(index), f"{hyp.score:.4f}", hyp.text, *extra(hyp)]) + "\n" for hyp in hyps)
 
 
 def _judged(assessment) -> list[str]:
@@ -406,31 +441,30 @@ def _judged(assessment) -> list[str]:
     return [f"{mark}{assessment.shown_confidence:.3f}", ",".join(assessment.flags)]
 
 
-def _record(index: int, rank: int, hyp: tuple, alignments: bool, confidence: bool) -> dict:
-    record = {"line": index, "rank": rank, "translation": hyp[0], "score": round(hyp[1], 4)}
+def _record(index: int, rank: int, hyp: Translation, alignments: bool, confidence: bool) -> dict:
+    record = {"line": index, "rank": rank, "translation": hyp.text, "score": round(hyp.score, 4)}
     if confidence:
-        assessment = hyp[-1]
+        assessment = hyp.assessment
+        assert assessment is not None  # --confidence: the translator assessed every hypothesis
         record["confidence"] = round(assessment.shown_confidence, 4)
         record["calibrated"] = assessment.confidence is not None
         record["flags"] = assessment.flags
         record["features"] = assessment.features.as_dict()
     if alignments:
-        record["alignment"] = hyp[2]
+        record["alignment"] = hyp.alignment
     return record
 
 
-def _tsv(index: int, rank: int, hyp: tuple, alignments: bool, confidence: bool) -> str:
-    columns = [str(index), str(rank), f"{hyp[1]:.4f}", *(_judged(hyp[-1]) if confidence else []), hyp[0]]
-    return "\t".join(columns + ([hyp[2]] if alignments else [])) + "\n"
+def _tsv(index: int, rank: int, hyp: Translation, alignments: bool, confidence: bool) -> str:
+    columns = [str(index), str(rank), f"{hyp.score:.4f}", *(_judged(hyp.assessment) if confidence else []), hyp.text]
+    return "\t".join(columns + ([hyp.alignment or ""] if alignments else [])) + "\n"
 
 
-def _check_confidence_options(confidence, output_format, engine, sampling, markup, chosen) -> None:
+def _check_confidence_options(confidence, output_format, sampling, markup, chosen) -> None:
     if output_format not in ("text", "jsonl", "tsv"):
         raise NmtError(f"--format {output_format}: choose text, jsonl or tsv")
     if not confidence:
         return
-    if engine == "ctranslate2":
-        raise NmtError("--confidence runs with --engine nmt only (it reads the model's attention); drop one of them")
     if sampling:
         raise NmtError("--confidence assesses beam search or greedy outputs; drop --sampling")
     if markup:

@@ -26,10 +26,9 @@ from typing import Any
 
 import torch
 
-from ..config import dump_recipe, recipe_from_dict, recipe_to_dict
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..errors import NmtError
-from ..utils import torchfile
+from .folder import imported_recipe, write_model_folder
 from .layers import layer_map, placed, sines_then_cosines
 from .shared_ids import SPECIALS, rebuild
 
@@ -70,30 +69,13 @@ def import_fairseq(
         "tgt": rebuild(tgt_spm, tgt_order, str(tokenizers[1] or tokenizers[0])),
     }
     state = _state_dict(weights, model_settings, (src_rows, tgt_rows), (len(src_dict), len(tgt_dict)), checkpoint)
-    recipe = recipe_from_dict(
-        {
-            "name": checkpoint.stem,
-            "data": {"src_lang": src_lang, "tgt_lang": tgt_lang},
-            "model": model_settings,
-            # fairseq-generate's defaults: beam 5, score / length^1 with the length counting </s>
-            "decode": {"beam": 5, "alpha": 1.0, "length_penalty": "average"},
-            "vocab": {"from": str((output / "model.pt").resolve()), "joint": vocab["src"] == vocab["tgt"]},
-            "train": {"init_from": str(output.resolve())},
-        },
-        source=f"{checkpoint} (fairseq settings)",
-    )
-    output.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "model": state,
-        "recipe": recipe_to_dict(recipe),
-        "vocab": vocab,
-        "step": 0,
-        "parent": None,
-        "imported_from": {"format": "fairseq", "path": str(checkpoint)},
-    }
-    torchfile.save(output / "model.pt", payload, "weights")
-    (output / "recipe.yaml").write_text(dump_recipe(recipe), encoding="utf-8")
-    return output
+    # fairseq-generate's defaults: beam 5, score / length^1 with the length counting </s>
+    decode = {"beam": 5, "alpha": 1.0, "length_penalty": "average"}
+    recipe = imported_recipe(
+        output, checkpoint.stem, (src_lang, tgt_lang), model_settings, decode, vocab["src"] == vocab["tgt"],
+        f"{checkpoint} (fairseq settings)",
+    )  # fmt: skip
+    return write_model_folder(output, state, recipe, vocab, {"format": "fairseq", "path": str(checkpoint)})
 
 
 def _load(checkpoint: Path) -> dict[str, Any]:

@@ -25,11 +25,10 @@ from typing import Any
 
 import torch
 
-from ..config import dump_recipe, recipe_from_dict, recipe_to_dict
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..decode.translator import LoadedModel
 from ..errors import NmtError
-from ..utils import torchfile
+from .folder import imported_recipe, write_model_folder
 from .layers import layer_map, placed, sines_then_cosines
 from .shared_ids import SPECIALS, rebuild
 
@@ -53,31 +52,12 @@ def import_marian(
     weights = _weights(folder)
     state = _state_dict(weights, config, marian_rows, folder)
     languages = _languages(folder, src_lang, tgt_lang)
-    recipe = recipe_from_dict(
-        {
-            "name": (origin or folder.name).rsplit("/", 1)[-1],
-            "data": {"src_lang": languages[0], "tgt_lang": languages[1]},
-            "model": model_settings,
-            "decode": {"beam": int(config.get("num_beams") or 4), "alpha": 1.0, "length_penalty": "average"},
-            # ready to fine-tune: the data is prepared with these SentencePiece models, training starts from these weights
-            "vocab": {"from": str((output / "model.pt").resolve()), "joint": False},
-            "train": {"init_from": str(output.resolve())},
-        },
-        source=f"{folder} (MarianMT config)",
-    )
-    output.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "model": state,
-        "recipe": recipe_to_dict(recipe),
-        "vocab": {"src": sides["source"], "tgt": sides["target"]},
-        "step": 0,
-        "parent": None,
-        "imported_from": {"format": "marian", "path": origin or str(folder)},
-    }
-    torchfile.save(output / "model.pt", payload, "weights")
-    # the recipe to fine-tune from: its model section is the imported architecture (train.init_from keeps it)
-    (output / "recipe.yaml").write_text(dump_recipe(recipe), encoding="utf-8")
-    return output
+    decode = {"beam": int(config.get("num_beams") or 4), "alpha": 1.0, "length_penalty": "average"}
+    name = (origin or folder.name).rsplit("/", 1)[-1]
+    # two SentencePiece models over one id space: vocab.joint false, embeddings shared
+    recipe = imported_recipe(output, name, languages, model_settings, decode, False, f"{folder} (MarianMT config)")
+    vocab = {"src": sides["source"], "tgt": sides["target"]}
+    return write_model_folder(output, state, recipe, vocab, {"format": "marian", "path": origin or str(folder)})
 
 
 def _read_json(path: Path) -> dict[str, Any]:

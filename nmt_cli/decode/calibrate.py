@@ -63,14 +63,14 @@ def calibrate_loaded(
     hyps: list[Any] = []
     acceptable: list[bool] = []
     for part in (kept[:probe], kept[probe:]) if probe else (kept,):
-        hyps += [h[0] for h in translator.translate(s for s, _ in part)]
-        acceptable = [sacrebleu.sentence_chrf(h[0], [ref]).score >= threshold for h, (_, ref) in zip(hyps, kept)]
+        hyps += [h[0] for h in translator.translate(s for s, _ in part)]  # each line's best Translation
+        acceptable = [sacrebleu.sentence_chrf(h.text, [ref]).score >= threshold for h, (_, ref) in zip(hyps, kept)]
         if not any(acceptable):
             raise NmtError(
                 f"none of the first {len(hyps):,} translations reaches sentence chrF {threshold:g}: calibration needs "
                 "good and bad ones; give sentences nearer the model's limits, or another --threshold"
             )
-    found = [hyp[-1].features for hyp in hyps]
+    found = [hyp.assessment.features for hyp in hyps if hyp.assessment is not None]
     sources = [s for s, _ in kept]
     synthetic = {
         "hallucination": _paired(loaded, translator, sources, [hyps[(i + 1) % len(hyps)][0] for i in range(len(hyps))]),
@@ -109,7 +109,7 @@ def _omitted(loaded: LoadedModel, translator: Translator, sources: list[str]) ->
     """Each source of six words or more paired with the translation of its first 60% only: omissions."""
     long_enough = [s for s in sources if len(s.split()) >= 6]
     parts = [" ".join(s.split()[: max(1, int(len(s.split()) * 0.6))]) for s in long_enough]
-    translated = [h[0][0] for h in translator.translate(parts)]
+    translated = [h[0].text for h in translator.translate(parts)]
     return _paired(loaded, translator, long_enough, translated)
 
 

@@ -34,9 +34,7 @@ from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
-
-# one output: (text, score), then the word alignment with --alignments, then an Assessment with --confidence
-Translated = tuple[Any, ...]
+from .translation import EMPTY, Translation
 
 
 @dataclass
@@ -194,17 +192,17 @@ class Translator:
         self.max_src = loaded.recipe.model.max_positions - 1  # room for the EOS
         self.stats = TranslationStats()
         self.generator = torch.Generator(self.device).manual_seed(config.seed) if config.sampling else None
-        # --alignments: hypotheses become (text, score, "i-j ...") from one layer's cross-attention
+        # --alignments: each Translation gets its alignment "i-j ..." from one layer's cross-attention
         first = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model
         self.align_model = first if alignments else None
         self.align_layer = alignment_layer_of(first, alignment_layer) if alignments else None
-        # assess: each hypothesis also gets an Assessment (quality/): features, calibrated confidence, flags
+        # assess: each Translation also gets an Assessment (quality/): features, calibrated confidence, flags
         self.assessor = Assessor.of(loaded, config, alignment_layer) if assess else None
 
     def translate(
         self, lines: Iterable[str], prefixes: Iterable[str] | None = None, first_line: int = 0
-    ) -> Iterator[list[Translated]]:
-        """Yield, for every input line in order, its n-best list of (text, score); each output starts with
+    ) -> Iterator[list[Translation]]:
+        """Yield, for every input line in order, its n-best list of ``Translation``; each output starts with
         the line's target prefix when ``prefixes`` gives one (an empty prefix: none).
 
         ``first_line`` is the index of the first line in the whole input (a chunk boundary, when a job
@@ -235,29 +233,32 @@ class Translator:
         on a monotone alignment)."""
 
         def translate(lines: list[str]) -> list[str]:
-            return [hyps[0][0] for hyps in self.translate(lines)]
+            return [hyps[0].text for hyps in self.translate(lines)]
 
         def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-            return [(hyps[0][0], parse_pharaoh(str(hyps[0][-1]))) for hyps in self.translate(lines)]
+            return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in self.translate(lines)]
 
         return Sentences(translate, align if self.align_model is not None else None)
 
     def _clean(self, line: str) -> str:
         return clean_source_line(line, self.stats)
 
-    def _translate_chunk(self, lines: list[str], prefixes: list[str] | None = None) -> list[list[Translated]]:
+    def _translate_chunk(self, lines: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
         encoded = self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)
         starts = self.loaded.tgt_vocab.encode(prefixes, out_type=int) if prefixes is not None else None
         return self.translate_encoded(encoded, starts)
 
-    def translate_encoded(self, encoded: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Translated]]:
+    def translate_encoded(
+        self, encoded: list[list[int]], prefixes: list[list[int]] | None = None
+    ) -> list[list[Translation]]:
         """The n-best lists of sentences already encoded as source ids (no EOS), in order; ``prefixes``
         are target ids each output must start with.
 
         Empty sentences give an empty line; too long ones are truncated and counted.
         """
         encoded = list(encoded)
-        results: list[list[Translated]] = [[("", 0.0) if self.align_model is None else ("", 0.0, "")] for _ in encoded]
+        empty = EMPTY._replace(alignment="") if self.align_model is not None else EMPTY
+        results: list[list[Translation]] = [[empty] for _ in encoded]
         todo = []
         for i, ids in enumerate(encoded):
             self.stats.sentences += 1
@@ -278,8 +279,9 @@ class Translator:
             assessed = self._assessments(batch, found, encoded, memory) if self.assessor is not None else None
             for n, (i, hyps) in enumerate(zip(batch, found)):
                 results[i] = [
-                    self._detokenize(h, links[n][k] if links is not None else None)
-                    + ((assessed[n][k],) if assessed is not None else ())
+                    self._detokenize(
+                        h, links[n][k] if links is not None else None, assessed[n][k] if assessed is not None else None
+                    )
                     for k, h in enumerate(hyps)
                 ] or [self._nothing()]
         return results
@@ -349,10 +351,9 @@ class Translator:
         widths = [len(tokens) + 1 for tokens in encoded]
         return decoding_batches(widths, todo, self.config.batch_size, self.config.batch_tokens)
 
-    def _detokenize(self, hyp: Hypothesis, alignment: str | None) -> Translated:
+    def _detokenize(self, hyp: Hypothesis, alignment: str | None, assessment: Assessment | None) -> Translation:
         self.stats.output_tokens += len(hyp.tokens) + 1
-        text = self.loaded.tgt_vocab.decode(hyp.tokens)
-        return (text, hyp.score) if alignment is None else (text, hyp.score, alignment)
+        return Translation(self.loaded.tgt_vocab.decode(hyp.tokens), hyp.score, alignment, assessment)
 
-    def _nothing(self) -> Translated:
-        return ("", float("-inf")) if self.align_model is None else ("", float("-inf"), "")
+    def _nothing(self) -> Translation:
+        return Translation("", float("-inf"), "" if self.align_model is not None else None)

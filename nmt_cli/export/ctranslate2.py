@@ -22,6 +22,7 @@ import torch
 
 from ..config import DecodeConfig, dump_recipe, load_recipe
 from ..data.batches import decoding_batches
+from ..decode.translation import EMPTY, Translation
 from ..decode.translator import LoadedModel
 from ..errors import NmtError
 from ..model.attention import CrossAttention, SelfAttention
@@ -246,8 +247,8 @@ class CTranslate2Engine:
         # The language pair, for file formats that name it (a gettext catalogue's Language); "" when unknown.
         self.languages = (stored.data.src_lang, stored.data.tgt_lang) if stored is not None else ("", "")
 
-    def translate(self, lines: Sequence[str], config: DecodeConfig, nbest: int = 1) -> list[list[tuple[str, float]]]:
-        """n-best (text, score) per line. CTranslate2 normalises scores by |Y|^alpha (no GNMT form).
+    def translate(self, lines: Sequence[str], config: DecodeConfig, nbest: int = 1) -> list[list[Translation]]:
+        """n-best ``Translation`` (text, score) per line. CTranslate2 normalises scores by |Y|^alpha (no GNMT form).
 
         The lines go in our engine's batches (``decoding_batches``: longest first, ``batch_size`` lines,
         ``batch_tokens`` tokens), each limited to ``max_len_a`` x its longest line + ``max_len_b`` tokens
@@ -257,7 +258,7 @@ class CTranslate2Engine:
         block's longest limit: a short line that repeated itself ran on for as long.)
         """
         pieces = [self.src.encode(line.strip(), out_type=str) for line in lines]
-        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        results: list[list[Translation]] = [[EMPTY] for _ in lines]
         todo = [i for i, line_pieces in enumerate(pieces) if line_pieces]
         widths = [len(line_pieces) + 1 for line_pieces in pieces]
         submitted = []
@@ -278,5 +279,7 @@ class CTranslate2Engine:
             for i, result in zip(batch, pending):
                 output = result.result()
                 self.output_tokens += len(output.hypotheses[0]) + 1
-                results[i] = [(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)]
+                results[i] = [
+                    Translation(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)
+                ]
         return results

@@ -76,7 +76,7 @@ def validation_bleu(
     ``nmt translate`` does."""
     loaded = LoadedModel(model, recipe, vocabs.src, vocabs.tgt, Path("(validation)"))
     translator = Translator(loaded, replace(recipe.decode, beam=recipe.train.valid_beam), device)
-    outputs = [hyps[0][0] for hyps in translator.translate_encoded([data.src[i].tolist() for i in range(len(data))])]
+    outputs = [hyps[0].text for hyps in translator.translate_encoded([data.src[i].tolist() for i in range(len(data))])]
     refs = split_lines(references.read_text(encoding="utf-8"))
     return corpus_bleu(outputs, [refs]).score, translator.stats.truncated
 

@@ -270,9 +270,9 @@ def test_sampling_is_reproducible_and_top_k_one_or_tiny_top_p_is_greedy(loaded, 
     other = _sampled(loaded, lines, nbest=3, temperature=2.0, seed=8)
     assert other != first
     for hyps in first:
-        texts = [text for text, _ in hyps]
+        texts = [hyp.text for hyp in hyps]
         assert 1 <= len(hyps) <= 3 and len(set(texts)) == len(texts)  # distinct samples
-        assert [score for _, score in hyps] == sorted((score for _, score in hyps), reverse=True)
+        assert [hyp.score for hyp in hyps] == sorted((hyp.score for hyp in hyps), reverse=True)
     assert any(len(hyps) > 1 for hyps in first)
 
 
@@ -349,8 +349,8 @@ def test_an_ensemble_of_a_model_with_itself_is_that_model(loaded, overfit, tmp_p
     ):
         alone = list(Translator(loaded, config, nbest=2 if config.beam > 1 else 1).translate(lines))
         together = list(Translator(pair, config, nbest=2 if config.beam > 1 else 1).translate(lines))
-        assert [[t for t, _ in h] for h in together] == [[t for t, _ in h] for h in alone]
-        assert [s for h in together for _, s in h] == pytest.approx([s for h in alone for _, s in h], abs=1e-4)
+        assert [[t.text for t in h] for h in together] == [[t.text for t in h] for h in alone]
+        assert [t.score for h in together for t in h] == pytest.approx([t.score for h in alone for t in h], abs=1e-4)
     pairs = [(loaded.src_vocab.encode(line), loaded.tgt_vocab.encode("Ein Hund.")) for line in lines]
     config = loaded.recipe.decode
     assert [r.total for r in forced_scores(pair.model, pairs, config, torch.device("cpu"))] == pytest.approx(
@@ -382,7 +382,7 @@ def test_target_prefixes_start_the_output_and_empty_ones_change_nothing(loaded, 
             else:
                 assert out == before
     sampled = list(Translator(loaded, replace(loaded.recipe.decode, sampling=True), nbest=2).translate(lines, prefixes))
-    assert all(text.startswith(p) for p, hyps in zip(prefixes, sampled) for text, _ in hyps)
+    assert all(text.startswith(p) for p, hyps in zip(prefixes, sampled) for text, *_ in hyps)
     with pytest.raises(NmtError, match="prefixes end at line 2"):
         list(Translator(loaded, loaded.recipe.decode).translate(lines, prefixes[:2]))
 
@@ -392,7 +392,7 @@ def test_alignments_link_each_output_word_once_within_range(loaded, overfit):
     lines = src[:8] + ["A woman in a red coat is walking on the street."]
     translator = Translator(loaded, loaded.recipe.decode, alignments=True)
     for line, hyps in zip(lines, translator.translate(lines)):
-        text, _, alignment = hyps[0]
+        text, alignment = hyps[0].text, hyps[0].alignment
         pairs = [tuple(map(int, link.split("-"))) for link in alignment.split()]
         assert [j for _, j in pairs] == list(range(len(text.split())))  # one link per output word, in order
         assert all(0 <= i < len(line.split()) for i, _ in pairs)
@@ -449,4 +449,4 @@ def test_fixed_shape_steps_also_serve_sampling_and_prefixes(loaded, overfit, mon
         monkeypatch.setattr(module, "decoder_steps", fixed_shape)
     got = [list(Translator(loaded, c, nbest=n).translate(lines, p)) for c, n, p in cases]
     for before, after in zip(expected, got):
-        assert [[t for t, _ in h] for h in after] == [[t for t, _ in h] for h in before]
+        assert [[t.text for t in h] for h in after] == [[t.text for t in h] for h in before]

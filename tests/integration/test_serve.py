@@ -137,7 +137,7 @@ def test_libretranslate_shape(client, loaded, overfit):
     many = client.post("/translate", json={"q": src[1:4], "source": "auto", "target": "de", "alternatives": 2})
     expected = translated(loaded, src[1:4], beam=4, nbest=3)
     assert many.json()["translatedText"] == [hyps[0][0] for hyps in expected]
-    assert many.json()["alternatives"] == [[text for text, _ in hyps[1:]] for hyps in expected]
+    assert many.json()["alternatives"] == [[hyp.text for hyp in hyps[1:]] for hyps in expected]
     languages = client.get("/languages").json()
     assert languages == [{"code": "en", "name": "English", "targets": ["de"]}]
 
@@ -170,8 +170,8 @@ def test_our_shape_has_nbest_lists_scores_and_timing(client, loaded, overfit):
     expected = translated(loaded, [src[5], "", src[6], UNSEEN[0]], beam=5, alpha=1.0, nbest=3)
     first, second = body["translations"]
     assert first["text"] == "\n".join(hyps[0][0] for hyps in expected[:3])
-    assert [a["text"] for a in second["nbest"]] == [text for text, _ in expected[3]]
-    assert [a["score"] for a in second["nbest"]] == pytest.approx([score for _, score in expected[3]], abs=1e-4)
+    assert [a["text"] for a in second["nbest"]] == [hyp.text for hyp in expected[3]]
+    assert [a["score"] for a in second["nbest"]] == pytest.approx([hyp.score for hyp in expected[3]], abs=1e-4)
     assert second["score"] == pytest.approx(expected[3][0][1], abs=1e-4) and not second["truncated"]
 
 
@@ -182,7 +182,7 @@ def test_confidence_and_flags_are_given_when_asked(client, loaded, overfit):
     assert "confidence" not in plain["translations"][0]  # the shape is unchanged unless asked
     body = client.post("/translate", json={"text": [src[5], f"{src[5]}\n{UNSEEN[0]}"], "nbest": 2, "confidence": True})
     one, two = body.json()["translations"]
-    known, unseen = (hyps[0][-1] for hyps in expected)
+    known, unseen = (hyps[0].assessment for hyps in expected)
     assert one["confidence"] == pytest.approx(known.shown_confidence, abs=1e-3) and one["calibrated"] is False
     assert one["flags"] == known.flags and "lines" not in one
     assert [a["confidence"] for a in one["nbest"]] == pytest.approx([h[-1].shown_confidence for h in expected[0]], abs=1e-3)
@@ -407,7 +407,7 @@ def test_web_page_translates_in_a_real_browser(server, loaded, overfit, tmp_path
         browser.save_screenshot(str(tmp_path / "page.png"))
     finally:
         browser.quit()
-    assert shown == [text for text, _ in translated(loaded, [src[3]], nbest=2)[0]]
+    assert shown == [hyp.text for hyp in translated(loaded, [src[3]], nbest=2)[0]]
     assert (tmp_path / "page.png").stat().st_size > 1000
     if os.environ.get("NMT_SCREENSHOT"):  # docs/images/serve.png is taken this way
         shutil.copy(tmp_path / "page.png", os.environ["NMT_SCREENSHOT"])
@@ -441,7 +441,7 @@ def test_web_page_keeps_lines_and_shows_source_and_target_side_by_side(server, l
         browser.quit()
     assert shown.split("\n") == [hyps[0][0] for hyps in translated(loaded, lines)]
     assert len(marks) == 3 and all(title.startswith("confidence ") for title in marks)  # each line its own
-    assessed = [hyps[0][-1] for hyps in Translator(loaded, loaded.recipe.decode, assess=True).translate(lines)]
+    assessed = [hyps[0].assessment for hyps in Translator(loaded, loaded.recipe.decode, assess=True).translate(lines)]
     doubtful = [bool(a.flags) or a.shown_confidence < 0.5 for a in assessed]
     assert [bool(c) for c in shaded] == doubtful and "no calibration" in note
     assert target_box["x"] > source_box["x"] + source_box["width"] / 2  # beside it, not below
