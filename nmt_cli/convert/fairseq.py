@@ -81,6 +81,10 @@ def import_fairseq(
 def _load(checkpoint: Path) -> dict[str, Any]:
     """The checkpoint's dict, read without running code from it: tensors, plain containers and the
     ``argparse.Namespace`` fairseq keeps its settings in."""
+    if checkpoint.is_dir():
+        raise NmtError(
+            f"{checkpoint}: is a folder; give the checkpoint file in it (checkpoint_best.pt, checkpoint_last.pt ...)"
+        )
     if not checkpoint.is_file():
         raise NmtError(f"{checkpoint}: not found; give a fairseq checkpoint (checkpoint_best.pt, checkpoint_last.pt ...)")
     try:

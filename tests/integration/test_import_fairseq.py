@@ -248,6 +248,9 @@ def test_bad_files_are_one_line_and_nothing_is_written(tmp_path, tiny_spm):
     assert result.exit_code == 1 and "not a fairseq checkpoint nmt can read safely" in result.output
     assert not (tmp_path / "owned").exists()
 
+    result = invoke(tmp_path, tiny_spm, tmp_path / "run")
+    assert result.exit_code == 1 and "is a folder; give the checkpoint file in it" in result.output
+
     result = invoke(tmp_path / "nowhere.pt", tiny_spm, tmp_path / "run")
     assert result.exit_code == 1 and "nowhere.pt: not found" in result.output
     assert not (tmp_path / "run").exists()
