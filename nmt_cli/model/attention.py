@@ -92,9 +92,8 @@ def attention(
     if relative is not None:
         return attention_reference(q, k, v, mask, dropout, causal, relative)
     if q.device.type == "cpu" and (q.dtype == torch.bfloat16 or _short_keys_in_training(q, k)):
-        # PyTorch's CPU flash-attention kernel is slow in bf16 (its backward about 5x its fp32 time on
-        # m30k-small); the formula written out runs its products in bf16 and was 1.6x faster than the
-        # kernel fed fp32 copies (one attention block, forward and backward, 26 positions). In fp32 the
+        # PyTorch's CPU flash-attention kernel is slow in bf16, its backward most; the formula written out
+        # runs its products in bf16 and beat the kernel fed fp32 copies (docs/choices.md). In fp32 the
         # kernel's backward is slow for short keys: see WRITTEN_OUT_MAX_KEYS.
         return attention_reference(q, k, v, mask, dropout, causal, bias=bias)
     if bias is not None:  # one float mask: the position term, -inf where a key is hidden
@@ -126,11 +125,9 @@ def attention_at_inference(q: Tensor, k: Tensor, v: Tensor, hidden: Tensor | Non
 
 
 # Up to this many keys, training on the CPU in fp32 runs attention written out rather than through
-# PyTorch's flash-attention kernel: forward and backward of one attention block over a batch of about
-# 4,000 tokens (AMD EPYC Zen 3, 2 threads, 4 heads of 64) took 8.8 ms written out against 18.7 ms
-# through the kernel at 26 keys (padding mask), 8.2 vs 13.2 at 32, level at 48-96, and 30 vs 22 ms at
-# 128 (the kernel is built for long sequences). The written-out weights (B, H, Tq, Tk) kept for the
-# backward pass stay small at these lengths.
+# PyTorch's flash-attention kernel, which is built for long sequences: written out was 1.6-2.1x as fast
+# at 26-32 keys, level at 48-96, slower at 128 (docs/choices.md). The written-out weights (B, H, Tq, Tk)
+# kept for the backward pass stay small at these lengths.
 WRITTEN_OUT_MAX_KEYS = 64
 
 

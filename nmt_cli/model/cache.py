@@ -116,8 +116,8 @@ class DecoderState:
 
     def cross_attention_mask(self) -> Tensor | None:
         """``src_mask``, or None on a CPU when no source is padded (batch 1, equal lengths): attention
-        without a mask skips a conversion of the mask per layer and step (about 5 us of a ~1 ms step
-        at batch 1). On a GPU the check would make the host wait, so the mask stays."""
+        without a mask skips a conversion of the mask per layer and step. On a GPU the check would make
+        the host wait, so the mask stays."""
         if self.src_mask.device.type != "cpu":
             return self.src_mask
         if self._cross_mask_of is not self.src_mask:  # new or changed by select() / a join

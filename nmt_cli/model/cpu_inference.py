@@ -54,20 +54,16 @@ from torch import Tensor, nn
 from ..errors import NmtError
 from ..utils.cpu import cpu_vendor, native_bf16_cpu
 
-# Input rows for which a product runs as W @ x^T through the BLAS; others go through oneDNN. Measured
-# over a decoder step's weights in sequence (AMD EPYC, AVX-512, 2 threads), small and base models:
-# 2-4 rows 1.4-1.6x faster than oneDNN and 2.4-4x faster than F.linear; level with oneDNN at 8.
+# Input rows for which a product runs as W @ x^T through the BLAS; others go through oneDNN: at a few rows
+# the BLAS wins, from 8 oneDNN is as fast (measured: docs/choices.md).
 SWAPPED_OPERANDS_ROWS = range(2, 8)
 CHOICES = ("auto", "onednn", "packed", "blas")
-# oneDNN's blocked weight layout is chosen for an expected number of rows; one layout packed for 16
-# served 1-64 rows within a few per cent of a layout packed for each (AMD EPYC Zen 3).
+# oneDNN's blocked weight layout is chosen for an expected number of rows; one layout packed for 16 serves
+# 1-64 rows about as well as one packed for each (docs/choices.md), and one copy is all the memory it takes.
 PACKED_FOR_ROWS = 16
 # From this many input rows on (an encoder's groups of sources, default-batched beam search's first
-# steps), the BLAS's product beats oneDNN's on processors without AVX-512: a base decoder step's
-# weights in sequence (AMD EPYC Zen 3, 2 threads, ``bench_cpu_linear.py --micro``) took 42 / 82 / 152 /
-# 321 / 695 ms through oneDNN packed at 64 / 128 / 256 / 512 / 1,024 rows and 51 / 89 / 179 / 313 / 583
-# through ``F.linear``. With AVX-512 the packed product stays ahead at every size (Zen 4: 204 / 402 /
-# 803 / 1,633 ms against 250 / 463 / 911 / 1,871 at 512 / 1,024 / 2,048 / 4,096 rows), see blas_min_rows.
+# steps), the BLAS's product beats oneDNN's on processors without AVX-512; with AVX-512 the packed product
+# stays ahead at every size, see blas_min_rows (``bench_cpu_linear.py --micro``; figures in docs/choices.md).
 BLAS_MIN_ROWS = 512
 
 
@@ -152,10 +148,8 @@ def blas_min_rows() -> int | None:
 
 def packs_bf16_weights() -> bool:
     """Whether a bf16 model's linear layers read oneDNN-packed copies of their weights: under ``auto``
-    or ``packed``, where the processor multiplies bf16 in hardware and oneDNN computes it. On an AMD
-    EPYC Zen 4 (AVX512-BF16, 2 threads) a base decoder step's products took 3.8 / 3.1 / 5.1 / 13.2 ms
-    at 1 / 4 / 16 / 64 rows with packed bf16 weights against 7.2 / 8.0 / 10.4 / 19.1 ms with PyTorch's
-    (``F.linear``, which reorders the weight on every call) and 6.5 / 5.4 / 8.4 / 25.2 ms in fp32 packed."""
+    or ``packed``, where the processor multiplies bf16 in hardware and oneDNN computes it: ``F.linear``
+    reorders a bf16 weight on every call, a packed copy does it once (1.4-2.6x faster per step: docs/choices.md)."""
     return cpu_linear_choice() in ("auto", "packed") and native_bf16_cpu() and onednn_usable(torch.bfloat16)
 
 
@@ -175,8 +169,7 @@ class InferenceLinear(nn.Linear):
     blas_from_rows: int | None = BLAS_MIN_ROWS  # None: oneDNN at every row count
     # forward() as a function over plain tensors, made at the first product (the threads are known
     # then): a module's parameters are looked up through ``nn.Module.__getattr__`` on every access, and
-    # at one row the look-ups and checks of a method cost about 13 us of a 20-50 us product (small
-    # Multi30k model, a decoder step's 19 products 0.83 -> 0.57 ms, AMD EPYC Zen 3).
+    # at one row the look-ups and checks of a method are a large share of a product (docs/choices.md).
     _product: Callable[[Tensor], Tensor] | None = None
     # product_relu() and product_add() as plain functions, made with them (see product_add)
     _fused: tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]] | None = None
@@ -241,8 +234,8 @@ class InferenceLinear(nn.Linear):
 
     def _packed_rows(self) -> range:
         """The input row counts whose products read the packed weight: from 2 rows in fp32 (at one row
-        oneDNN is as fast with the plain weight, Zen 3 and Zen 4), from 1 in bf16 (1.9x faster packed,
-        Zen 4), up to ``blas_from_rows``; none without a packed copy."""
+        oneDNN is as fast with the plain weight), from 1 in bf16 (packed is faster there: docs/choices.md),
+        up to ``blas_from_rows``; none without a packed copy."""
         if self.packed_weight is None:
             return range(0)
         first = 2 if self.weight.dtype == torch.float32 else 1
@@ -318,8 +311,8 @@ def one_row_parts_for(in_features: int) -> int:
     """How many parts one-row products cut an input of ``in_features`` into: one per thread where that
     divides it, else 2 where there are 2 threads or more and that divides it, else 1.
 
-    On 2 threads (AMD EPYC Zen 3) 2 parts beat 4 (measured cutting the output); on 1 thread the whole product with W^T stored
-    contiguous is as fast as 2 parts, and 1.3-2.3x faster than oneDNN.
+    Fewer, larger parts won on 2 threads, and one whole product with W^T stored contiguous on 1
+    (docs/choices.md).
     """
     threads = torch.get_num_threads()
     for parts in (threads, 2):

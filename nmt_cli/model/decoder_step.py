@@ -177,12 +177,8 @@ def _self_attention(q: Tensor, k: Tensor, v: Tensor, cache: LayerCache) -> Tenso
 
 # On the CPU, a beam's hypotheses (several queries per sentence) attend to their sentence's encoder
 # keys written out from this many (sentence, head) blocks on, rather than through PyTorch's flash
-# kernel, which is built for long sequences: 4 queries over 15 keys, heads of 64 (AMD EPYC Zen 3, 2
-# threads, median of 300 calls) took 355 us through the kernel against 110 us written out at 16
-# sentences x 8 heads, 1,345 against 392 at 60 x 8, 141 against 51 at 8 x 4; at one sentence the
-# kernel is faster (62 against 72 us at 8 heads), and with one query per sentence (greedy) level.
-# Inside a translation (base model, beam 4, 200 Multi30k lines at default batching, median of 3) the
-# cross-attention took 218 ms against 486 ms, with its keys/values contiguous (MemoryKeysValues.contiguous).
+# kernel, which is built for long sequences: with many short blocks written out was about 3x faster,
+# at one sentence the kernel is, with one query per sentence (greedy) they are level (docs/choices.md).
 WRITTEN_OUT_MIN_BLOCKS = 16
 
 

@@ -61,7 +61,7 @@ class _CpuDropout(torch.autograd.Function):
 
 
 def _keep_and_scale(x: Tensor, keep: Tensor, scale: float) -> Tensor:
-    # where() reads the bool mask as is; x.mul(keep) would first copy it to x's dtype (5x slower).
+    # where() reads the bool mask as is; x.mul(keep) would first copy it to x's dtype (docs/choices.md).
     return torch.where(keep, x, torch.zeros((), dtype=x.dtype)).mul_(scale)
 
 

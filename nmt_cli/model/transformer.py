@@ -244,11 +244,8 @@ def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:
 # How Transformer.encode groups sources at inference on the CPU: widest first, a group takes the next
 # source while it is at least ENCODE_GROUP_MIN_FILL of the group's widest (so little of a group is
 # padding) and the group stays within ENCODE_GROUP_MAX_TOKENS padded positions (so its activations,
-# 1,024 x 2,048 fp32 = 8 MiB in a base model's feed-forward layer, stay in the processor's cache). One
-# default 6,000-token batch through the base model's encoder (AMD EPYC Zen 3, 2 threads, median of 5):
-# newstest2014 (56 x 107 positions, 37% padding) 2.07 s in one piece, 1.30 s in groups by width alone,
-# 1.32 / 1.20 / 1.20 s with the cap at 2,048 / 1,024 / 512; Multi30k (176 x 34) 2.19, 1.41, 1.34 /
-# 1.29 / 1.30 s.
+# 1,024 x 2,048 fp32 = 8 MiB in a base model's feed-forward layer, stay in the processor's cache); a
+# default batch encodes in about 40% less time so (docs/choices.md).
 ENCODE_GROUP_MIN_FILL = 0.8
 ENCODE_GROUP_MAX_TOKENS = 1024
 

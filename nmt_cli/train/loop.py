@@ -498,9 +498,8 @@ def _gradient_norm(model: torch.nn.Module, clip: float) -> torch.Tensor:
 def _prefer_memory_efficient_attention(device: torch.device) -> None:
     """On a GPU, leave cuDNN's attention kernel out of PyTorch's choice.
 
-    Padding masks rule out the flash kernel; PyTorch then picks cuDNN's, whose forward and backward
-    took 9% more of the H100's time per update than the memory-efficient kernel (Transformer big,
-    12,288-token batches; ``benchmarks/bench_gpu.py profile --variants plain,efficient,cudnn``).
+    Padding masks rule out the flash kernel; PyTorch then picks cuDNN's, which was slower than the
+    memory-efficient kernel for a Transformer's updates (``benchmarks/bench_gpu.py profile``; docs/choices.md).
     """
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
