@@ -31,10 +31,8 @@ Result = TypeVar("Result")
 
 
 # What auto (``decode.workers: 0``) takes on: batches of at most this many decoder rows (sentences x
-# beam), and at least two batches per worker (so that none waits long for the last). Small Multi30k
-# model, beam 4, AMD EPYC Zen 3, 2 threads, ``nmt translate`` twice each: 2 workers against 1 were
-# 1.1-1.2x as fast at 1 sentence per batch, 1.2x at 16, 1.15-1.3x at 32, 1.2x at 64 (256 rows), but
-# 0.92x at about 94 (1,000 lines, ``--batch-tokens 1500``) and 0.9-0.96x at the default 6,000 tokens.
+# beam), and at least two batches per worker (so that none waits long for the last): two workers paid
+# up to 256 rows a batch and lost above (docs/choices.md).
 AUTO_MAX_ROWS = 256
 AUTO_MIN_BATCHES_PER_WORKER = 2
 

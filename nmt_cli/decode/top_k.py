@@ -2,8 +2,7 @@
 
 A search step ranks each hypothesis's 2K best tokens out of the whole vocabulary. PyTorch's CPU
 ``topk`` selects within each row element by element; at the rows of batched beam search it took as
-long as the log-softmax before it (AMD EPYC Zen 3, 2 threads, 256 x 32,000 scores, k = 8: 10.8 ms).
-In two stages it reads the row once with a vectorised maximum instead:
+long as the log-softmax before it. In two stages it reads the row once with a vectorised maximum instead:
 
 1. cut each row into chunks of ``CHUNK`` entries and take each chunk's maximum;
 2. rank only the entries of the k chunks with the largest maxima.
@@ -11,11 +10,8 @@ In two stages it reads the row once with a vectorised maximum instead:
 That is exact: if an entry e is among a row's k largest, its chunk's maximum is at least e, which is
 at least the row's k-th largest entry, which is at least the k-th largest chunk maximum (the k largest
 chunk maxima are k distinct entries); so e's chunk is among the k chunks kept (among equal maxima
-either may be kept; the values returned are the same). Measured against ``topk`` (same shapes, median
-of 60): 3.4 against 10.8 ms at 256 x 32,000, 1.1 against 2.7 ms at 64 x 32,000, level at 16 x 8,000,
-slower below, so small inputs keep ``topk``. Inside translations (median of 3, same outputs), the
-search's normalise-and-rank took 506 against 740 ms of 7.7-8.3 s (base model, beam 4, 200 Multi30k
-lines, default batching) and 119 against 222 ms greedy. On a GPU ``topk`` is fast and stays.
+either may be kept; the values returned are the same). It wins at beam search's wide inputs and loses
+at small ones, which keep ``topk`` (figures: docs/choices.md). On a GPU ``topk`` is fast and stays.
 """
 
 from __future__ import annotations

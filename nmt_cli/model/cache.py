@@ -76,8 +76,8 @@ class MemoryKeysValues:
 
     def contiguous(self) -> MemoryKeysValues:
         """These keys/values copied out of the projection's strided output, once per batch: every step
-        then reads them in place (written-out attention would otherwise copy them at every step: beam
-        search's cross-attention, base model, 16 sentences, 192-311 us a call against 272-759)."""
+        then reads them in place (written-out attention would otherwise copy them at every step, which
+        cost up to twice the call: docs/choices.md)."""
         return MemoryKeysValues(self.keys.contiguous(), self.values.contiguous())
 
 

@@ -1,8 +1,8 @@
 """Dropout, with a cheaper random mask on the CPU.
 
 On the CPU, ``F.dropout`` draws its mask with ``bernoulli_`` into a float tensor, divides it and
-multiplies: on an AMD EPYC (Zen 3, AVX2), 2 threads, the random draw alone took 9.6% of an fp32
-training update of m30k-small (11.7 ms for one 3,800 x 256 mask; ``docs/benchmarks.md``). Here the
+multiplies: the random draw alone was a tenth of an fp32 training update of m30k-small on the CPU
+(docs/choices.md). Here the
 mask is cut from 64-bit random words, 16 bits per element: an element is kept where its 16-bit value
 is at least ``round(p * 65536)`` levels above the bottom, and the kept ones are scaled by
 ``65536 / kept levels``, so the output's expectation is exactly the input. The drop rate differs from

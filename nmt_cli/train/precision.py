@@ -1,8 +1,8 @@
 """Which arithmetic training runs in: the recipe's choice, or ``auto`` read off the hardware.
 
 bf16 autocast pays only where the hardware multiplies bf16 natively: on a CPU with AVX512-BF16
-or AMX, torch's bf16 matrix products ran 4.4x faster than fp32 on the 2-core machine we measure
-on; on a CPU without them bf16 is emulated and slower than fp32. ``auto`` therefore picks bf16 on
+or AMX, torch's bf16 matrix products run several times faster than fp32 (docs/choices.md); on a CPU
+without them bf16 is emulated and slower than fp32. ``auto`` therefore picks bf16 on
 such CPUs and on CUDA devices that support it, and fp32 everywhere else.
 """
 
