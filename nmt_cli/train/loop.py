@@ -51,6 +51,7 @@ from .schedule import learning_rate
 from .start import check_compatible, finished_reason, load_parent, start_checkpoint
 from .state import TrainState
 from .stopping import Preempted, StopRequest
+from .update import accumulate, gradient_norm, rng_states, set_rng_states
 from .validate import validate
 
 Log = Callable[[str], None]
@@ -271,7 +272,7 @@ class Trainer:
         pieces = [
             indices[part] for indices in group[info.rank :: info.world_size] for part in split_rows(len(indices), self.split)
         ]
-        rng = _rng_states(info.device)
+        rng = rng_states(info.device)
         try:
             # Forward and backward passes change nothing but the gradients and the random state, both
             # put back here when a preemption drops them; the optimizer step below always completes.
@@ -279,12 +280,12 @@ class Trainer:
                 sums = self._accumulate(pieces, total_tokens)
         except Preempted:
             self.optimizer.zero_grad(set_to_none=True)
-            _set_rng_states(rng, info.device)
+            set_rng_states(rng, info.device)
             raise
         self.scaler.unscale_(self.optimizer)
         if self.recipe.model.repulsive:
             repulse_heads(self.model, self.recipe.model.repulsive)
-        sums["grad_norm"] = _gradient_norm(self.model, self.config.clip_norm)  # before clipping
+        sums["grad_norm"] = gradient_norm(self.model, self.config.clip_norm)  # before clipping
         self.last_lr = self.optimizer.param_groups[0]["lr"]  # the rate this update used
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients overflowed
@@ -299,30 +300,11 @@ class Trainer:
 
     def _accumulate(self, pieces: list[np.ndarray], total_tokens: int) -> dict[str, Any]:
         """Forward and backward over this process's batches of one update; the gradients add up."""
-        info = self.info
-        sums: dict[str, Any] = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0, "slots": 0}
-        for i, indices in enumerate(pieces):
-            batch = collate(self.data.train, indices).to(info.device)
-            sync = i == len(pieces) - 1 or not isinstance(self.network, DistributedDataParallel)
-            with (
-                contextlib.nullcontext() if sync else cast(DistributedDataParallel, self.network).no_sync(),
-                self._autocast(),
-            ):
-                # The token count comes from the host: counting on the device would wait for the GPU.
-                loss, nll, n = self.network(
-                    batch.src, batch.tgt_in, batch.tgt_out, self.config.label_smoothing, batch.target_tokens
-                )
-                # DDP averages gradients over processes; scaling by W makes that a sum.
-                scaled = loss * (info.world_size / total_tokens)
-            self.scaler.scale(scaled).backward()
-            # Summed on the device and read only when a log line is written: each read waits for the
-            # GPU, and while the host waits it cannot queue the next update's kernels.
-            sums["loss"] += loss.detach()
-            sums["nll"] += nll.detach()
-            sums["tokens"] += n
-            sums["src_tokens"] += batch.source_tokens
-            sums["slots"] += batch.src.numel() + batch.tgt_out.numel()  # real tokens and padding, both sides
-        return sums
+        batches = (collate(self.data.train, indices).to(self.info.device) for indices in pieces)
+        return accumulate(
+            self.network, batches, len(pieces), total_tokens, self.info.world_size, self.config.label_smoothing,
+            self.scaler, self._autocast,
+        )  # fmt: skip
 
     def _probe_batch_size(self) -> int:
         """``train.max_tokens: auto`` on a GPU: the largest batch whose update fits, the same on every process."""
@@ -472,27 +454,6 @@ class Trainer:
             except Preempted:  # the model file is whole; only its calibration is missing
                 self.stopped_by = self.stop.signal
                 self.log(f"calibration abandoned at {self.stop.signal}: {target} has none (nmt calibrate fits one)")
-
-
-def _rng_states(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The random states an update draws its dropout masks from (CPU, and the GPU's when training there)."""
-    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-
-
-def _set_rng_states(states: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
-    torch.set_rng_state(states[0])
-    if states[1] is not None:
-        torch.cuda.set_rng_state(states[1], device)
-
-
-def _gradient_norm(model: torch.nn.Module, clip: float) -> torch.Tensor:
-    """The gradients' total L2 norm before clipping (clipped to ``clip`` when set); stays on the device."""
-    if clip:
-        return torch.nn.utils.clip_grad_norm_(model.parameters(), clip).detach()
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
 def _prefer_memory_efficient_attention(device: torch.device) -> None:
