@@ -222,3 +222,15 @@ def start_server(model: Path, *args: str) -> tuple:
         if time.monotonic() > deadline:
             raise AssertionError("the server did not start")
         time.sleep(0.05)
+
+
+def nmt_log_probs(loaded, source: str, target: str) -> torch.Tensor:
+    """An nmt model's log-probability of each target piece and of </s>, teacher-forced: what an import's
+    tests compare with the original toolkit's forward."""
+    src = loaded.src_vocab.encode(source, out_type=int) + [3]
+    tgt = loaded.tgt_vocab.encode(target, out_type=int)
+    with torch.no_grad():
+        memory, mask = loaded.model.encode(torch.tensor([src]))
+        hidden = loaded.model.decode(torch.tensor([[2] + tgt]), memory, mask)
+        log_probs = torch.log_softmax(loaded.model.logits(hidden)[0], -1)
+    return log_probs[torch.arange(len(tgt) + 1), torch.tensor(tgt + [3])]

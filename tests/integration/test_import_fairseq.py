@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
+from conftest import nmt_log_probs
 from typer.testing import CliRunner
 
 from nmt_cli.cli import app
@@ -105,16 +106,6 @@ def fairseq_outputs(checkpoint: Path, data_bin: Path, spm_model: Path, pairs: li
         env={**os.environ, "OMP_NUM_THREADS": "2"},
     )
     return json.loads((tmp / "out.json").read_text(encoding="utf-8"))
-
-
-def nmt_log_probs(loaded, source: str, target: str) -> torch.Tensor:
-    src = loaded.src_vocab.encode(source, out_type=int) + [3]
-    tgt = loaded.tgt_vocab.encode(target, out_type=int)
-    with torch.no_grad():
-        memory, mask = loaded.model.encode(torch.tensor([src]))
-        hidden = loaded.model.decode(torch.tensor([[2] + tgt]), memory, mask)
-        log_probs = torch.log_softmax(loaded.model.logits(hidden)[0], -1)
-    return log_probs[torch.arange(len(tgt) + 1), torch.tensor(tgt + [3])]
 
 
 @needs_fairseq

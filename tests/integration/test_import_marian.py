@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
+from conftest import nmt_log_probs
 from typer.testing import CliRunner
 
 from nmt_cli.cli import app
@@ -159,16 +160,6 @@ def hf_log_probs(folder: Path, source: str, target: str) -> torch.Tensor:
     with torch.no_grad():
         logits = theirs(input_ids=src_ids, decoder_input_ids=torch.cat([start, tgt_ids[None, :-1]], 1)).logits[0]
     return torch.log_softmax(logits, -1)[torch.arange(len(tgt_ids)), tgt_ids]
-
-
-def nmt_log_probs(loaded, source: str, target: str) -> torch.Tensor:
-    ours_src = loaded.src_vocab.encode(source, out_type=int) + [3]
-    ours_tgt = loaded.tgt_vocab.encode(target, out_type=int)
-    with torch.no_grad():
-        memory, mask = loaded.model.encode(torch.tensor([ours_src]))
-        hidden = loaded.model.decode(torch.tensor([[2] + ours_tgt]), memory, mask)
-        log_probs = torch.log_softmax(loaded.model.logits(hidden)[0], -1)
-    return log_probs[torch.arange(len(ours_tgt) + 1), torch.tensor(ours_tgt + [3])]
 
 
 def test_exported_folders_score_in_transformers_as_in_nmt(marian_folder, prepared, overfit, tmp_path):
