@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from common import SHARED, alternate_translations, record
 
 from nmt_cli.decode.translator import load_model
-from nmt_cli.model.cpu_inference import (
+from nmt_cli.inference.cpu_linear import (
     InferenceLinear,
     cpu_vendor,
     one_row_in_parts,

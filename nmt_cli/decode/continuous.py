@@ -29,7 +29,8 @@ from torch.nn import functional as F
 from ..config import DecodeConfig
 from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
-from ..model.cache import DecoderState, GrowingKeysValues
+from ..inference.caches import DecoderState, JoinableKeysValues
+from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
 from .search import (
     Hypothesis,
@@ -52,14 +53,14 @@ class JoinableSteps:
     """
 
     def __init__(self, model: Transformer, rows_per_sentence: int) -> None:
-        self.model = model
+        self.decoder = IncrementalDecoder(model)
         self.per_sentence = rows_per_sentence
         self.state: DecoderState | None = None
         self.visible = torch.zeros((0, 1, 1, 0), dtype=torch.bool)  # (N, 1, 1, T)
 
     def join(self, memory: Tensor, src_mask: Tensor) -> None:
         """Append the sentences of ``memory`` (B, S, D) with ``rows_per_sentence`` rows each."""
-        fresh = self.model.start_decoding(memory, src_mask)
+        fresh = self.decoder.start(memory, src_mask, joinable=True)
         rows = memory.size(0) * self.per_sentence
         fresh.row_steps = torch.zeros(rows, dtype=torch.long, device=memory.device)
         if self.state is None:
@@ -72,7 +73,7 @@ class JoinableSteps:
         old.row_steps = torch.cat([old.row_steps, fresh.row_steps])
         self.visible = torch.cat([self.visible, self.visible.new_zeros((rows, *self.visible.shape[1:]))])
         for layer, new in zip(old.caches, fresh.caches):
-            _growing(layer.self_attention).add_rows(rows)
+            _joinable(layer.self_attention).add_rows(rows)
             source, joining = layer.cross_attention, new.cross_attention  # (B, H, S, d_k), padded to the longer source
             source.keys = torch.cat([_pad_dim2(source.keys, width), _pad_dim2(joining.keys, width)])
             source.values = torch.cat([_pad_dim2(source.values, width), _pad_dim2(joining.values, width)])
@@ -82,8 +83,8 @@ class JoinableSteps:
         self.visible = F.pad(self.visible, (0, 1), value=True)  # this step's column: visible to every row
         visible = None if bool(self.visible.all()) else self.visible  # no mask while every row sees every column
         for layer in self.state.caches:
-            _growing(layer.self_attention).visible = visible
-        return self.model.decode_step(tokens, self.state).float()  # (N, V) logits
+            _joinable(layer.self_attention).visible = visible
+        return self.decoder.logits(tokens, self.state).float()  # (N, V) logits
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:
         assert self.state is not None and self.state.row_steps is not None
@@ -98,11 +99,11 @@ class JoinableSteps:
         if unseen > 0:
             self.visible = self.visible[..., unseen:]
             for layer in self.state.caches:
-                _growing(layer.self_attention).drop_columns(unseen)
+                _joinable(layer.self_attention).drop_columns(unseen)
 
 
-def _growing(cache: object) -> GrowingKeysValues:
-    assert isinstance(cache, GrowingKeysValues)  # continuous batching never uses static buffers
+def _joinable(cache: object) -> JoinableKeysValues:
+    assert isinstance(cache, JoinableKeysValues)
     return cache
 
 

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
+from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
 from .ensemble import Ensemble, EnsembleSteps
 from .static_steps import StaticSteps, supports_static_steps
@@ -44,14 +45,15 @@ class CachedSteps:
 
     def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
         self.model = model
-        self.state = model.start_decoding(memory, src_mask)  # beams share their sentence's row
+        self.decoder = IncrementalDecoder(model)
+        self.state = self.decoder.start(memory, src_mask)  # beams share their sentence's row
 
     def __call__(self, tokens: Tensor) -> Tensor:
-        return self.model.decode_step(tokens, self.state).float()  # (N, V) logits
+        return self.decoder.logits(tokens, self.state).float()  # (N, V) logits
 
     def row_logits(self, tokens: Tensor) -> RowLogits:
         """This step's logits, to be made a block of rows at a time (see :class:`RowLogits`)."""
-        return RowLogits(self.model, self.model.decode_step_hidden(tokens, self.state))
+        return RowLogits(self.model, self.decoder.hidden(tokens, self.state))
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:
         self.state.select(rows, sentences)

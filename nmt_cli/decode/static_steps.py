@@ -8,7 +8,7 @@ once, but it replays fixed shapes and fixed memory. So here, unlike :class:`.sea
 - every sentence keeps ``rows_per_sentence`` slots (its beam) for the whole batch, including
   its first step and after it finished: slots are never removed, only ignored;
 - self-attention keys/values are preallocated for the longest output, written at the step's
-  position and hidden beyond it by a mask (:class:`..model.cache.StaticKeysValues`);
+  position and hidden beyond it by a mask (:class:`..inference.caches.StaticKeysValues`);
 - the step's position is a device tensor that the recorded step advances itself.
 
 The search keeps its own view (open rows only, as with :class:`.search.CachedSteps`): ``rows``
@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from ..data.vocab import BOS_ID
-from ..model.cache import LayerCache, StaticKeysValues
+from ..inference.caches import LayerCache, StaticKeysValues
+from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
 
 WARMUP_STEPS = 2  # eager runs on a side stream before recording (cuBLAS and kernel set-up)
@@ -42,7 +43,6 @@ class StaticSteps:
     def __init__(
         self, model: Transformer, memory: Tensor, src_mask: Tensor, rows_per_sentence: int, max_steps: int, use_graph: bool
     ) -> None:
-        self.model = model
         n_sent, device = memory.size(0), memory.device
         self.per_sentence = rows_per_sentence
         slots = n_sent * rows_per_sentence
@@ -56,8 +56,8 @@ class StaticSteps:
         self.visible = torch.zeros((1, 1, 1, max_steps), dtype=torch.bool, device=device)
         self.tokens = torch.full((slots,), BOS_ID, dtype=torch.long, device=device)
         self.src_mask = src_mask
-        state = model.start_decoding(memory, src_mask)  # cross-attention keys/values, one row per sentence
-        self.layers_step = state.layers_step
+        self.decoder = IncrementalDecoder(model)
+        state = self.decoder.start(memory, src_mask)  # cross-attention keys/values, one row per sentence
         self.caches = [
             LayerCache(StaticKeysValues(self.keys[i], self.values[i], self.position, self.visible), layer.cross_attention)
             for i, layer in enumerate(state.caches)
@@ -73,7 +73,7 @@ class StaticSteps:
     def _step(self) -> Tensor:
         """The recorded work: one decoder step for every slot, then advance the position."""
         self.visible.copy_((self.slot_positions <= self.position)[None, None, None, :])
-        logits = self.model.decode_step_at(self.tokens, self.position, self.src_mask, self.caches, self.layers_step).float()
+        logits = self.decoder.logits_at(self.tokens, self.position, self.src_mask, self.caches).float()
         self.position.add_(1)
         return logits  # (slots, V)
 

@@ -22,7 +22,7 @@ from ..data.batches import decoding_batches, pad_rows
 from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError
 from ..formats.segments import Sentences
-from ..model.cpu_inference import prepare_for_cpu_inference
+from ..inference.cpu_linear import prepare_for_cpu_inference
 from ..model.transformer import Transformer, build_model
 from ..quality.calibration import Calibration
 from ..utils import torchfile
@@ -115,7 +115,7 @@ def model_from_payload(
 
 
 def prepare_for_inference(model: Transformer, dtype: torch.dtype) -> None:
-    """Faster products on the CPU in fp32 and bf16 (model/cpu_inference.py); a loaded model is for inference."""
+    """Faster products on the CPU in fp32 and bf16 (inference/cpu_linear.py); a loaded model is for inference."""
     if model.output.weight.device.type == "cpu":
         prepare_for_cpu_inference(model, model.output, dtype)
 

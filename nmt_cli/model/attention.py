@@ -1,9 +1,10 @@
 """Multi-head scaled dot-product attention (Vaswani et al. 2017, section 3.2).
 
-:func:`attention` is the pure function, with two implementations: the fast path
-(``F.scaled_dot_product_attention``) and :func:`attention_reference`, the formula written
-out, which also handles relative positions (Shaw et al. 2018) because those need the
-attention weights themselves. Transformer-XL's relative attention (Dai et al. 2019) adds a
+:func:`attention` is the pure function every caller uses; it picks one of three computations
+(:func:`attention_kernel`): PyTorch's fused kernel (``F.scaled_dot_product_attention``),
+:func:`attention_reference`, the formula written out, which also handles relative positions (Shaw
+et al. 2018) because those need the attention weights themselves, and the same formula for
+inference with its scores updated in place. Transformer-XL's relative attention (Dai et al. 2019) adds a
 position term to the scores (``bias``), which the fast path takes as a float mask. Tests check
 that the paths agree.
 
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .cache import GrowingKeysValues, MemoryKeysValues, StaticKeysValues
 from .dropout import apply_dropout
 from .positions import sinusoids
 
@@ -86,16 +87,14 @@ def attention(
     relative: RelativeTerms | None = None,
     bias: Tensor | None = None,
 ) -> Tensor:
-    """Fast path through PyTorch's fused kernel; Shaw's relative positions, bf16 on the CPU and, on the
-    CPU, training over short keys (``WRITTEN_OUT_MAX_KEYS``) use the reference. ``bias`` (B, H, Tq, Tk)
-    is added to the scaled scores (Transformer-XL's position term)."""
-    if relative is not None:
-        return attention_reference(q, k, v, mask, dropout, causal, relative)
-    if q.device.type == "cpu" and (q.dtype == torch.bfloat16 or _short_keys_in_training(q, k)):
-        # PyTorch's CPU flash-attention kernel is slow in bf16, its backward most; the formula written out
-        # runs its products in bf16 and beat the kernel fed fp32 copies (docs/choices.md). In fp32 the
-        # kernel's backward is slow for short keys: see WRITTEN_OUT_MAX_KEYS.
-        return attention_reference(q, k, v, mask, dropout, causal, bias=bias)
+    """softmax(q k^T / sqrt(d_k) + rel + bias) v: the one entry point, which picks the kernel
+    (:func:`attention_kernel`). q (B, H, Tq, d_k), k/v (B, H, Tk, d_k); ``bias`` (B, H, Tq, Tk) is added
+    to the scaled scores (Transformer-XL's position term)."""
+    kernel = attention_kernel(q, k, dropout, causal, relative, bias)
+    if kernel == "written out":
+        return attention_reference(q, k, v, mask, dropout, causal, relative, bias)
+    if kernel == "in place":
+        return _attention_in_place(q, k, v, mask)
     if bias is not None:  # one float mask: the position term, -inf where a key is hidden
         mask, causal = _as_float_mask(bias.to(q.dtype), mask, causal), False
     t_q, t_k = q.size(-2), k.size(-2)
@@ -110,29 +109,56 @@ def attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 
 
-def attention_at_inference(q: Tensor, k: Tensor, v: Tensor, hidden: Tensor | None = None) -> Tensor:
-    """softmax(q k^T / sqrt(d_k)) v written out for inference in fp32, its scores updated in place (no
-    gradient, no dropout). ``hidden`` (broadcast to (B, H, Tq, Tk)) is True where a key may not be seen.
+Kernel = Literal["fused", "written out", "in place"]
 
-    For many small blocks of several queries each, as in beam search's cross-attention (a sentence's
-    hypotheses over its source), PyTorch's CPU flash-attention kernel, built for long sequences, is
-    slow: see ``decoder_step.WRITTEN_OUT_MIN_BLOCKS``.
-    """
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1 / math.sqrt(q.size(-1)))  # (B, H, Tq, Tk)
-    if hidden is not None:
-        scores.masked_fill_(hidden, float("-inf"))
-    return torch.matmul(scores.softmax(dim=-1), v)
-
-
-# Up to this many keys, training on the CPU in fp32 runs attention written out rather than through
-# PyTorch's flash-attention kernel, which is built for long sequences: written out was 1.6-2.1x as fast
-# at 26-32 keys, level at 48-96, slower at 128 (docs/choices.md). The written-out weights (B, H, Tq, Tk)
-# kept for the backward pass stay small at these lengths.
+# On the CPU, PyTorch's flash-attention kernel is built for long sequences; NMT's are short. In fp32
+# training it runs written out up to this many keys: 1.6-2.1x as fast at 26-32 keys, level at 48-96,
+# slower at 128, and the weights (B, H, Tq, Tk) kept for the backward pass stay small (docs/choices.md).
 WRITTEN_OUT_MAX_KEYS = 64
+# Without gradients (inference, validation) it runs written out with the scores updated in place from
+# this many query rows (B x H x Tq) on, up to this many queries per block: encoder blocks, a decoder
+# step's one query per hypothesis, a beam's hypotheses over their sentence's source. Below, the
+# kernel's fixed cost is the smaller; for long square blocks its tiling wins (docs/choices.md).
+IN_PLACE_MIN_QUERY_ROWS = 64
+IN_PLACE_MAX_QUERIES = 64
 
 
-def _short_keys_in_training(q: Tensor, k: Tensor) -> bool:
-    return k.size(-2) <= WRITTEN_OUT_MAX_KEYS and torch.is_grad_enabled() and q.requires_grad
+def attention_kernel(
+    q: Tensor, k: Tensor, dropout: float, causal: bool, relative: RelativeTerms | None, bias: Tensor | None
+) -> Kernel:
+    """Which computation :func:`attention` runs: PyTorch's fused kernel, the formula written out (Shaw's
+    relative positions need the weights themselves; bf16 and short keys in training on the CPU), or the
+    formula written out for inference, its scores updated in place."""
+    if relative is not None:
+        return "written out"
+    if q.device.type != "cpu":
+        return "fused"
+    if q.dtype == torch.bfloat16:
+        # PyTorch's CPU flash-attention kernel is slow in bf16, its backward most; the formula written
+        # out runs its products in bf16 and beat the kernel fed fp32 copies (docs/choices.md).
+        return "written out"
+    needs_gradient = torch.is_grad_enabled() and q.requires_grad
+    if needs_gradient:
+        return "written out" if k.size(-2) <= WRITTEN_OUT_MAX_KEYS else "fused"
+    b, h, t_q, _ = q.shape
+    in_place = (
+        q.dtype == torch.float32
+        and dropout == 0.0
+        and bias is None
+        and (not causal or t_q == 1)  # one new query sees every key: no causal mask
+        and t_q <= IN_PLACE_MAX_QUERIES
+        and b * h * t_q >= IN_PLACE_MIN_QUERY_ROWS
+    )
+    return "in place" if in_place else "fused"
+
+
+def _attention_in_place(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k)) v written out for inference, the scores scaled and masked in place
+    (no gradient, no dropout). ``mask`` (broadcast to (B, H, Tq, Tk)) is True where a key may be seen."""
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1 / math.sqrt(q.size(-1)))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores.masked_fill_(mask.logical_not(), float("-inf"))
+    return torch.matmul(scores.softmax(dim=-1), v)  # (B, H, Tq, d_k)
 
 
 def _as_float_mask(bias: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
@@ -239,11 +265,8 @@ class _Heads(nn.Module):
 
 class SelfAttention(_Heads):
     """Self-attention with one fused Q|K|V projection and, by ``config.positions``, relative
-    positions: Shaw et al.'s learned ones or Transformer-XL's.
-
-    With a ``cache`` (incremental decoding) the new keys/values are appended to a
-    :class:`GrowingKeysValues`, or written into a :class:`StaticKeysValues` at its position.
-    """
+    positions: Shaw et al.'s learned ones or Transformer-XL's. Over whole sequences; decoding one
+    token at a time reads the same weights and :meth:`position_terms` (``inference/step.py``)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -254,34 +277,21 @@ class SelfAttention(_Heads):
         self.relative = RelativePositions(self.d_k, config.max_relative_position) if shaw else None
         self.xl = XLPositions(config.d_model, config.n_heads) if config.positions == "xl" else None
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        causal: bool = False,
-        cache: GrowingKeysValues | StaticKeysValues | None = None,
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))  # each (B, H, T, d_k)
-        if isinstance(cache, StaticKeysValues):
-            cache.keys.index_copy_(2, cache.position, k)
-            cache.values.index_copy_(2, cache.position, v)
-            k, v, mask, causal = cache.keys, cache.values, cache.visible, False
-        elif cache is not None:
-            k, v = cache.append(k, v)  # (B, H, T_past + T, d_k)
-            if cache.visible is not None:  # rows that joined a running batch skip the steps before they came
-                mask, causal = cache.visible, False  # (N, 1, 1, T_past + 1); one query per row
-        q, relative, bias = self._positions(q, k.size(2))
-        context = attention(q, k, v, mask, self._attention_dropout(), causal, relative, bias)  # (B, H, Tq, d_k)
-        return self._merge(context)  # (B, Tq, D)
+        q, relative, bias = self.position_terms(q, k.size(2))
+        context = attention(q, k, v, mask, self._attention_dropout(), causal, relative, bias)  # (B, H, T, d_k)
+        return self._merge(context)  # (B, T, D)
 
     def attention_map(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         """The attention weights (B, H, T, T) that :meth:`forward` applies to the same input (no cache)."""
         q, k, _ = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
-        q, relative, bias = self._positions(q, k.size(2))
+        q, relative, bias = self.position_terms(q, k.size(2))
         return attention_weights(q, k, mask, causal, relative, bias)
 
-    def _positions(self, q: Tensor, t_k: int) -> tuple[Tensor, RelativeTerms | None, Tensor | None]:
-        """The queries with XL's content bias u added, Shaw's terms, and XL's position term (B, H, Tq, Tk)."""
+    def position_terms(self, q: Tensor, t_k: int) -> tuple[Tensor, RelativeTerms | None, Tensor | None]:
+        """What relative positions add for queries q (B, H, Tq, d_k), the last Tq of t_k positions: the
+        queries with XL's content bias u added, Shaw's terms, and XL's position term (B, H, Tq, Tk)."""
         relative = self.relative(q.size(2), t_k) if self.relative is not None else None
         if self.xl is None:
             return q, relative, None
@@ -298,12 +308,7 @@ class SelfAttention(_Heads):
 
 
 class CrossAttention(_Heads):
-    """Attention from the decoder over the encoder output: Q of the decoder state, fused K|V of the memory.
-
-    In beam search the G hypotheses of a sentence query one copy of its encoder keys/values
-    (:class:`MemoryKeysValues`, computed once by :meth:`memory_keys_values`), as G query positions,
-    instead of G repeated copies.
-    """
+    """Attention from the decoder over the encoder output: Q of the decoder state, fused K|V of the memory."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -311,27 +316,19 @@ class CrossAttention(_Heads):
         self.kv = nn.Linear(config.d_model, 2 * config.d_model)
         self.out = nn.Linear(config.d_model, config.d_model)
 
-    def memory_keys_values(self, memory: Tensor) -> MemoryKeysValues:
+    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of the encoder output ``memory`` (B, S, D): each (B, H, S, d_k)."""
         k, v = self.kv(memory).chunk(2, dim=-1)
-        return MemoryKeysValues(self._split(k), self._split(v))
+        return self._split(k), self._split(v)
 
-    def forward(self, x: Tensor, memory: Tensor | MemoryKeysValues, mask: Tensor | None = None) -> Tensor:
-        """``memory`` is the encoder output (B, S, D), or its keys/values cached for decoding."""
-        q = self._split(self.q(x))  # (N, H, Tq, d_k)
-        cached = memory if isinstance(memory, MemoryKeysValues) else self.memory_keys_values(memory)
-        k, v = cached.keys, cached.values  # (B, H, S, d_k)
-        n, group = q.size(0), q.size(0) // k.size(0)
-        if group == 1:
-            return self._merge(attention(q, k, v, mask, self._attention_dropout()))  # (B, Tq, D)
-        # Beam search, one query per hypothesis: the sentence's G hypotheses become G query positions
-        q = q.reshape(k.size(0), group, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, G, d_k)
-        context = attention(q, k, v, mask, self._attention_dropout())  # (B, H, G, d_k)
-        return self.out(context.transpose(1, 2).reshape(n, 1, self.n_heads * self.d_k))  # (B*G, 1, D)
+    def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:
+        q = self._split(self.q(x))  # (B, H, T, d_k)
+        k, v = self.memory_keys_values(memory)  # (B, H, S, d_k)
+        return self._merge(attention(q, k, v, mask, self._attention_dropout()))  # (B, T, D)
 
     def attention_map(self, x: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:
         """The attention weights (B, H, Tq, S) that :meth:`forward` applies to the same inputs."""
-        q, k = self._split(self.q(x)), self.memory_keys_values(memory).keys
+        q, (k, _) = self._split(self.q(x)), self.memory_keys_values(memory)
         return attention_weights(q, k, mask)
 
     def input_projections(self) -> list[nn.Linear]:

@@ -17,7 +17,6 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .attention import CrossAttention, SelfAttention
-from .cache import LayerCache
 from .dropout import Dropout, apply_dropout
 
 Arrangement = Literal["post", "pre", "rezero", "none"]
@@ -128,12 +127,8 @@ class DecoderLayer(nn.Module):
         self.res_cross = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
-    def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None, cache: LayerCache | None = None) -> Tensor:
-        """``memory`` (B, S, D) is the encoder output; when decoding step by step it is None and
-        ``cache`` holds its keys/values and the keys/values of the steps so far."""
-        self_cache = cache.self_attention if cache is not None else None
-        encoder_side = cache.cross_attention if cache is not None else memory
-        assert encoder_side is not None
-        x = self.res_self(x, lambda h: self.self_attn(h, causal=True, cache=self_cache))
-        x = self.res_cross(x, lambda h: self.cross_attn(h, encoder_side, mask=src_mask))
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """``x`` (B, T, D) the embedded shifted target, ``memory`` (B, S, D) the encoder output."""
+        x = self.res_self(x, lambda h: self.self_attn(h, causal=True))
+        x = self.res_cross(x, lambda h: self.cross_attn(h, memory, mask=src_mask))
         return self.res_ffn(x, self.ffn)

@@ -1,8 +1,9 @@
 """The encoder-decoder Transformer (Vaswani et al. 2017), with its published variants.
 
-Read top-down: embeddings -> encoder -> decoder -> output projection -> loss, then the
-incremental decoding used by beam search. Departures from the paper are opt-in through
-``ModelConfig`` (positions, residual arrangement, initialisation, tying).
+Read top-down: embeddings -> encoder -> decoder -> output projection -> loss, all over whole
+sequences; decoding one token at a time reads the same weights in ``inference/step.py``. Departures
+from the paper are opt-in through ``ModelConfig`` (positions, residual arrangement, initialisation,
+tying).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .cache import DecoderState, GrowingKeysValues, LayerCache, LayersStep
-from .decoder_step import FlatDecoderStep
 from .dropout import Dropout
 from .layers import DecoderLayer, EncoderLayer, Residual
 from .loss import label_smoothed_nll, output_loss
@@ -58,10 +57,10 @@ class Transformer(nn.Module):
 
     # ----------------------------------------------------------------- embeddings
 
-    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor) -> Tensor:
         x = embedding(tokens) * self.embed_scale  # (B, T, D)
         if self.positions is not None:
-            positions = self.positions(tokens.size(1), offset)
+            positions = self.positions(tokens.size(1))
             x = x + (positions if positions.dtype == x.dtype else positions.to(x.dtype))
         return self.embed_dropout(x) if self.training else x
 
@@ -154,82 +153,6 @@ class Transformer(nn.Module):
     ) -> tuple[Tensor, Tensor, int]:
         """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
         return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens)
-
-    # ----------------------------------------------------------------- incremental decoding
-
-    def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
-        """State for :meth:`decode_step`: encoder keys/values computed once, one row per sentence."""
-        caches = [
-            LayerCache(GrowingKeysValues(), layer.cross_attn.memory_keys_values(memory).contiguous())
-            for layer in self.decoder_layers
-        ]
-        return DecoderState(src_mask, caches, layers_step=self.flat_decoder_step())
-
-    def flat_decoder_step(self) -> FlatDecoderStep | None:
-        """The decoder layers as one flat function for the steps of one batch
-        (:mod:`.decoder_step`: fewer calls per step), or None where the steps go through the layers'
-        modules: in training mode, and with relative positions, whose terms change every step."""
-        if self.training or self.positions is None:
-            return None
-        return FlatDecoderStep(self.decoder_layers, self.config.n_heads)
-
-    def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
-        """Logits (N, V) of the next token after ``tokens`` (N,), the previous outputs.
-
-        Logits, not log-probabilities: the search normalises them block by block with its masking.
-
-        N may be a multiple of the number of sentences (beam search): rows n*G .. n*G+G-1
-        belong to sentence n.
-        """
-        return self.logits(self.decode_step_hidden(tokens, state))
-
-    def decode_step_hidden(self, tokens: Tensor, state: DecoderState) -> Tensor:
-        """:meth:`decode_step` up to the output projection: the decoder's last hidden states (N, D)."""
-        if state.row_steps is None:
-            x = self._embed(self.tgt_embed, tokens[:, None], offset=state.step)  # (N, 1, D)
-        else:
-            x = self._embed_step(tokens, state.row_steps)  # rows at different steps
-            state.row_steps = state.row_steps + 1
-        state.step += 1
-        return self._decode_one(x, state.cross_attention_mask(), state.caches, state.layers_step)
-
-    def decode_step_at(
-        self,
-        tokens: Tensor,
-        position: Tensor,
-        src_mask: Tensor,
-        caches: list[LayerCache],
-        layers_step: LayersStep | None = None,
-    ) -> Tensor:
-        """:meth:`decode_step` with fixed shapes and no host reads, so a CUDA graph can record it.
-
-        ``position`` is the step as a one-element device tensor; each layer's self-attention
-        cache is a :class:`StaticKeysValues` (see ``decode/static_steps.py``); ``layers_step`` as in
-        :class:`DecoderState`. Absolute positions only.
-        """
-        if self.positions is None:
-            raise ValueError("decode_step_at needs absolute positions (relative ones use decode_step)")
-        return self.logits(self._decode_one(self._embed_step(tokens, position), src_mask, caches, layers_step))
-
-    def _embed_step(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """Embeddings (N, 1, D) of one token per row at ``positions``, a device tensor: (1,) for all
-        rows or (N,) one per row. No host reads; eval mode, so no dropout."""
-        x = self.tgt_embed(tokens[:, None]) * self.embed_scale  # (N, 1, D)
-        if self.positions is None:  # relative positions live in the attention
-            return x
-        return x + self.positions.at(positions)[:, None].to(x.dtype)
-
-    def _decode_one(
-        self, x: Tensor, src_mask: Tensor | None, caches: list[LayerCache], layers_step: LayersStep | None
-    ) -> Tensor:
-        """The last hidden states (N, D) of one new position per row from its embeddings ``x`` (N, 1, D)."""
-        if layers_step is not None:
-            hidden = layers_step(x[:, 0], src_mask, caches)  # (N, D)
-        else:
-            for layer, cache in zip(self.decoder_layers, caches):
-                x = layer(x, None, src_mask, cache)
-            hidden = x[:, 0]
-        return self.decoder_norm(hidden)  # (N, D)
 
 
 def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:

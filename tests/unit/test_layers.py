@@ -1,7 +1,7 @@
 """The import layers of docs/architecture.md: every import between two parts of the package goes down.
 
-cli -> commands -> pipeline -> train / export / convert / serve / attention_figure -> decode -> quality -> data / model /
-score / curves / formats -> config -> utils -> errors -> version. Imports inside functions count too.
+cli -> commands -> pipeline -> train / export / convert / serve / attention_figure -> decode -> quality -> inference ->
+data / model / score / curves / formats -> config -> utils -> errors -> version. Imports inside functions count too.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ LAYER = {
     "curves": 3,
     "formats": 3,
     "quality": 3.5,
+    "inference": 3.2,
     "config": 2,
     "utils": 1.5,
     "errors": 1,

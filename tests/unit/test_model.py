@@ -10,7 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from nmt_cli.config import ModelConfig, TrainConfig
-from nmt_cli.model import decoder_step, transformer
+from nmt_cli.inference import cpu_linear
+from nmt_cli.inference.step import IncrementalDecoder
+from nmt_cli.model import attention as attention_module
+from nmt_cli.model import transformer
 from nmt_cli.model.attention import (
     RelativePositions,
     SelfAttention,
@@ -322,69 +325,86 @@ def test_incremental_decoding_equals_full_decoding(positions, norm):
     memory, mask = model.encode(src)
     tgt = torch.tensor([[2, 10, 11, 12], [2, 13, 14, 15]])
     full = model.logits(model.decode(tgt, memory, mask))
-    state = model.start_decoding(memory, mask)
+    decoder = IncrementalDecoder(model)
+    state = decoder.start(memory, mask)
     for t in range(tgt.size(1)):
-        step = model.decode_step(tgt[:, t], state)
+        step = decoder.logits(tgt[:, t], state)
         torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
 
 
-ABSOLUTE_VARIANTS = [(pos, norm) for pos, norm in VARIANTS if pos in ("sinusoidal", "learned")]
-
-
-@pytest.mark.parametrize("positions, norm", ABSOLUTE_VARIANTS)
+@pytest.mark.parametrize("positions, norm", VARIANTS)
 @pytest.mark.parametrize("activation", ["relu", "gelu", "swish"])
-@pytest.mark.parametrize("cross_attention", ["kernel", "written out"])
+@pytest.mark.parametrize("attention_kernel", ["fused", "in place"])
 @pytest.mark.parametrize("kernels", ["plain", "packed"])
 @pytest.mark.parametrize("beam", [2, 1])
-def test_flat_decoder_step_equals_the_modules_step(positions, norm, activation, cross_attention, kernels, beam, monkeypatch):
-    """The flat step (decoder_step.py) gives the modules' logits: beams (or greedy rows) sharing a padded
-    sentence's encoder keys, rows reordered and a sentence dropped between steps; with the beams'
-    cross-attention through PyTorch's kernel and written out; with plain linear layers and with the CPU
-    inference kernels (oneDNN-packed weights, the ReLU and the residual sums fused into products)."""
-    from nmt_cli.model import cpu_inference
-
-    if kernels == "packed" and not cpu_inference.onednn_usable():
+def test_incremental_step_equals_the_full_sequence_decoder(
+    positions, norm, activation, attention_kernel, kernels, beam, monkeypatch
+):
+    """The incremental step (inference/step.py) gives the logits of the model's full-sequence decoder over
+    each row's prefix: beams (or greedy rows) sharing a padded sentence's encoder keys, rows reordered and
+    a sentence dropped between steps; every position kind; attention without gradients through PyTorch's
+    fused kernel and written out in place; plain linear layers and the CPU inference kernels (oneDNN-packed weights, the
+    ReLU and the residual sums fused into products)."""
+    if kernels == "packed" and not cpu_linear.onednn_usable():
         pytest.skip("this PyTorch has no usable oneDNN linear operator")
-    monkeypatch.setattr(decoder_step, "WRITTEN_OUT_MIN_BLOCKS", 1 if cross_attention == "written out" else 10**9)
+    monkeypatch.setattr(attention_module, "IN_PLACE_MIN_QUERY_ROWS", 1 if attention_kernel == "in place" else 10**9)
     model = tiny(positions, norm, activation=activation)
-    if kernels == "packed":
-        monkeypatch.setenv("NMT_CPU_LINEAR", "packed")
-        cpu_inference.prepare_for_cpu_inference(model, model.output)
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
-    memory, mask = model.encode(src)
-    tokens = torch.tensor([[2, 2, 2, 2], [10, 11, 12, 13], [14, 15, 16, 17], [18, 19, 20, 21]])  # step x row
-    tokens = tokens[:, : 2 * beam]  # 2 sentences x beam rows
-    flat, modules = model.start_decoding(memory, mask), model.start_decoding(memory, mask)
-    assert flat.layers_step is not None
-    modules.layers_step = None
-    rows = memory.new_zeros(2 * beam, memory.size(2))
-    plan = decoder_step.CrossAttentionPlan.of(rows, mask, flat.caches[0], model.config.n_heads)
-    assert plan.written_out == (cross_attention == "written out" and beam > 1)  # greedy rows keep the kernel
-    for t in range(tokens.size(0)):
-        if t == 2:  # keep sentence 1 only (its rows swapped where it has two)
-            kept = torch.tensor([3, 2]) if beam == 2 else torch.tensor([1])
-            for state in (flat, modules):
+    with torch.inference_mode():  # as in decoding (the packed kernels serve no gradients)
+        memory, mask = model.encode(src)
+        if kernels == "packed":
+            monkeypatch.setenv("NMT_CPU_LINEAR", "packed")
+            cpu_linear.prepare_for_cpu_inference(model, model.output)
+        tokens = torch.tensor([[2, 2, 2, 2], [10, 11, 12, 13], [14, 15, 16, 17], [18, 19, 20, 21]])  # step x row
+        tokens = tokens[:, : 2 * beam]  # 2 sentences x beam rows
+        decoder = IncrementalDecoder(model)
+        state = decoder.start(memory, mask)
+        prefixes, sentence_of_row = tokens[:0].T, torch.arange(2 * beam) // beam  # (rows, t)
+        for t in range(tokens.size(0)):
+            if t == 2:  # keep sentence 1 only (its rows swapped where it has two)
+                kept = torch.tensor([3, 2]) if beam == 2 else torch.tensor([1])
                 state.select(kept, sentences=torch.tensor([1]))
-        rows = tokens[t] if t < 2 else tokens[t, :beam]
-        with torch.inference_mode():  # as in decoding (the packed kernels serve no gradients)
-            flat_logits, modules_logits = model.decode_step(rows, flat), model.decode_step(rows, modules)
-        torch.testing.assert_close(flat_logits, modules_logits, atol=1e-5, rtol=1e-5)
+                prefixes, sentence_of_row = prefixes[kept], sentence_of_row[kept]
+            rows = tokens[t] if t < 2 else tokens[t, :beam]
+            prefixes = torch.cat([prefixes, rows[:, None]], dim=1)
+            full = model.decode(prefixes, memory[sentence_of_row], mask[sentence_of_row])[:, -1]
+            torch.testing.assert_close(decoder.logits(rows, state), model.logits(full), atol=1e-5, rtol=1e-5)
 
 
-def test_beams_cross_attention_written_out_only_for_several_hypotheses_over_many_blocks():
-    """The rule of decoder_step.WRITTEN_OUT_MIN_BLOCKS: beams (several rows per sentence) over enough
-    (sentence, head) blocks go written out; greedy rows (one per sentence) and few blocks keep the kernel."""
-    model = tiny("sinusoidal", "post")
-    heads, sentences = model.config.n_heads, decoder_step.WRITTEN_OUT_MIN_BLOCKS // model.config.n_heads
-    memory, mask = model.encode(torch.full((sentences, 4), 5))
-    cache = model.start_decoding(memory, mask).caches[0]
-    width = memory.size(2)
-    plan = decoder_step.CrossAttentionPlan.of
-    assert plan(memory.new_zeros(4 * sentences, width), mask, cache, heads).written_out  # beam 4
-    assert not plan(memory.new_zeros(sentences, width), mask, cache, heads).written_out  # greedy
-    assert not plan(memory.new_zeros(4 * sentences, width).bfloat16(), mask, cache, heads).written_out
-    few = model.start_decoding(memory[:1], mask[:1]).caches[0]
-    assert not plan(memory.new_zeros(4, width), mask[:1], few, heads).written_out  # one sentence's beam
+def test_attention_kernel_by_device_precision_gradient_and_shape():
+    """The rule of attention_kernel: written out for Shaw's positions, bf16 on the CPU and short keys in
+    training; in place without gradients over many query rows of short blocks; the fused kernel else."""
+
+    def kernel(b, h, t_q, t_k, grad=False, dtype=torch.float32, causal=False, dropout=0.0, relative=None, bias=None):
+        q, k = torch.zeros(b, h, t_q, 8, dtype=dtype, requires_grad=grad), torch.zeros(b, h, t_k, 8, dtype=dtype)
+        with torch.set_grad_enabled(grad):
+            return attention_module.attention_kernel(q, k, dropout, causal, relative, bias)
+
+    many, short = attention_module.IN_PLACE_MIN_QUERY_ROWS, attention_module.WRITTEN_OUT_MAX_KEYS
+    assert kernel(2, 4, 8, short, grad=True) == "written out"
+    assert kernel(2, 4, 8, short + 1, grad=True) == "fused"
+    assert kernel(1, 1, 4, 4, dtype=torch.bfloat16) == "written out"
+    assert kernel(1, 1, 1, 4, relative=RelativePositions(8, 2)(1, 4)) == "written out"
+    assert kernel(many, 1, 1, 30) == "in place"  # one query per hypothesis over its cache
+    assert kernel(many // 8, 8, 1, 30, causal=True) == "in place"  # one new query: causality hides nothing
+    assert kernel(many // 32, 8, 4, 30) == "in place"  # a beam's hypotheses over their source
+    assert kernel(1, 1, 1, 30) == "fused"  # too few rows
+    assert kernel(2, 8, 8, 8, causal=True) == "fused"
+    assert kernel(many, 1, 1, 30, dropout=0.1) == "fused"
+    assert kernel(many, 1, 1, 30, bias=torch.zeros(1)) == "fused"
+    assert kernel(4, 8, attention_module.IN_PLACE_MAX_QUERIES + 1, 128) == "fused"  # long square blocks
+
+
+@pytest.mark.parametrize("queries", [1, 5])
+def test_attention_in_place_at_inference_equals_the_formula(queries, monkeypatch):
+    monkeypatch.setattr(attention_module, "IN_PLACE_MIN_QUERY_ROWS", 1)
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, queries, 8), torch.randn(3, 2, 7, 8), torch.randn(3, 2, 7, 8)
+    mask = (torch.arange(7)[None, :] < torch.tensor([7, 5, 1])[:, None])[:, None, None, :]
+    with torch.inference_mode():
+        assert attention_module.attention_kernel(q, k, 0.0, False, None, None) == "in place"
+        out = attention(q, k, v, mask)
+    torch.testing.assert_close(out, softmax_attention_in_float64(q, k, v, mask, False).float(), atol=1e-5, rtol=1e-5)
 
 
 def test_length_groups_cover_every_row_once_within_their_limits():
@@ -419,25 +439,18 @@ def test_encoding_in_length_groups_equals_one_padded_batch(positions, monkeypatc
     torch.testing.assert_close(grouped[visible], padded[visible], atol=1e-5, rtol=1e-5)
 
 
-def test_flat_decoder_step_only_in_eval_mode_with_absolute_positions():
-    memory, mask = torch.zeros(1, 3, 32), torch.ones(1, 1, 1, 3, dtype=torch.bool)
-    assert tiny("sinusoidal", "post").start_decoding(memory, mask).layers_step is not None
-    assert tiny("sinusoidal", "post").train().start_decoding(memory, mask).layers_step is None
-    for relative in ("relative", "xl"):
-        assert tiny(relative, "post").start_decoding(memory, mask).layers_step is None
-
-
 def test_beam_rows_reordered_between_steps_decode_as_their_own_prefixes():
     """DecoderState.select keeps and reorders hypothesis rows (and drops sentences) in every layer's cache."""
     model = tiny("sinusoidal", "post")
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
     memory, mask = model.encode(src)
     prefixes = torch.tensor([[2, 10, 11], [2, 13, 14], [2, 16, 17], [2, 18, 19]])  # 2 rows per sentence
-    state = model.start_decoding(memory, mask)
+    decoder = IncrementalDecoder(model)
+    state = decoder.start(memory, mask)
     for t in range(2):
-        model.decode_step(prefixes[:, t], state)
+        decoder.logits(prefixes[:, t], state)
     state.select(torch.tensor([1, 0]), sentences=torch.tensor([0]))  # sentence 0 only, its rows swapped
-    step = model.decode_step(prefixes[[1, 0], 2], state)
+    step = decoder.logits(prefixes[[1, 0], 2], state)
     full = model.logits(model.decode(prefixes[[1, 0]], memory[[0, 0]], mask[[0, 0]]))[:, 2]
     torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)
 
@@ -448,16 +461,17 @@ def test_cross_attention_mask_only_while_a_source_is_padded():
     model = tiny("sinusoidal", "post")
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
     memory, mask = model.encode(src)
-    state = model.start_decoding(memory, mask)
+    decoder = IncrementalDecoder(model)
+    state = decoder.start(memory, mask)
     assert state.cross_attention_mask() is mask  # sentence 1 is padded
     state.select(torch.tensor([1]), sentences=torch.tensor([1]))
     assert state.cross_attention_mask() is state.src_mask  # still padded
-    unpadded = model.start_decoding(memory[:1], mask[:1])
+    unpadded = decoder.start(memory[:1], mask[:1])
     assert unpadded.cross_attention_mask() is None
-    masked = model.start_decoding(memory[:1], mask[:1])
+    masked = decoder.start(memory[:1], mask[:1])
     masked._cross_mask_of, masked._cross_mask = masked.src_mask, masked.src_mask  # force the mask
     tokens = torch.tensor([2])
-    torch.testing.assert_close(model.decode_step(tokens, unpadded), model.decode_step(tokens, masked))
+    torch.testing.assert_close(decoder.logits(tokens, unpadded), decoder.logits(tokens, masked))
 
 
 def _same_model_after(prepare) -> None:
@@ -481,7 +495,7 @@ def _same_model_after(prepare) -> None:
 def test_weights_stored_transposed_give_the_same_model():
     """The fallback where oneDNN is not usable: only the output weight's storage changes, its
     product's right operand becomes contiguous."""
-    from nmt_cli.model.cpu_inference import store_weight_transposed
+    from nmt_cli.inference.cpu_linear import store_weight_transposed
 
     _same_model_after(lambda model: store_weight_transposed(model.output))
     model = tiny("sinusoidal", "pre")
@@ -493,17 +507,17 @@ def test_weights_stored_transposed_give_the_same_model():
 def test_inference_linears_give_the_same_model(monkeypatch):
     """With the kernels chosen by rows, every linear layer is an InferenceLinear: same names, values,
     tying and outputs; with gradients on, they fall back to F.linear (oneDNN's operator has none)."""
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
-    assert cpu_inference.onednn_usable()  # PyTorch's private operator still means what we think
+    assert cpu_linear.onednn_usable()  # PyTorch's private operator still means what we think
     monkeypatch.setenv("NMT_CPU_LINEAR", "onednn")  # on any processor
-    prepare = lambda model: cpu_inference.prepare_for_cpu_inference(model, model.output)  # noqa: E731
+    prepare = lambda model: cpu_linear.prepare_for_cpu_inference(model, model.output)  # noqa: E731
     _same_model_after(prepare)
     model = tiny("sinusoidal", "pre")
     prepare(model)
     layer = model.decoder_layers[0]
-    assert isinstance(layer.self_attn.qkv, cpu_inference.InferenceLinear)
-    assert isinstance(model.output, cpu_inference.InferenceLinear)
+    assert isinstance(layer.self_attn.qkv, cpu_linear.InferenceLinear)
+    assert isinstance(model.output, cpu_linear.InferenceLinear)
     assert model.output.weight.is_contiguous()  # not transposed: oneDNN takes PyTorch's layout
     loss, _, _ = model.loss(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7, 8]]), torch.tensor([[7, 8, 3]]), 0.1)
     loss.backward()
@@ -514,17 +528,17 @@ def test_inference_linears_give_the_same_model(monkeypatch):
 def test_inference_linear_kernel_by_rows(monkeypatch):
     """2-7 input rows: W x^T through the BLAS; 0-1 rows or 8 and more: oneDNN; each equal to F.linear,
     with and without bias, for 2-D, 3-D, empty and non-contiguous inputs."""
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
     calls: list[tuple[str, int]] = []
     for name in ("onednn_linear", "swapped_operands_linear"):
-        kernel = getattr(cpu_inference, name)
+        kernel = getattr(cpu_linear, name)
         monkeypatch.setattr(
-            cpu_inference, name, lambda x, w, b, k=kernel, n=name: calls.append((n, x.numel() // w.size(1))) or k(x, w, b)
+            cpu_linear, name, lambda x, w, b, k=kernel, n=name: calls.append((n, x.numel() // w.size(1))) or k(x, w, b)
         )
     for bias in (True, False):
         plain = torch.nn.Linear(8, 6, bias=bias)
-        fast = cpu_inference.InferenceLinear.sharing(plain)
+        fast = cpu_linear.InferenceLinear.sharing(plain)
         shapes = ((1, 1, 8), (3, 1, 8), (2, 3, 8), (7, 8), (8, 1, 8), (4, 5, 8), (0, 1, 8))
         not_contiguous = torch.randn(5, 3, 8).transpose(0, 1)  # 15 rows
         for x in [torch.randn(shape) for shape in shapes] + [not_contiguous]:
@@ -539,26 +553,26 @@ def test_inference_linear_kernel_by_rows(monkeypatch):
 def test_packed_weights_for_two_rows_and_more(monkeypatch):
     """NMT_CPU_LINEAR=packed (auto's choice off Intel): 0-1 rows through oneDNN with the plain weight,
     2 and more with the packed copy; equal to F.linear; state dict, values and tying unchanged."""
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
     calls = _recorded_onednn_calls(monkeypatch)
     monkeypatch.setenv("NMT_CPU_LINEAR", "packed")
     for bias in (True, False):
         plain = torch.nn.Linear(8, 6, bias=bias)
-        fast = cpu_inference.InferenceLinear.sharing(plain, packed=True)
+        fast = cpu_linear.InferenceLinear.sharing(plain, packed=True)
         assert fast.weight is plain.weight and set(fast.state_dict()) == set(plain.state_dict())
-        many = cpu_inference.BLAS_MIN_ROWS  # from here on through the BLAS, not oneDNN
+        many = cpu_linear.BLAS_MIN_ROWS  # from here on through the BLAS, not oneDNN
         for shape in ((1, 1, 8), (2, 8), (4, 5, 8), (0, 1, 8), (64, 8), (many - 1, 8), (many, 8), (2, many, 8)):
             x = torch.randn(shape)
             with torch.inference_mode():
                 torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
     assert set(calls) == {(1, False), (2, True), (20, True), (0, False), (64, True), (many - 1, True)}
-    prepare = lambda model: cpu_inference.prepare_for_cpu_inference(model, model.output)  # noqa: E731
+    prepare = lambda model: cpu_linear.prepare_for_cpu_inference(model, model.output)  # noqa: E731
     _same_model_after(prepare)
     model = tiny("sinusoidal", "post")
     prepare(model)
     assert model.output.weight is model.tgt_embed.weight  # tying kept
-    assert isinstance(model.output, cpu_inference.InferenceLinear) and model.output.packed_weight is not None
+    assert isinstance(model.output, cpu_linear.InferenceLinear) and model.output.packed_weight is not None
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
@@ -566,18 +580,18 @@ def test_fused_products_where_the_packed_weight_serves(monkeypatch):
     """product_relu and product_add give relu(F.linear) and F.linear + residual: in one oneDNN call
     where the packed weight serves (2 rows up to BLAS_MIN_ROWS, no gradient), else the product then
     the ReLU or the sum; with and without bias, and for a layer without a packed copy."""
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
     fused: list[tuple[str, int]] = []
     for name in ("onednn_linear_relu", "onednn_linear_add"):
-        kernel = getattr(cpu_inference, name)
+        kernel = getattr(cpu_linear, name)
         monkeypatch.setattr(
-            cpu_inference, name, lambda x, *rest, k=kernel, n=name: fused.append((n, x.numel() // x.size(-1))) or k(x, *rest)
+            cpu_linear, name, lambda x, *rest, k=kernel, n=name: fused.append((n, x.numel() // x.size(-1))) or k(x, *rest)
         )
-    many = cpu_inference.BLAS_MIN_ROWS
+    many = cpu_linear.BLAS_MIN_ROWS
     for bias, packed in ((True, True), (False, True), (True, False)):
         plain = torch.nn.Linear(8, 6, bias=bias)
-        fast = cpu_inference.InferenceLinear.sharing(plain, packed=packed)
+        fast = cpu_linear.InferenceLinear.sharing(plain, packed=packed)
         fused.clear()
         for shape in ((1, 8), (3, 8), (2, 5, 8), (many, 8)):
             x, residual = torch.randn(shape), torch.randn(*shape[:-1], 6)
@@ -598,7 +612,7 @@ def test_one_row_products_in_parts(monkeypatch):
     over parts of the input (one per thread, 2 where that does not divide it, else the whole product)
     with the weight stored transposed, its parts views of it; more rows through oneDNN. With AVX-512
     or NMT_CPU_LINEAR=packed every product stays on oneDNN. Outputs equal F.linear's either way."""
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
     batched: list[tuple[int, ...]] = []
     bmm = torch.bmm
@@ -607,11 +621,11 @@ def test_one_row_products_in_parts(monkeypatch):
     for capability, choice, expected in (("AVX2", "auto", True), ("AVX512", "auto", False), ("AVX2", "packed", False)):
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
         monkeypatch.setenv("NMT_CPU_LINEAR", choice)
-        chosen = cpu_inference.one_row_in_parts()
+        chosen = cpu_linear.one_row_in_parts()
         assert chosen is expected
         for in_features, bias in ((16, True), (16, False), (7, True)):
             plain = torch.nn.Linear(in_features, 24, bias=bias)
-            fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, one_row_parts=chosen)
+            fast = cpu_linear.InferenceLinear.sharing(plain, packed=True, one_row_parts=chosen)
             assert fast.weight is plain.weight and set(fast.state_dict()) == set(plain.state_dict())
             assert fast.weight.t().is_contiguous() is expected  # stored transposed for the parts
             batched.clear()
@@ -629,7 +643,7 @@ def test_one_row_products_in_parts(monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     monkeypatch.setenv("NMT_CPU_LINEAR", "auto")
     plain = torch.nn.Linear(16, 24)
-    fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, one_row_parts=True)
+    fast = cpu_linear.InferenceLinear.sharing(plain, packed=True, one_row_parts=True)
     x = torch.randn(1, 16)
     with torch.inference_mode():
         for threads, parts in ((2, [(2, 8, 24)]), (1, []), (4, [(4, 4, 24)]), (2, [(2, 8, 24)])):
@@ -638,9 +652,9 @@ def test_one_row_products_in_parts(monkeypatch):
             torch.testing.assert_close(fast(x), plain(x), atol=1e-5, rtol=1e-5)
             assert batched == parts
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
-    assert [cpu_inference.one_row_parts_for(n) for n in (24, 6, 7)] == [4, 2, 1]
+    assert [cpu_linear.one_row_parts_for(n) for n in (24, 6, 7)] == [4, 2, 1]
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    assert cpu_inference.one_row_parts_for(24) == 1
+    assert cpu_linear.one_row_parts_for(24) == 1
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
@@ -648,9 +662,9 @@ def test_a_copied_inference_linear_computes_with_its_own_weights():
     """The product function made at the first product is not shared by a deep copy."""
     import copy
 
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
-    fast = cpu_inference.InferenceLinear.sharing(torch.nn.Linear(8, 6), one_row_parts=True)
+    fast = cpu_linear.InferenceLinear.sharing(torch.nn.Linear(8, 6), one_row_parts=True)
     x = torch.randn(1, 8)
     with torch.inference_mode():
         before = fast(x)
@@ -666,35 +680,35 @@ def test_cpu_linear_choice_from_the_environment(monkeypatch):
     """NMT_CPU_LINEAR=blas keeps every layer with the BLAS (output weight stored transposed instead);
     a wrong value is a one-line error naming the variable; auto takes oneDNN only off Intel with MKL."""
     from nmt_cli.errors import NmtError
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
     monkeypatch.setenv("NMT_CPU_LINEAR", "blas")
     model = build_model(ModelConfig(layers=1, d_model=32, n_heads=4, d_ff=64), 20000, 20000)
-    cpu_inference.prepare_for_cpu_inference(model, model.output)
-    assert not any(isinstance(m, cpu_inference.InferenceLinear) for m in model.modules())
+    cpu_linear.prepare_for_cpu_inference(model, model.output)
+    assert not any(isinstance(m, cpu_linear.InferenceLinear) for m in model.modules())
     assert model.output.weight.t().is_contiguous()
     monkeypatch.setenv("NMT_CPU_LINEAR", "fast")
     with pytest.raises(NmtError, match="NMT_CPU_LINEAR='fast' is not one of auto, onednn, packed, blas"):
-        cpu_inference.use_onednn()
+        cpu_linear.use_onednn()
     monkeypatch.setenv("NMT_CPU_LINEAR", "auto")
     for vendor, expected in (("GenuineIntel", False), ("AuthenticAMD", True), ("", False)):
-        monkeypatch.setattr(cpu_inference, "cpu_vendor", lambda v=vendor: v)
-        usable = cpu_inference.onednn_usable() and torch.backends.mkl.is_available()
-        assert cpu_inference.use_onednn() is (expected and usable)
+        monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda v=vendor: v)
+        usable = cpu_linear.onednn_usable() and torch.backends.mkl.is_available()
+        assert cpu_linear.use_onednn() is (expected and usable)
 
 
 def _recorded_onednn_calls(monkeypatch) -> list[tuple[int, bool]]:
     """(rows, packed weight?) of every oneDNN product from now on."""
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
     calls: list[tuple[int, bool]] = []
-    kernel = cpu_inference.onednn_linear
+    kernel = cpu_linear.onednn_linear
 
     def recorded(x, weight, bias):
         calls.append((x.numel() // x.size(-1), weight.is_mkldnn))
         return kernel(x, weight, bias)
 
-    monkeypatch.setattr(cpu_inference, "onednn_linear", recorded)
+    monkeypatch.setattr(cpu_linear, "onednn_linear", recorded)
     return calls
 
 
@@ -702,19 +716,19 @@ def _recorded_onednn_calls(monkeypatch) -> list[tuple[int, bool]]:
 def test_the_blas_takes_large_products_only_without_avx512(monkeypatch):
     """From BLAS_MIN_ROWS rows on products leave oneDNN for the BLAS on processors without AVX-512;
     with AVX-512 the packed weight serves every count of 2 rows and more."""
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
-    many = cpu_inference.BLAS_MIN_ROWS
+    many = cpu_linear.BLAS_MIN_ROWS
     for capability, expected in (("AVX2", many), ("DEFAULT", many), ("AVX512", None)):
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
-        assert cpu_inference.blas_min_rows() == expected
+        assert cpu_linear.blas_min_rows() == expected
         monkeypatch.setenv("NMT_CPU_LINEAR", "packed")
         model = tiny("sinusoidal", "pre")
-        cpu_inference.prepare_for_cpu_inference(model, model.output)
+        cpu_linear.prepare_for_cpu_inference(model, model.output)
         assert model.decoder_layers[0].ffn.w1.blas_from_rows == expected
     calls = _recorded_onednn_calls(monkeypatch)
     plain = torch.nn.Linear(8, 6)
-    fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, blas_from_rows=None)
+    fast = cpu_linear.InferenceLinear.sharing(plain, packed=True, blas_from_rows=None)
     with torch.inference_mode():
         for rows in (1, 2, many, 4 * many):
             x = torch.randn(rows, 8)
@@ -730,9 +744,9 @@ def test_bf16_models_read_packed_weights_where_the_processor_multiplies_bf16(mon
     and in fp16 the layers stay as they are. The outputs stay those of the bf16 model."""
     import copy
 
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
-    if not cpu_inference.onednn_usable(torch.bfloat16):
+    if not cpu_linear.onednn_usable(torch.bfloat16):
         pytest.skip("this PyTorch's oneDNN does not compute bf16 on this processor")
     model = tiny("sinusoidal", "pre").eval().to(torch.bfloat16)
     src, tgt = torch.tensor([[5, 6, 7, 8, 3]]), torch.tensor([[2, 10, 11, 12]])
@@ -742,11 +756,11 @@ def test_bf16_models_read_packed_weights_where_the_processor_multiplies_bf16(mon
     cases += [(False, "auto", torch.bfloat16, False), (True, "blas", torch.bfloat16, False)]
     cases += [(True, "onednn", torch.bfloat16, False), (True, "auto", torch.float16, False)]
     for native, choice, dtype, replaced in cases:
-        monkeypatch.setattr(cpu_inference, "native_bf16_cpu", lambda n=native: n)
+        monkeypatch.setattr(cpu_linear, "native_bf16_cpu", lambda n=native: n)
         monkeypatch.setenv("NMT_CPU_LINEAR", choice)
         prepared = copy.deepcopy(model)
-        cpu_inference.prepare_for_cpu_inference(prepared, prepared.output, dtype)
-        linears = [m for m in prepared.modules() if isinstance(m, cpu_inference.InferenceLinear)]
+        cpu_linear.prepare_for_cpu_inference(prepared, prepared.output, dtype)
+        linears = [m for m in prepared.modules() if isinstance(m, cpu_linear.InferenceLinear)]
         all_linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         assert len(linears) == (len(all_linears) if replaced else 0)
         assert all(m.packed_weight is not None for m in linears)
@@ -756,7 +770,7 @@ def test_bf16_models_read_packed_weights_where_the_processor_multiplies_bf16(mon
         torch.testing.assert_close(got, expected, atol=0.1, rtol=0.05)  # within bf16's rounding
     calls = _recorded_onednn_calls(monkeypatch)
     plain = torch.nn.Linear(8, 6).to(torch.bfloat16)
-    fast = cpu_inference.InferenceLinear.sharing(plain, packed=True, blas_from_rows=None)
+    fast = cpu_linear.InferenceLinear.sharing(plain, packed=True, blas_from_rows=None)
     with torch.inference_mode():
         for rows in (1, 3):
             x = torch.randn(rows, 8, dtype=torch.bfloat16)
@@ -866,17 +880,18 @@ def test_output_bias_is_added_to_the_logits_and_trained_through_the_plain_loss()
     hidden = model.decode(tgt_in, memory, mask)
     logits = model.logits(hidden)
     torch.testing.assert_close(logits, hidden @ model.output.weight.T + model.output.bias)
-    state = model.start_decoding(memory, mask)
+    decoder = IncrementalDecoder(model)
+    state = decoder.start(memory, mask)
     for t in range(tgt_in.size(1)):
-        torch.testing.assert_close(model.decode_step(tgt_in[:, t], state), logits[:, t], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(decoder.logits(tgt_in[:, t], state), logits[:, t], atol=1e-5, rtol=1e-5)
     loss, nll, _ = model.loss(src, tgt_in, tgt_out, 0.1)
     expected_loss, expected_nll = label_smoothed_nll(logits[0], tgt_out[0], 0.1)
     torch.testing.assert_close((loss, nll), (expected_loss, expected_nll))
     loss.backward()
     assert model.output.bias.grad is not None and model.output.bias.grad.abs().sum() > 0
-    from nmt_cli.model import cpu_inference
+    from nmt_cli.inference import cpu_linear
 
-    if cpu_inference.onednn_usable():  # the CPU inference kernels keep the bias too
+    if cpu_linear.onednn_usable():  # the CPU inference kernels keep the bias too
         with torch.no_grad():
-            cpu_inference.prepare_for_cpu_inference(model, model.output)
+            cpu_linear.prepare_for_cpu_inference(model, model.output)
             torch.testing.assert_close(model.logits(hidden), logits, atol=1e-4, rtol=1e-4)

@@ -1,36 +1,28 @@
-"""Faster matrix products for a model loaded for inference on the CPU in fp32.
+"""Faster matrix products for a model loaded for inference on the CPU.
 
 PyTorch multiplies fp32 matrices on the CPU through its BLAS (MKL in the official x86 wheels), as
 ``F.linear(x, W)`` = x W^T. A decoder step multiplies a few rows (beam x batch) by every weight, and
-there MKL is slow on processors other than Intel's: on an AMD EPYC, the products of one decoder step
-of a base-size model (all weights, one after another, 4 rows) took 23 ms through ``F.linear``, 12.6 ms
-through oneDNN's inner product, which PyTorch also ships, and 8.5 ms as (W x^T)^T through MKL, whose
-kernels for a narrow right operand are fast where those for a short left one are not. CTranslate2
-makes the same vendor choice (MKL on Intel processors, oneDNN on others: ``CT2_VERBOSE=1``).
+there MKL is slow on processors other than Intel's; oneDNN's inner product, which PyTorch also ships,
+is faster, and (W x^T)^T through MKL, whose kernels for a narrow right operand are fast where those
+for a short left one are not, faster still at a few rows. CTranslate2 makes the same vendor choice.
 
 Given a weight in PyTorch's layout, oneDNN reorders it into its own blocked layout on every call; a
-copy packed once into that layout (what PyTorch's compiler does) saves the reorder: on an AMD EPYC of
-the Zen 3 generation (AVX2), products of 4-64 rows 1.2-2.5x faster than with the plain weight and
-faster than W x^T at 4 rows; level at one row. So, where the kernels below are chosen: one row through
-oneDNN with the plain weight, more rows through oneDNN with the packed copy, and on processors without
-AVX-512 from ``BLAS_MIN_ROWS`` rows on through the BLAS again (with AVX-512, Zen 4, the packed product
-stays ahead at every size; ``benchmarks/bench_cpu_linear.py`` and ``docs/benchmarks.md`` hold the
-measurements). The packed copies cost the weights' size in memory again.
-
-A model in bf16 on a processor that multiplies bf16 in hardware (AVX512-BF16, AMX) gets the same
-treatment, one row included: PyTorch's own bf16 product reorders the weight on every call, 1.4-2.6x
-slower than with a packed copy at a decoder step's 1-64 rows (Zen 4).
+copy packed once into that layout (what PyTorch's compiler does) saves the reorder. So, where the
+kernels below are chosen: one row through oneDNN with the plain weight, more rows through oneDNN with
+the packed copy, and on processors without AVX-512 from ``BLAS_MIN_ROWS`` rows on through the BLAS
+again (with AVX-512 the packed product stays ahead at every size). The packed copies cost the
+weights' size in memory again. A model in bf16 on a processor that multiplies bf16 in hardware
+(AVX512-BF16, AMX) gets the same treatment, one row included: PyTorch's own bf16 product reorders the
+weight on every call.
 
 One row (greedy decoding of one sentence, a server answering one request, a beam search's first step)
 is another case: each weight is read from memory once per product, so memory bandwidth bounds it, and
-neither MKL's one-row product nor oneDNN's uses both cores' share of it. On processors without AVX-512
-(Zen 3 measured), one row runs instead as a batch of products over parts of the input (one part per
-thread), each part times its block of rows of W^T, then the products summed: MKL's
-batched product gives each thread a part. The weight is stored transposed for this, so the blocks are
-views (no copy). Measured over a decoder step's weights in sequence (AMD EPYC Zen 3, 2 threads): 1.3-1.5x
-faster than each weight whole through MKL; cutting the output instead (each part a transposed copy)
-5-15% slower. Greedy decoding at batch 1 end to end: small model 1.37x, base 1.29x faster than oneDNN
-for every product (``benchmarks/bench_cpu_linear.py --choices auto,packed``), the same translations.
+neither MKL's one-row product nor oneDNN's uses both cores' share of it. On processors without AVX-512,
+one row runs instead as a batch of products over parts of the input (one part per thread), each part
+times its block of rows of W^T, then the products summed: MKL's batched product gives each thread a
+part. The weight is stored transposed for this, so the blocks are views (no copy).
+
+Every figure behind these choices is in docs/choices.md (``benchmarks/bench_cpu_linear.py`` measures them).
 
 ``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (oneDNN by rows on any processor, one row
 included), ``onednn`` (the previous kernels: 2-7 rows as W x^T through the BLAS, else oneDNN

@@ -1,45 +1,72 @@
 """What incremental decoding keeps between steps: one :class:`LayerCache` per decoder layer.
 
-Self-attention keys and values grow by one column per step (:class:`GrowingKeysValues`), or sit
-in buffers preallocated for the longest output (:class:`StaticKeysValues`, for CUDA graphs).
+Self-attention caches come in three kinds, each answering one question, ``extend``: given this
+step's keys and values (N, H, 1, d_k), which keys, values and visibility mask does the new query
+attend over?
+
+- :class:`GrowingKeysValues`: one column more per step (beam search, sampling);
+- :class:`JoinableKeysValues`: growing, and rows may join a running batch, each seeing only the
+  columns from its own first step on (continuous batching, ``decode/continuous.py``);
+- :class:`StaticKeysValues`: slots preallocated for the longest output, written at the step's
+  position, so a CUDA graph can replay the step (``decode/static_steps.py``).
+
 Cross-attention keys and values of the encoder output are computed once per sentence
 (:class:`MemoryKeysValues`) and shared by the sentence's hypotheses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 
+class KeysValues(Protocol):
+    """A self-attention cache."""
+
+    def extend(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Keep this step's keys/values (N, H, 1, d_k); return every key and value the step's query
+        attends over (N, H, T, d_k) and the mask of those it may see (broadcast to (N, H, 1, T);
+        None: all)."""
+        ...
+
+
 @dataclass
 class GrowingKeysValues:
-    """Self-attention keys/values of the steps so far, one row per hypothesis (N = sentences x beam)."""
+    """Keys/values of the steps so far, one row per hypothesis (N = sentences x beam)."""
 
     keys: Tensor | None = None  # (N, H, T, d_k); None before the first step
     values: Tensor | None = None  # (N, H, T, d_k)
-    # (N, 1, 1, T) when rows joined a running batch at different steps (decode/continuous.py): the
-    # columns before a row joined are hidden from it. None: every row sees every column.
-    visible: Tensor | None = None
 
-    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Add this step's keys/values (N, H, 1, d_k); returns all of them (N, H, T + 1, d_k)."""
+    def extend(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         if self.keys is not None and self.values is not None:
             keys = torch.cat([self.keys, keys], dim=2)
             values = torch.cat([self.values, values], dim=2)
         self.keys, self.values = keys, values
-        return keys, values
+        return keys, values, None
 
     def select(self, rows: Tensor) -> None:
         """Keep and reorder hypothesis ``rows``."""
         if self.keys is not None and self.values is not None:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
 
+
+@dataclass
+class JoinableKeysValues(GrowingKeysValues):
+    """Growing keys/values of a batch that rows join between steps. All rows share one time axis;
+    ``visible`` (N, 1, 1, T), set by the stepper before each step, hides from a row the columns
+    before it joined. None: every row sees every column."""
+
+    visible: Tensor | None = None
+
+    def extend(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        keys, values, _ = super().extend(keys, values)
+        return keys, values, self.visible
+
     def add_rows(self, count: int) -> None:
-        """Append ``count`` rows of zeros (rows joining a running batch; their past columns stay hidden)."""
+        """Append ``count`` rows of zeros (rows joining; their past columns stay hidden)."""
         if self.keys is not None and self.values is not None:
             self.keys = torch.cat([self.keys, self.keys.new_zeros((count, *self.keys.shape[1:]))])
             self.values = torch.cat([self.values, self.values.new_zeros((count, *self.values.shape[1:]))])
@@ -52,44 +79,44 @@ class GrowingKeysValues:
 
 @dataclass
 class StaticKeysValues:
-    """Self-attention keys/values preallocated for the longest output: fixed shapes for CUDA graphs.
-
-    The step's keys and values are written at ``position`` (a one-element device tensor) and the
-    query attends to every slot, with ``visible`` hiding the slots not yet written.
-    """
+    """Keys/values preallocated for the longest output: fixed shapes for CUDA graphs. The step writes
+    at ``position`` (a one-element device tensor) and attends to every slot, ``visible`` hiding the
+    slots not yet written."""
 
     keys: Tensor  # (N, H, T_max, d_k)
     values: Tensor  # (N, H, T_max, d_k)
     position: Tensor  # (1,) int64
     visible: Tensor  # (1, 1, 1, T_max) bool: slots 0 .. position
 
+    def extend(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        self.keys.index_copy_(2, self.position, keys)
+        self.values.index_copy_(2, self.position, values)
+        return self.keys, self.values, self.visible
+
 
 @dataclass
 class MemoryKeysValues:
-    """Cross-attention keys/values of the encoder output, one row per sentence: each (B, H, S, d_k)."""
+    """Cross-attention keys/values of the encoder output, one row per sentence: each (B, H, S, d_k).
+
+    Copied out of the projection's strided output once per batch: every step then reads them in place
+    (written-out attention would otherwise copy them at every step; docs/choices.md)."""
 
     keys: Tensor
     values: Tensor
 
+    def __post_init__(self) -> None:
+        self.keys, self.values = self.keys.contiguous(), self.values.contiguous()
+
     def select(self, sentences: Tensor) -> None:
         self.keys, self.values = self.keys.index_select(0, sentences), self.values.index_select(0, sentences)
-
-    def contiguous(self) -> MemoryKeysValues:
-        """These keys/values copied out of the projection's strided output, once per batch: every step
-        then reads them in place (written-out attention would otherwise copy them at every step, which
-        cost up to twice the call: docs/choices.md)."""
-        return MemoryKeysValues(self.keys.contiguous(), self.values.contiguous())
 
 
 @dataclass
 class LayerCache:
     """One decoder layer's cache."""
 
-    self_attention: GrowingKeysValues | StaticKeysValues
+    self_attention: KeysValues
     cross_attention: MemoryKeysValues
-
-
-LayersStep = Callable[[Tensor, Tensor | None, list[LayerCache]], Tensor]
 
 
 @dataclass
@@ -104,15 +131,11 @@ class DecoderState:
     src_mask: Tensor  # (B, 1, 1, S), True where the source token is real
     caches: list[LayerCache] = field(default_factory=list)
     step: int = 0
-    # (N,) each row's own step, when rows joined the batch at different steps (decode/continuous.py);
-    # their self-attention caches then carry a ``visible`` mask as well
+    # (N,) each row's own step, when rows joined the batch at different steps (JoinableKeysValues)
     row_steps: Tensor | None = None
     # cross_attention_mask()'s answer and the src_mask it was computed for
     _cross_mask: Tensor | None = field(default=None, repr=False)
     _cross_mask_of: Tensor | None = field(default=None, repr=False)
-    # The decoder layers as one function of (embeddings (N, D), cross-attention mask, caches) -> hidden
-    # states (N, D) (:class:`.decoder_step.FlatDecoderStep`); None: step through the layers' modules
-    layers_step: LayersStep | None = field(default=None, repr=False)
 
     def cross_attention_mask(self) -> Tensor | None:
         """``src_mask``, or None on a CPU when no source is padded (batch 1, equal lengths): attention
@@ -130,7 +153,7 @@ class DecoderState:
         if self.row_steps is not None:
             self.row_steps = self.row_steps.index_select(0, rows)
         for layer in self.caches:
-            assert isinstance(layer.self_attention, GrowingKeysValues)
+            assert isinstance(layer.self_attention, GrowingKeysValues)  # static slots are moved by their stepper
             layer.self_attention.select(rows)
             if sentences is not None:
                 layer.cross_attention.select(sentences)
@@ -138,4 +161,12 @@ class DecoderState:
             self.src_mask = self.src_mask.index_select(0, sentences)
 
 
-__all__ = ["GrowingKeysValues", "StaticKeysValues", "MemoryKeysValues", "LayerCache", "LayersStep", "DecoderState"]
+__all__ = [
+    "KeysValues",
+    "GrowingKeysValues",
+    "JoinableKeysValues",
+    "StaticKeysValues",
+    "MemoryKeysValues",
+    "LayerCache",
+    "DecoderState",
+]
