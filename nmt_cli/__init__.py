@@ -28,6 +28,7 @@ _API = {
     "load_ensemble": "decode.translator",
     "Translator": "decode.translator",
     "Translation": "decode.translation",
+    "Engine": "decode.translation",
     "forced_scores": "decode.forced",
     "translate_file": "formats",
     "run_quickstart": "pipeline",

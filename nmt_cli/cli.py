@@ -124,5 +124,27 @@ _register()
 
 
 def main() -> None:
-    """Console-script entry point."""
-    sys.exit(app())
+    """Console-script entry point. A mistyped option or value is one line too, naming the option and
+    where the choices are listed (Click would draw a box around it)."""
+    usage_error = _click_exceptions().UsageError
+    try:
+        code = app(standalone_mode=False)
+    except usage_error as err:
+        message = err.format_message()
+        if message:  # none when Click has just shown the help of a command given no arguments
+            where = err.ctx.command_path if err.ctx is not None else "nmt"
+            report_error(f"{message} (see {where} --help)")
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        report_error("interrupted")
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_exceptions() -> Any:
+    """Click's exceptions: recent Typer carries its own copy of Click, earlier ones use Click itself."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions

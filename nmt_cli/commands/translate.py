@@ -8,9 +8,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Literal
 
 import typer
 
@@ -19,8 +19,15 @@ from .common import console, decode_option, with_decoding
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
     from ..decode.assess import Assessment
-    from ..decode.translation import Translation
+    from ..decode.translation import Engine, Translation
     from ..formats import Trust
+
+
+Engines = Literal["nmt", "ctranslate2"]
+Precisions = Literal["fp32", "bf16", "fp16", "int8"]
+# The same precision names for both engines: ours as torch dtypes, CTranslate2's as its compute types.
+WEIGHTS = {None: "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+COMPUTE_TYPES = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
 def run(
@@ -49,7 +56,7 @@ def run(
     workers: int = decode_option("workers", "--workers"),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     threads: int = typer.Option(0, "--threads", min=0, max=4096, help="CPU threads (0: all cores)."),
-    dtype: str = typer.Option(
+    dtype: Precisions | None = typer.Option(
         None,
         "--dtype",
         help="Weights and arithmetic: fp32 (default), or bf16/fp16 (faster "
@@ -58,7 +65,7 @@ def run(
         "CTranslate2's fastest on most CPUs; default: the type the model was exported with).",
         show_default=False,
     ),
-    engine: str = typer.Option(
+    engine: Engines = typer.Option(
         "nmt",
         "--engine",
         help="nmt (PyTorch), or ctranslate2 with -m naming a folder "
@@ -165,9 +172,8 @@ def run(
 
     from ..config import DecodeConfig
     from ..decode.file_job import Shard
-    from ..decode.translator import TranslationStats, Translator, load_ensemble
     from ..formats import LINES, format_for, needs_alignment
-    from ..utils.allocator import keep_freed_memory
+    from ..score.metrics import read_lines
     from ..utils.cpu import check_parallelism
 
     options = dict(
@@ -188,14 +194,7 @@ def run(
         seed=seed,
     )
     with_decoding(DecodeConfig(), options)  # bad values fail now, before a model is loaded
-    if engine not in ENGINES:
-        raise NmtError(f"--engine: '{engine}' is not nmt or ctranslate2")
-    if dtype not in DTYPES:
-        raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16, fp16 or int8")
-    sampling_options = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
-    given = [name for name, value in sampling_options.items() if value is not None]
-    if given and not sampling:
-        raise NmtError(f"{given[0]} applies to sampling; add --sampling")
+    _check_dependent_options(sampling, {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed})
     if prefix is not None and (not prefix.is_file()):
         raise NmtError(f"--prefix {prefix}: file not found")
     if alignment_layer is not None and not alignments:
@@ -227,62 +226,15 @@ def run(
     threads = threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(threads)
     target = _device(device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
-    if engine == "ctranslate2":
-        from ..export.ctranslate2 import CTranslate2Engine
 
-        # The same precision names for both engines; CTranslate2 calls them compute types.
-        compute_type = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}[dtype]
-        # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
-        ct2 = CTranslate2Engine(
-            models[0], device=target.type, threads=threads, compute_type=compute_type, workers=workers or 1
-        )
-        config = with_decoding(ct2.decode_config, options)
-        if config.length_penalty == "gnmt" and config.alpha and length_penalty is None:
-            console.print(
-                "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
-            )
-        stats, max_positions = TranslationStats(), 0
-        results = _ct2_results(ct2, config, nbest, stats, chunk_lines)
-        languages = ct2.languages
-    else:
-        # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs
-        # with the allocator as it is, as it would on its own.
-        keep_freed_memory()
-        weights = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-        loaded = load_ensemble(models, target, weights)
-        config = with_decoding(loaded.recipe.decode, options)
-        translator = Translator(
-            loaded,
-            config,
-            target,
-            nbest=nbest,
-            alignments=alignments or aligned,
-            alignment_layer=alignment_layer,
-            assess=confidence,
-            chunk_lines=chunk_lines,
-        )
-        stats, max_positions = translator.stats, loaded.recipe.model.max_positions
-        if confidence and loaded.calibration is None:
-            console.print(
-                f"note: {models[0]} has no calibration: confidences are exp(mean token log-probability), "
-                'uncalibrated (marked ~ in text, "calibrated": false in jsonl); nmt calibrate fits one',
-                markup=False,
-                soft_wrap=True,
-            )
-        languages = (loaded.recipe.data.src_lang, loaded.recipe.data.tgt_lang)
-        prefixes = None
-        if prefix is not None:
-            from ..score.metrics import read_lines
+    translator = _open_engine(
+        engine, models, target, dtype, threads, options, length_penalty, nbest, alignments or aligned, alignment_layer,
+        confidence, chunk_lines,
+    )  # fmt: skip
+    prefixes = read_lines(prefix) if prefix is not None else None
 
-            prefixes = read_lines(prefix)
-        results = (
-            lambda lines, first=0: translator.translate(  # noqa: E731
-                lines, prefixes[first:] if prefixes is not None else None, first
-            )
-        )
-    show = progress if progress is not None else output is not None
-    show = show and int(os.environ.get("RANK", "0")) == 0
-    started = time.perf_counter()
+    def results(lines: Iterable[str], first: int = 0) -> Iterator[list[Translation]]:
+        return translator.translate(lines, prefixes[first:] if prefixes is not None else None, first)
 
     def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
         if markup:
@@ -291,31 +243,92 @@ def run(
         for index, hyps in enumerate(results(lines, first), start=first):
             yield _format(index, hyps, nbest, output_format, alignments, confidence)
 
+    show = progress if progress is not None else output is not None
+    show = show and int(os.environ.get("RANK", "0")) == 0
+    started = time.perf_counter()
     if chosen_format != LINES:
         assert input is not None
-        count = _translate_document(
-            input,
-            output,
-            chosen_format,
-            _sentences(results, aligned, confidence),
-            languages,
-            (fuzzy, retranslate, fuzzy_below if confidence else None),
-        )
+        gettext_options = (fuzzy, retranslate, fuzzy_below if confidence else None)
+        sentences = _sentences(results, aligned, confidence)
+        count = _translate_document(input, output, chosen_format, sentences, translator.languages, gettext_options)
         if show:
             console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
     elif input is not None and (output is not None or job_shard is not None):
-        identity = _job_identity(config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines)
+        identity = _job_identity(
+            translator.config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines
+        )
         identity["settings"].update(markup=markup, confidence=confidence, format=output_format)
         _run_job(input, output, job_shard or Shard(), launched, chunk_lines, identity, texts, restart, show)
     else:
         with _lines(input) as lines, _sink(output) as sink:
             for text in _progress(texts(lines), show):
                 sink.write(text)
-    _report(stats, time.perf_counter() - started, show, max_positions)
+    _report(translator.stats, time.perf_counter() - started, show, translator.max_positions)
 
 
-ENGINES = ("nmt", "ctranslate2")
-DTYPES = (None, "fp32", "bf16", "fp16", "int8")
+def _open_engine(
+    engine: Engines,
+    models: list[Path],
+    device,
+    dtype: Precisions | None,
+    threads: int,
+    options: dict,
+    length_penalty: str | None,
+    nbest: int,
+    alignments: bool,
+    alignment_layer: int | None,
+    confidence: bool,
+    chunk_lines: int,
+) -> Engine:
+    """The engine ``--engine`` names, every choice fixed: model, device, precision, decoding settings (the
+    model's recipe, then the options given)."""
+    import torch
+
+    if engine == "ctranslate2":
+        from ..export.ctranslate2 import CTranslate2Engine, CTranslate2Translator
+
+        # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
+        workers = options["workers"] or 1
+        ct2 = CTranslate2Engine(models[0], device.type, threads, COMPUTE_TYPES[dtype], workers)
+        config = with_decoding(ct2.decode_config, options)
+        if config.length_penalty == "gnmt" and config.alpha and length_penalty is None:
+            console.print(
+                "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
+            )
+        return CTranslate2Translator(ct2, config, nbest, chunk_lines)
+    from ..decode.translator import Translator, load_ensemble
+    from ..utils.allocator import keep_freed_memory
+
+    # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs with the
+    # allocator as it is, as it would on its own.
+    keep_freed_memory()
+    loaded = load_ensemble(models, device, getattr(torch, WEIGHTS[dtype]))
+    config = with_decoding(loaded.recipe.decode, options)
+    translator = Translator(
+        loaded,
+        config,
+        device,
+        nbest=nbest,
+        chunk_lines=chunk_lines,
+        alignments=alignments,
+        alignment_layer=alignment_layer,
+        assess=confidence,
+    )
+    if confidence and loaded.calibration is None:
+        console.print(
+            f"note: {models[0]} has no calibration: confidences are exp(mean token log-probability), "
+            'uncalibrated (marked ~ in text, "calibrated": false in jsonl); nmt calibrate fits one',
+            markup=False,
+            soft_wrap=True,
+        )
+    return translator
+
+
+def _check_dependent_options(sampling: bool, sampling_options: dict[str, object]) -> None:
+    given = [name for name, value in sampling_options.items() if value is not None]
+    if given and not sampling:
+        raise NmtError(f"{given[0]} applies to sampling; add --sampling")
+
 
 # What one engine does and the other does not, in one place: capability -> (the engine that has it, the refusal)
 ONLY = {
@@ -537,23 +550,6 @@ def _run_job(input, output, shard, launched, chunk_lines, identity, texts, resta
                 soft_wrap=True,
             )
         raise
-
-
-def _ct2_results(engine, config, nbest: int, stats, chunk: int):
-    """Chunked translation through CTranslate2, counting like the PyTorch translator does."""
-    import itertools
-
-    from ..decode.translator import clean_source_line
-
-    def run(lines, first=0):
-        source = iter(lines)
-        while block := [clean_source_line(line, stats) for line in itertools.islice(source, chunk)]:
-            for hyps in engine.translate(block, config, nbest):
-                stats.sentences += 1
-                stats.output_tokens = engine.output_tokens
-                yield hyps
-
-    return run
 
 
 def _device(name: str, local_rank: int | None = None):

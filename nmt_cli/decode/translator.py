@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
-from .translation import EMPTY, Translation
+from .translation import EMPTY, Translation, TranslationStats
 
 
 @dataclass
@@ -146,18 +146,6 @@ def chunk_seed(seed: int, chunk_number: int) -> int:
     return (seed + chunk_number * 0x9E3779B97F4A7C15) % 2**63
 
 
-@dataclass
-class TranslationStats:
-    """Counts the caller reports when translation ends."""
-
-    sentences: int = 0
-    empty: int = 0
-    truncated: int = 0
-    output_tokens: int = 0
-    truncated_lines: list[int] = field(default_factory=list)
-    control_lines: int = 0  # lines with control characters, each replaced by a space
-
-
 def clean_source_line(line: str, stats: TranslationStats) -> str:
     """A source line without its line end; a lone CR and any control character inside it are spaces, as
     prepare reads them (``utils/text.py``), counted in ``stats``."""
@@ -169,7 +157,7 @@ def clean_source_line(line: str, stats: TranslationStats) -> str:
 
 
 class Translator:
-    """Turns lines of source text into lists of (text, score) hypotheses."""
+    """Our :class:`.translation.Engine`: lines of source text into n-best lists of ``Translation``."""
 
     def __init__(
         self,
@@ -191,6 +179,8 @@ class Translator:
         self.chunk_lines = chunk_lines
         self.max_src = loaded.recipe.model.max_positions - 1  # room for the EOS
         self.stats = TranslationStats()
+        self.languages = (loaded.recipe.data.src_lang, loaded.recipe.data.tgt_lang)
+        self.max_positions = loaded.recipe.model.max_positions
         self.generator = torch.Generator(self.device).manual_seed(config.seed) if config.sampling else None
         # --alignments: each Translation gets its alignment "i-j ..." from one layer's cross-attention
         first = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model

@@ -10,9 +10,10 @@ CTranslate2 is optional: ``pip install 'nmt-cli[ct2]'``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,8 +23,8 @@ import torch
 
 from ..config import DecodeConfig, dump_recipe, load_recipe
 from ..data.batches import decoding_batches
-from ..decode.translation import EMPTY, Translation
-from ..decode.translator import LoadedModel
+from ..decode.translation import EMPTY, Translation, TranslationStats
+from ..decode.translator import LoadedModel, clean_source_line
 from ..errors import NmtError
 from ..model.attention import CrossAttention, SelfAttention
 from ..model.positions import SinusoidalPositions
@@ -283,3 +284,27 @@ class CTranslate2Engine:
                     Translation(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)
                 ]
         return results
+
+
+class CTranslate2Translator:
+    """The :class:`..decode.translation.Engine` of ``nmt translate --engine ctranslate2``: lines in chunks of
+    ``chunk_lines`` through a :class:`CTranslate2Engine` with one decoding config, counted as our
+    ``Translator`` counts them. No target prefixes (the command refuses them for this engine)."""
+
+    def __init__(self, engine: CTranslate2Engine, config: DecodeConfig, nbest: int = 1, chunk_lines: int = 10_000) -> None:
+        self.engine, self.config, self.nbest, self.chunk_lines = engine, config, nbest, chunk_lines
+        self.stats = TranslationStats()
+        self.languages = engine.languages
+        self.max_positions = 0  # not stored in an exported folder
+
+    def translate(
+        self, lines: Iterable[str], prefixes: Iterable[str] | None = None, first_line: int = 0
+    ) -> Iterator[list[Translation]]:
+        if prefixes is not None:
+            raise NmtError("target prefixes run with --engine nmt only; drop --engine ctranslate2")
+        source = iter(lines)
+        while block := [clean_source_line(line, self.stats) for line in itertools.islice(source, self.chunk_lines)]:
+            for hyps in self.engine.translate(block, self.config, self.nbest):
+                self.stats.sentences += 1
+                self.stats.output_tokens = self.engine.output_tokens
+                yield hyps

@@ -48,6 +48,24 @@ def test_console_script_runs():
     assert out.returncode == 0 and __version__ in out.stdout
 
 
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["translate", "-m", "nowhere", "--engine", "marian"], "--engine"),
+        (["translate", "-m", "nowhere", "--dtype", "int4"], "--dtype"),
+        (["translate", "-m", "nowhere", "--beam", "four"], "--beam"),
+        (["translate", "-m", "nowhere", "--bean", "4"], "--bean"),
+        (["transalte"], "transalte"),
+    ],
+)
+def test_a_mistyped_option_or_value_is_one_error_line_naming_it(args, named):
+    """Click's usage errors reach the user as our other errors do: one line on stderr, exit code 2."""
+    out = subprocess.run([sys.executable, "-m", "nmt_cli", *args], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0] and "--help" in lines[0], out.stderr
+
+
 def test_config_prints_resolved_recipe_and_rejects_typos():
     result = runner.invoke(app, ["config", "recipes/multi30k_ende.yaml", "--set", "model.layers=2"])
     assert result.exit_code == 0 and "layers: 2" in result.stdout and "d_model: 256" in result.stdout
