@@ -7,6 +7,7 @@ command modules, so ``nmt --help`` stays instant.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import os
 import sys
@@ -144,7 +145,6 @@ def main() -> None:
 def _click_exceptions() -> Any:
     """Click's exceptions: recent Typer carries its own copy of Click, earlier ones use Click itself."""
     try:
-        from typer._click import exceptions
+        return importlib.import_module("typer._click.exceptions")
     except ImportError:
-        from click import exceptions
-    return exceptions
+        return importlib.import_module("click.exceptions")
