@@ -34,11 +34,8 @@ from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
 from .search import (
     Hypothesis,
-    _best,
-    _best_tokens,
-    _collect_finished,
-    _rank_candidates,
-    _sentence_done,
+    beam_step,
+    best_finished,
     max_output_lengths,
 )
 
@@ -187,32 +184,13 @@ class ContinuousBeamSearch:
         if not self.keys:
             return []
         k, n, device = self.k, len(self.keys), self.device
-        sent = torch.arange(n, device=device)
         at_limit = (self.lengths >= self.max_len).repeat_interleave(k)
-        row_log_probs, row_tokens = _best_tokens(self.steps(self.tokens), 2 * k, at_limit)  # (n * K, 2K)
-        top_scores, origin, token = _rank_candidates(self.scores, row_log_probs, row_tokens, k)  # (n, 2K) each
-        is_eos = token == EOS_ID
-        eos_ranked = is_eos.clone()
-        eos_ranked[:, k:] = False
-        if eos_ranked.any():
-            _collect_finished(
-                sent,
-                self.fin_scores,
-                self.fin_tokens,
-                self.history.view(n, k, -1),
-                origin,
-                top_scores,
-                eos_ranked,
-                self.lengths,
-                self.config,
-            )
-        open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
-        parent = origin.gather(1, pick) + sent[:, None] * k  # row in history
-        new_tokens = token.gather(1, pick)  # (n, K)
-
-        done = _sentence_done(
-            self.config, self.fin_scores, open_scores[:, 0], is_eos[:, 0], self.nbest, self.max_len, self.lengths
-        )
+        logits = self.steps(self.tokens)
+        chosen = beam_step(
+            logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
+            self.config, self.nbest, at_limit,
+        )  # fmt: skip
+        open_scores, parent, new_tokens, done = chosen.scores, chosen.parents, chosen.tokens, chosen.done
         if cancelled:
             done |= torch.tensor([key in cancelled for key in self.keys], device=device)
         finished = self._results(done.nonzero().flatten().tolist(), cancelled or set())
@@ -233,7 +211,7 @@ class ContinuousBeamSearch:
         if not done:
             return []
         picked = torch.tensor(done, device=self.device)
-        nbest = _best(self.fin_scores[picked], self.fin_tokens[picked], self.nbest)
+        nbest = best_finished(self.fin_scores[picked], self.fin_tokens[picked], self.nbest)
         return [Finished(self.keys[i], hyps) for i, hyps in zip(done, nbest) if self.keys[i] not in cancelled]
 
 

@@ -20,9 +20,9 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
 from .search import (
     Hypothesis,
-    _mask_specials,
     decoder_steps,
     length_penalty,
+    mask_specials,
     max_output_lengths,
     prefix_tokens,
     with_room_for,
@@ -63,7 +63,7 @@ def sample(
             open_sentences[:, None] * rows_per_sentence + torch.arange(rows_per_sentence, device=device)
         ).flatten()  # original row of each open row
         forced = prefix_tokens(prefix, t, open_sentences, rows_per_sentence)
-        log_probs = _mask_specials(steps(tokens).log_softmax(dim=-1), t >= row_limit[alive], forced)  # (n_alive, V)
+        log_probs = mask_specials(steps(tokens).log_softmax(dim=-1), t >= row_limit[alive], forced)  # (n_alive, V)
         drawn = torch.multinomial(_reshaped(log_probs, config).exp(), 1, generator=generator).squeeze(1)
         still_open = lengths[alive] < 0
         tokens = torch.where(still_open, drawn, EOS_ID)  # ended rows keep feeding EOS, and are not scored

@@ -192,7 +192,7 @@ def _never_emitted(device: torch.device) -> Tensor:
     return ids
 
 
-def _mask_specials(log_probs: Tensor, at_limit: Tensor | None, forced: Tensor | None = None) -> Tensor:
+def mask_specials(log_probs: Tensor, at_limit: Tensor | None, forced: Tensor | None = None) -> Tensor:
     """Never emit PAD or BOS; rows at their length limit (``at_limit``; None: no row is) may only emit
     EOS; rows with a ``forced`` token (a target prefix; -1: free) may only emit it (in place)."""
     log_probs.index_fill_(1, _never_emitted(log_probs.device), float("-inf"))  # one call for both columns
@@ -227,7 +227,7 @@ def _best_tokens(
     blocks = []
     for start in range(0, logits.size(0), block):
         rows = slice(start, start + block)
-        log_probs = _mask_specials(
+        log_probs = mask_specials(
             logits[rows].log_softmax(dim=-1),
             None if at_limit is None else at_limit[rows],
             None if forced is None else forced[rows],
@@ -334,44 +334,20 @@ def beam_search(
 
     # At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable
     # share of the step, so the calls that change nothing in most steps are skipped: the length-limit
-    # mask before any sentence reaches its limit, the finished list while no EOS ranks among the K
-    # best, and the selection of the sentences that go on while all do.
+    # mask before any sentence reaches its limit, and the selection of the sentences that go on while
+    # all do (and in beam_step, the finished lists while no EOS ranks among the K best).
     for t in range(width):
         n, rows_per_sent = scores.shape
-        # A sentence's 2K best candidates are among the 2K best tokens of each of its rows
-        # (adding the row's score does not reorder a row), so only those are scored.
         at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent) if t >= first_limit else None
         forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
-        row_log_probs, row_tokens = _best_tokens(step_logits(steps, tokens), 2 * k, at_limit, forced)  # (n * rows, 2K)
-        top_scores, origin, token = _rank_candidates(scores, row_log_probs, row_tokens, k)  # (n, 2K) each
-        is_eos = token == EOS_ID
-
-        # Finished: EOS among the K best candidates (as in fairseq), ranked by normalised score.
-        if is_eos[:, :k].any():
-            eos_ranked = is_eos.clone()
-            eos_ranked[:, k:] = False
-            _collect_finished(
-                sent,
-                fin_scores,
-                fin_tokens,
-                history.view(n, rows_per_sent, t),
-                origin,
-                top_scores,
-                eos_ranked,
-                torch.full((n,), t, device=device),
-                config,
-            )
-
-        # Open: the K best candidates that did not end.
-        open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(min(k, top_scores.size(1)), dim=1)
-        first_rows = torch.arange(0, n * rows_per_sent, rows_per_sent, device=device)  # each sentence's first row
-        parent = origin.gather(1, pick) + first_rows[:, None]  # row in history
-        new_tokens = token.gather(1, pick)
-
-        done = _sentence_done(config, fin_scores[sent], open_scores[:, 0], is_eos[:, 0], nbest, open_max_len, t)
-        keep = (~done).nonzero().flatten()
+        logits = step_logits(steps, tokens)
+        chosen = beam_step(
+            logits, scores, history, t, open_max_len, fin_scores, fin_tokens, sent, config, nbest, at_limit, forced
+        )
+        keep = (~chosen.done).nonzero().flatten()
         if len(keep) == 0:
             break
+        open_scores, parent, new_tokens = chosen.scores, chosen.parents, chosen.tokens
         some_done = len(keep) < n
         if some_done:  # their rows leave
             sent, open_scores, parent, new_tokens = sent[keep], open_scores[keep], parent[keep], new_tokens[keep]
@@ -381,7 +357,61 @@ def beam_search(
         steps.select(rows, sentences=keep if some_done else None)
         scores, tokens = open_scores, new_tokens.flatten()
 
-    return _best(fin_scores, fin_tokens, nbest)
+    return best_finished(fin_scores, fin_tokens, nbest)
+
+
+@dataclass(frozen=True)
+class BeamStep:
+    """What one beam step chose for n open sentences of K rows each: each (n, K) but ``done`` (n,)."""
+
+    scores: Tensor  # the K best candidates that did not end: summed log-probabilities, best first
+    parents: Tensor  # the row each extends (an index into the step's rows)
+    tokens: Tensor  # the token each adds
+    done: Tensor  # sentences that stop searching after this step (see _sentence_done)
+
+
+def beam_step(
+    logits: Tensor | RowLogits,
+    scores: Tensor,
+    history: Tensor,
+    lengths: int | Tensor,
+    max_len: Tensor,
+    fin_scores: Tensor,
+    fin_tokens: Tensor,
+    sentences: Tensor | None,
+    config: DecodeConfig,
+    nbest: int,
+    at_limit: Tensor | None,
+    forced: Tensor | None = None,
+) -> BeamStep:
+    """One step of beam search over n open sentences (the offline search's and the continuous one's).
+
+    ``logits`` (n * rows, V) of the open rows, ``scores`` (n, rows) their summed log-probabilities,
+    ``history`` (n * rows, H) their tokens so far; ``lengths`` (an int, or (n,) when sentences joined at
+    different steps) counts each sentence's tokens so far, ``max_len`` (n,) its limit. Each sentence
+    keeps its 2K best candidates; those ending in EOS among the K best are merged into its finished
+    lists (``fin_scores`` (N, K), ``fin_tokens`` (N, K, W), rows ``sentences`` of them, None: all n;
+    updated in place, ranked by normalised score as in fairseq), and the K best others go on.
+    """
+    k = config.beam
+    n, rows_per_sent = scores.shape
+    # A sentence's 2K best candidates are among the 2K best tokens of each of its rows (adding the
+    # row's score does not reorder a row), so only those are scored.
+    row_log_probs, row_tokens = _best_tokens(logits, 2 * k, at_limit, forced)  # (n * rows, 2K)
+    top_scores, origin, token = _rank_candidates(scores, row_log_probs, row_tokens, k)  # (n, 2K) each
+    is_eos = token == EOS_ID
+    finished = slice(None) if sentences is None else sentences
+    if is_eos[:, :k].any():
+        eos_ranked = is_eos.clone()
+        eos_ranked[:, k:] = False
+        ended_at = lengths if isinstance(lengths, Tensor) else torch.full((n,), lengths, device=scores.device)
+        history = history.view(n, rows_per_sent, history.size(-1))
+        _collect_finished(finished, fin_scores, fin_tokens, history, origin, top_scores, eos_ranked, ended_at, config)
+    open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(min(k, top_scores.size(1)), dim=1)
+    first_rows = torch.arange(0, n * rows_per_sent, rows_per_sent, device=scores.device)  # each sentence's first row
+    parents = origin.gather(1, pick) + first_rows[:, None]
+    done = _sentence_done(config, fin_scores[finished], open_scores[:, 0], is_eos[:, 0], nbest, max_len, lengths)
+    return BeamStep(open_scores, parents, token.gather(1, pick), done)
 
 
 def _rank_candidates(scores: Tensor, row_log_probs: Tensor, row_tokens: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -424,7 +454,7 @@ def _sentence_done(
 
 
 def _collect_finished(
-    sent: Tensor,
+    sent: Tensor | slice,
     fin_scores: Tensor,
     fin_tokens: Tensor,
     history: Tensor,
@@ -455,7 +485,8 @@ def _collect_finished(
     fin_tokens[sent] = all_tokens.gather(1, pick[:, :, None].expand(n, k, width))
 
 
-def _best(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:
+def best_finished(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:
+    """Each sentence's ``nbest`` best finished hypotheses from its finished lists (N, K) and (N, K, W)."""
     results = []
     for scores, paths in zip(fin_scores.tolist(), fin_tokens.tolist()):
         hyps = []
