@@ -27,7 +27,6 @@ from ..errors import NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model
 from ..utils.allocator import keep_freed_memory
 from ..utils.cpu import check_parallelism
-from ..utils.files import atomic_open
 from ..utils.run_folder import RunFolder
 from . import checkpoint
 from .calibration import calibrate_model_file
@@ -37,13 +36,12 @@ from .distributed import (
     DistInfo,
     all_true_anywhere,
     barrier,
-    gather_objects,
     init_distributed,
     set_threads,
     shutdown,
 )
 from .ema import WeightAverage
-from .memory import CPU_MAX_TOKENS, MAX_SPLIT, free_cuda_memory, probe_gpu_batch, resolve_max_tokens, split_rows
+from .memory import CPU_MAX_TOKENS, free_cuda_memory, probe_gpu_batch, resolve_max_tokens, split_after_oom, split_rows
 from .precision import autocast, resolve_precision
 from .reporting import Reporter
 from .repulsive import repulse_heads
@@ -51,7 +49,7 @@ from .schedule import learning_rate
 from .start import check_compatible, finished_reason, load_parent, start_checkpoint
 from .state import TrainState
 from .stopping import Preempted, StopRequest
-from .update import accumulate, gradient_norm, rng_states, set_rng_states
+from .update import accumulate, gathered_rng, gradient_norm, restore_rng, rng_states, set_rng_states
 from .validate import validate
 
 Log = Callable[[str], None]
@@ -86,7 +84,6 @@ class Trainer:
         self.last_lr = 0.0
         self.max_tokens = recipe.train.max_tokens if isinstance(recipe.train.max_tokens, int) else CPU_MAX_TOKENS
         self.split = 1  # each batch runs as this many accumulation steps (raised after a CUDA OOM)
-        self._warned_truncation = False
         self.stop = StopRequest()  # signals, installed while run() trains (train/stopping.py)
         self.stopped_by: str | None = None  # the signal that ended training, if one did
         self.preempted = False  # every process agreed to stop for a preemption signal: save and leave
@@ -114,14 +111,9 @@ class Trainer:
                     self._write_model_file()
                 return f"{finished} at update {start.step:,}"
         if self.info.is_main:
-            for leftover in self.folder.remove_stale_temps():
+            spm_models = {side: self.data.vocab_blobs[side] for side in ("src", "tgt")}
+            for leftover in self.folder.write_inputs(dump_recipe(self.recipe), spm_models):
                 self.log(f"removed {leftover}, left behind by a killed process")
-            self.folder.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-            with atomic_open(self.folder.recipe_file, "w", encoding="utf-8") as handle:
-                handle.write(dump_recipe(self.recipe))
-            for side in ("src", "tgt"):
-                with atomic_open(self.folder.spm_file(side), "wb") as handle:
-                    handle.write(self.data.vocab_blobs[side])
         barrier(self.info)
         if start is not None:
             self._restore(start)
@@ -151,14 +143,9 @@ class Trainer:
             else:
                 self.ema = WeightAverage(self.model, self.config.ema_decay)  # starts from the resumed weights
                 self.log("train.ema_decay is new to this run: the moving average starts from the resumed weights")
-        rng = payload["rng"]
-        same_world = len(rng["torch"]) == self.info.world_size
-        # The checkpoint was mapped onto the training device; RNG states must be CPU byte tensors.
-        torch.set_rng_state((rng["torch"][self.info.rank] if same_world else rng["torch"][0]).cpu())
-        if self.info.device.type == "cuda" and rng.get("cuda") and same_world:
-            torch.cuda.set_rng_state(rng["cuda"][self.info.rank].cpu())
-        if not same_world:
-            torch.manual_seed(self.config.seed + 1000 * self.info.rank + self.state.step)
+        info = self.info
+        reseed = self.config.seed + 1000 * info.rank + self.state.step
+        restore_rng(payload["rng"], info.rank, info.world_size, info.device, reseed)
         self.log(f"resuming from {path} (update {self.state.step:,}, epoch {self.state.epoch})")
 
     # ----------------------------------------------------------------- the loop
@@ -248,17 +235,7 @@ class Trainer:
     def _recover_from_oom(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         free_cuda_memory(self.info.device)
-        if self.info.distributed or self.split >= MAX_SPLIT:
-            why = (
-                "the other processes are already waiting for this one's gradients"
-                if self.info.distributed
-                else f"even batches split {self.split} ways do not fit"
-            )
-            raise NmtError(
-                f"out of GPU memory at update {self.state.step + 1:,} ({why}); lower train.max_tokens "
-                f"(now {self.max_tokens:,}) or set train.activation_checkpointing: true"
-            )
-        self.split *= 2
+        self.split = split_after_oom(self.split, self.info.distributed, self.state.step + 1, self.max_tokens)
         self.log(
             f"out of GPU memory at update {self.state.step + 1:,}: each batch now runs as {self.split} "
             "accumulation steps (same gradients, less memory)"
@@ -369,21 +346,11 @@ class Trainer:
                 self.log(f"validation at update {self.state.step:,} abandoned at {self.stop.signal}; it runs on resuming")
                 return all_true_anywhere(False, self.info)
             self.state.validation_due = False
-            self.report.validation(self.state.step, result)
-            if result.truncated and not self._warned_truncation:
-                self._warned_truncation = True
-                self.log(
-                    f"warning: {result.truncated:,} validation source(s) are longer than model.max_positions "
-                    f"({self.recipe.model.max_positions}) and were truncated for validation BLEU; raise "
-                    "model.max_positions or shorten those sentences"
-                )
+            self.report.validation(self.state.step, result, self.recipe.model.max_positions)
             score = result.bleu if result.bleu is not None else -result.loss
-            if self.state.best_score is None or score > self.state.best_score:
-                self.state.best_score, self.state.best_step, self.state.bad_validations = score, self.state.step, 0
+            improved, stop = self.state.track_validation(score, self.config.patience)
+            if improved:
                 checkpoint.save(self.folder.best_file, self._model_payload(), kind="weights")
-            else:
-                self.state.bad_validations += 1
-            stop = bool(self.config.patience) and self.state.bad_validations >= self.config.patience
         return all_true_anywhere(stop, self.info)
 
     # ----------------------------------------------------------------- files
@@ -395,10 +362,7 @@ class Trainer:
 
     def _save(self) -> None:
         """Write a full training checkpoint (rank 0), keeping the last K."""
-        rng = {
-            "torch": gather_objects(torch.get_rng_state(), self.info),
-            "cuda": gather_objects(torch.cuda.get_rng_state(), self.info) if self.info.device.type == "cuda" else [],
-        }
+        rng = gathered_rng(self.info)
         self._last_save_time = time.monotonic()
         if self.info.is_main:
             payload = checkpoint.training_payload(

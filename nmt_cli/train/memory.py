@@ -74,6 +74,23 @@ def free_cuda_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def split_after_oom(split: int, distributed: bool, step: int, max_tokens: int) -> int:
+    """How many accumulation steps each batch runs as after a CUDA OOM at ``step``: twice ``split``. Not
+    possible (a one-line error naming the fix) under DDP, whose other processes already wait for this
+    one's gradients, or beyond ``MAX_SPLIT``."""
+    if distributed or split >= MAX_SPLIT:
+        why = (
+            "the other processes are already waiting for this one's gradients"
+            if distributed
+            else f"even batches split {split} ways do not fit"
+        )
+        raise NmtError(
+            f"out of GPU memory at update {step:,} ({why}); lower train.max_tokens "
+            f"(now {max_tokens:,}) or set train.activation_checkpointing: true"
+        )
+    return split * 2
+
+
 def resolve_max_tokens(
     config: TrainConfig, stored: int, device: torch.device, log: Callable[[str], None], probe: Callable[[], int]
 ) -> int:

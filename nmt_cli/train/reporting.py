@@ -31,6 +31,7 @@ class Reporter:
         self.folder, self.tensorboard, self.info, self.log = folder, tensorboard, info, log
         self.events: EventWriter | None = None  # TensorBoard, opened with the first record
         self.window = Window()
+        self.warned_truncation = False
 
     def start(self, model: torch.nn.Module, recipe: Recipe, train_pairs: np.ndarray, precision: str) -> None:
         """The run's first lines: the model, data, processes and precision; pairs too long to train on."""
@@ -80,9 +81,17 @@ class Reporter:
             )
         self.write(record)
 
-    def validation(self, step: int, result: ValidationResult) -> None:
+    def validation(self, step: int, result: ValidationResult, max_positions: int) -> None:
+        """The validation's metrics record and log line; once per run, a warning about truncated sources."""
         self.write({"step": step, **result.as_dict()})
         self.log(describe_validation(step, result))
+        if result.truncated and not self.warned_truncation:
+            self.warned_truncation = True
+            self.log(
+                f"warning: {result.truncated:,} validation source(s) are longer than model.max_positions "
+                f"({max_positions}) and were truncated for validation BLEU; raise model.max_positions or "
+                "shorten those sentences"
+            )
 
     def write(self, record: dict[str, Any]) -> None:
         """One line of metrics.jsonl and its TensorBoard events (the main process only)."""

@@ -21,6 +21,15 @@ class TrainState:
     skipped_updates: int = 0  # fp16 updates skipped because the scaled gradients overflowed
     validation_due: bool = False  # the validation of this update was abandoned (preemption): resuming runs it
 
+    def track_validation(self, score: float, patience: int) -> tuple[bool, bool]:
+        """Count a validation score (higher is better) at this step: (it is the best so far, patience ran out)."""
+        improved = self.best_score is None or score > self.best_score
+        if improved:
+            self.best_score, self.best_step, self.bad_validations = score, self.step, 0
+        else:
+            self.bad_validations += 1
+        return improved, bool(patience) and self.bad_validations >= patience
+
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -11,6 +11,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..data.batches import Batch
+from .distributed import DistInfo, gather_objects
 
 
 def accumulate(
@@ -56,6 +57,25 @@ def set_rng_states(states: tuple[torch.Tensor, torch.Tensor | None], device: tor
     torch.set_rng_state(states[0])
     if states[1] is not None:
         torch.cuda.set_rng_state(states[1], device)
+
+
+def gathered_rng(info: DistInfo) -> dict[str, list[Any]]:
+    """Every process's random states, for a checkpoint (each process must call it: it is a collective)."""
+    cuda = gather_objects(torch.cuda.get_rng_state(), info) if info.device.type == "cuda" else []
+    return {"torch": gather_objects(torch.get_rng_state(), info), "cuda": cuda}
+
+
+def restore_rng(saved: dict[str, list[torch.Tensor]], rank: int, world_size: int, device: torch.device, reseed: int) -> None:
+    """Each process's random states from a checkpoint's (``saved["torch"]``, ``saved["cuda"]``: one per process
+    of the run that wrote it). With another number of processes they cannot be matched up: the CPU state of
+    process 0 then, and a fresh seed ``reseed`` per process (the run stays reproducible, not identical)."""
+    same_world = len(saved["torch"]) == world_size
+    # The checkpoint was mapped onto the training device; RNG states must be CPU byte tensors.
+    torch.set_rng_state((saved["torch"][rank] if same_world else saved["torch"][0]).cpu())
+    if device.type == "cuda" and saved.get("cuda") and same_world:
+        torch.cuda.set_rng_state(saved["cuda"][rank].cpu())
+    if not same_world:
+        torch.manual_seed(reseed)
 
 
 def gradient_norm(model: torch.nn.Module, clip: float) -> torch.Tensor:

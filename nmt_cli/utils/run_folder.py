@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import NmtError
-from .files import remove_stale_temps
+from .files import atomic_open, remove_stale_temps
 from .process import pid_alive
 
 RECIPE_FILE = "recipe.yaml"
@@ -145,6 +145,18 @@ class RunFolder:
     def remove_stale_temps(self) -> list[Path]:
         """Delete the temporary files that killed processes left behind (their PID is gone)."""
         return [*remove_stale_temps(self.path), *remove_stale_temps(self.checkpoint_dir)]
+
+    def write_inputs(self, recipe_text: str, spm_models: dict[str, bytes]) -> list[Path]:
+        """Make the folder and write what a run reads back (its recipe, its SentencePiece models by side),
+        each file whole or not at all; returns the stale temporary files it removed first."""
+        removed = self.remove_stale_temps()
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_open(self.recipe_file, "w", encoding="utf-8") as handle:
+            handle.write(recipe_text)
+        for side, blob in spm_models.items():
+            with atomic_open(self.spm_file(side), "wb") as handle:
+                handle.write(blob)
+        return removed
 
     # ------------------------------------------------------------------ what others may write
 
