@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -116,9 +116,6 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
 
     app = FastAPI(title="nmt serve", lifespan=lifespan, default_response_class=SafeJSONResponse)
     app.add_middleware(CountResponses, metrics=metrics)
-    page = resources.files("nmt_cli.serve").joinpath("page.html").read_text(encoding="utf-8")
-    languages_known = sorted({m.source for m in models} | {m.target for m in models})
-    detector = LanguageDetector(languages_known)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, err: HTTPException) -> JSONResponse:
@@ -129,19 +126,43 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
         log.error("internal error: %s: %s", type(err).__name__, str(err).splitlines()[0] if str(err) else "")
         return SafeJSONResponse({"error": f"internal error ({type(err).__name__}); the server goes on"}, status_code=500)
 
-    @app.get("/", response_class=HTMLResponse)
+    detector = LanguageDetector(sorted({m.source for m in models} | {m.target for m in models}))
+    app.include_router(_server_routes(models, metrics))
+    app.include_router(_language_routes(models, limits, detector))
+    app.include_router(_file_routes(models, limits))
+    app.include_router(_translate_route(models, limits, metrics, detector))
+    return app
+
+
+def _server_routes(models: list[ServedModel], metrics: ServerMetrics) -> APIRouter:
+    """The web page, health, the models served and Prometheus metrics."""
+    router = APIRouter()
+    page = resources.files("nmt_cli.serve").joinpath("page.html").read_text(encoding="utf-8")
+
+    @router.get("/", response_class=HTMLResponse)
     async def index() -> str:
         return page
 
-    @app.get("/health")
+    @router.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "models": len(models), "queued_sentences": sum(m.loop.queued_sentences for m in models)}
 
-    @app.get("/models")
+    @router.get("/models")
     async def list_models() -> list[dict[str, Any]]:
         return [_describe(model) for model in models]
 
-    @app.get("/languages")
+    @router.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return router
+
+
+def _language_routes(models: list[ServedModel], limits: Limits, detector: LanguageDetector) -> APIRouter:
+    """LibreTranslate's: the languages, the settings its clients read first, detection, (no) suggestions."""
+    router = APIRouter()
+
+    @router.get("/languages")
     async def languages() -> list[dict[str, Any]]:
         """LibreTranslate's list: each language text can be translated from, its name and its targets."""
         sources = sorted({m.source for m in models})
@@ -150,7 +171,7 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
             for code in sources
         ]
 
-    @app.get("/frontend/settings")
+    @router.get("/frontend/settings")
     async def frontend_settings() -> dict[str, Any]:
         """What LibreTranslate's web page and clients read first: limits, keys, the default pair."""
         first = models[0]
@@ -168,7 +189,7 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
             },
         }
 
-    @app.post("/detect")
+    @router.post("/detect")
     async def detect(request: Request) -> Response:
         try:
             fields, _ = await read_fields(request, limits.max_body_bytes)
@@ -187,9 +208,19 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
             log.info("a client went away before its /detect request was read")
             return Response(status_code=499)
 
+    @router.post("/suggest")
+    async def suggest() -> Response:
+        return SafeJSONResponse({"error": "suggestions are disabled on this server"}, status_code=403)
+
+    return router
+
+
+def _file_routes(models: list[ServedModel], limits: Limits) -> APIRouter:
+    """LibreTranslate's document translation: upload, then download by the URL the answer gave."""
+    router = APIRouter()
     translated_files = TranslatedFiles()
 
-    @app.post("/translate_file")
+    @router.post("/translate_file")
     async def translate_file(request: Request) -> Response:
         """LibreTranslate's: a multipart ``file`` (any format ``nmt_cli/formats`` reads), answered with the URL of
         its translation; the sentences go through the model's decoding loop like any request's."""
@@ -219,7 +250,7 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
             log.info("a client went away before its file was read")
             return Response(status_code=499)
 
-    @app.get("/download_file/{token}/{name}")
+    @router.get("/download_file/{token}/{name}")
     async def download_file(token: str, name: str) -> Response:
         found = translated_files.get(token, name)
         if found is None:
@@ -228,15 +259,16 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
             found, media_type="application/octet-stream", headers={"Content-Disposition": f'attachment; filename="{name}"'}
         )
 
-    @app.post("/suggest")
-    async def suggest() -> Response:
-        return SafeJSONResponse({"error": "suggestions are disabled on this server"}, status_code=403)
+    return router
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.post("/translate")
+def _translate_route(
+    models: list[ServedModel], limits: Limits, metrics: ServerMetrics, detector: LanguageDetector
+) -> APIRouter:
+    """``/translate``, in both request shapes (LibreTranslate's and nmt's own)."""
+    router = APIRouter()
+
+    @router.post("/translate")
     async def translate(request: Request) -> Response:
         started = time.perf_counter()
         metrics.in_flight.inc()
@@ -266,7 +298,7 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
             metrics.in_flight.dec()
             metrics.latency.observe(time.perf_counter() - started)
 
-    return app
+    return router
 
 
 async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | None:

@@ -10,7 +10,6 @@ import contextlib
 import errno
 import gzip
 import hashlib
-import io
 import os
 import re
 import shutil
@@ -162,11 +161,6 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
     if path.suffix == ".gz":
         return cast(IO[bytes], gzip.open(path, "rb"))
     return open(path, "rb")
-
-
-def open_text(path: str | os.PathLike[str]) -> IO[str]:
-    """Open a UTF-8 text file (plain or ``.gz``) for reading, with strict decoding."""
-    return io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="\n")
 
 
 def sha256_file(path: str | os.PathLike[str], block: int = 1 << 20) -> str:
