@@ -4,8 +4,10 @@ Tests come in three tiers, one folder each: ``unit`` (seeded random tiny models,
 ``integration`` (real data slices, trained tiny models) and ``cli`` (subprocesses, torchrun,
 signals, servers); ``pytest -m unit`` runs the first alone.
 
-Tests that need ``../shared/data`` skip with a reason when it is missing, and fail loudly
-when the ``CI`` environment variable is set (CI always has the data).
+Tests that need the real corpora read them from ``NMT_TEST_DATA`` (default: ``../shared/data`` beside the
+checkout), which holds ``multi30k/`` (``train.en.gz``, ``val.de.gz``, ``test_2016_flickr.en.gz``, ...) and
+``wmt14/`` (``newstest2014.en.gz``, ``newstest2014.de.gz``). They skip with a reason when it is missing, and
+fail loudly when the ``CI`` environment variable is set (CI always has the data).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = Path(os.environ.get("NMT_TEST_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 MULTI30K = DATA / "multi30k"
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -61,7 +63,7 @@ def kill_at_first_checkpoint(cmd: list[str], run_dir: Path, timeout: float = 180
 def need(path: Path) -> Path:
     """Return ``path``, or skip (fail under CI) when the shared data is not there."""
     if not path.exists():
-        message = f"shared data not found at {path}"
+        message = f"test data not found at {path}; set NMT_TEST_DATA to the folder holding multi30k/ and wmt14/"
         if os.environ.get("CI"):
             pytest.fail(message + " (it must be present in CI)")
         pytest.skip(message)

@@ -21,7 +21,7 @@ NOT_CHECKED = ("docs/benchmarks.md",)
 def _naming_files() -> list[Path]:
     files = [ROOT / ".ci" / "run", ROOT / "pyproject.toml", ROOT / "README.md"]  # the CHANGELOG is history
     files += sorted((ROOT / "benchmarks").glob("*.sh")) + sorted((ROOT / "scripts").glob("*.sh"))
-    files += [p for p in sorted((ROOT / "docs").glob("*.md")) if str(p.relative_to(ROOT)) not in NOT_CHECKED]
+    files += [p for p in sorted((ROOT / "docs").rglob("*.md")) if str(p.relative_to(ROOT)) not in NOT_CHECKED]
     return [p for p in files if p.is_file()]
 
 

@@ -1,0 +1,32 @@
+"""The documentation site builds with no warning: every page in the navigation, every link and anchor found,
+the generated reference pages (the command line, the recipe keys) made from the code as it is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_documentation_site_builds_strictly(tmp_path):
+    try:
+        import material  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("mkdocs-material is not installed (pip install -e '.[docs]')")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "nmt translate" in cli and "--engine" in cli and "ctranslate2" in cli
+    recipe = (tmp_path / "site" / "reference" / "recipe" / "index.html").read_text(encoding="utf-8")
+    assert "decode.beam" in recipe and "train.max_time" in recipe
