@@ -43,7 +43,7 @@ def diagonal(n_src: int, n_out: int, j: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default=str(WORK / "quality_multi30k_ende_30m_issue12"))
+    parser.add_argument("--model", default=str(WORK / "quality_multi30k_ende_30m"))
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     import torch

@@ -1,4 +1,4 @@
-"""Which kernel should run a linear layer at inference on the CPU, in fp32 (issue 12).
+"""Which kernel should run a linear layer at inference on the CPU, in fp32.
 
     python benchmarks/bench_cpu_linear.py MODEL --micro [--rows 1,2,4,8,16,32,64,128] [--repeats 3]
     python benchmarks/bench_cpu_linear.py MODEL [--lines 60] [--rounds 3] [--batch-sizes 1,16]

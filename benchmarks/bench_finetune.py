@@ -37,7 +37,7 @@ def plain_copy(source, target) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--parent", default=str(WORK / "quality_multi30k_ende_30m_issue12"))
+    parser.add_argument("--parent", default=str(WORK / "quality_multi30k_ende_30m"))
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--extend", type=int, default=0, help="vocab.extend: new pieces from the software text")

@@ -1,4 +1,4 @@
-"""WMT-size prepare: `nmt prepare` against fairseq's usual pipeline on the same 4.5M pairs (issue 12).
+"""WMT-size prepare: `nmt prepare` against fairseq's usual pipeline on the same 4.5M pairs.
 
     python benchmarks/bench_prepare_wmt.py --fairseq /path/to/fairseq-venv [--times 155] [--rounds 2]
 

@@ -178,7 +178,7 @@ def offline_figures(model: str, sentences: list[str], threads: int, repeats: int
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default=str(WORK / "quality_multi30k_ende_30m_issue12"))
+    parser.add_argument("--model", default=str(WORK / "quality_multi30k_ende_30m"))
     parser.add_argument("--sentences", type=int, default=400)
     parser.add_argument("--clients", default="1,8,32,128")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)

@@ -1,1 +1,1 @@
-"""Models trained elsewhere, brought into nmt's layout (issue 43): vocabularies first."""
+"""Models trained elsewhere, brought into nmt's layout: vocabularies first."""

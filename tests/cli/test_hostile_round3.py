@@ -1,4 +1,4 @@
-"""Hostile inputs, round 3 (issue 40): each class of failure fixed for the class, each with a test.
+"""Hostile inputs: each class of failure fixed for the class, each with a test.
 
 Control characters have one declared policy in every command; every numeric option of every command
 and recipe key has a checked range (finite, bounded); thread counts far above the machine are refused

@@ -1,4 +1,4 @@
-"""Long jobs survive (issue 39): preemption signals, full disks, resumable and sharded translation.
+"""Long jobs survive: preemption signals, full disks, resumable and sharded translation.
 
 Real processes get real signals: from outside at a moment found by watching the run folder, and
 from inside at a moment chosen exactly (``signal_worker.py``), so that the rare moments (during a

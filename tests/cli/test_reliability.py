@@ -1,4 +1,4 @@
-"""Nothing a user has trained is lost or silently wrong (issue 11).
+"""Nothing a user has trained is lost or silently wrong.
 
 Each test plays a careless or hostile user on real Multi30k slices and asserts three things: the
 one-line message (naming the file or key and the fix), the exit code, and that every file that

@@ -1,4 +1,4 @@
-"""Translating gettext catalogues keeps their structure (issue 41, the first format).
+"""Translating gettext catalogues keeps their structure.
 
 A catalogue built from real Multi30k sentences the tiny model has memorised, with what real catalogues
 hold: printf placeholders, a plural entry, msgctxt, translator comments, references, flags, an entry
