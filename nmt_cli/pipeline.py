@@ -18,6 +18,7 @@ from .decode.translator import Translator, load_model
 from .errors import NmtError
 from .score.metrics import MetricResult, score
 from .train.loop import train
+from .utils.allocator import release_freed_memory
 from .utils.files import atomic_open, split_lines
 
 PAIRS = ("en-de", "en-fr")
@@ -73,6 +74,7 @@ def run_quickstart(recipe: Recipe, log: Log = print, examples: int = 5) -> Quick
     seconds["prepare"] = time.monotonic() - clock
     clock = time.monotonic()
     train(recipe, resume=None, log=log)
+    release_freed_memory()  # training's heap, before the translation allocates its own
     seconds["train"] = time.monotonic() - clock
     clock = time.monotonic()
     source, reference = text_paths(recipe.data_dir, "test", recipe)

@@ -25,7 +25,7 @@ from ..data.batches import collate, make_batches, target_tokens
 from ..data.vocab import PAD_ID
 from ..errors import NmtError, TrainingStopped
 from ..model.transformer import Transformer, build_model
-from ..utils.allocator import keep_freed_memory
+from ..utils.allocator import keep_freed_memory, release_freed_memory
 from ..utils.cpu import check_parallelism
 from ..utils.run_folder import RunFolder
 from . import checkpoint
@@ -53,6 +53,10 @@ from .update import accumulate, gathered_rng, gradient_norm, restore_rng, rng_st
 from .validate import validate
 
 Log = Callable[[str], None]
+
+# Updates between two releases of the C heap's free memory (utils/allocator.py): often enough that the heap
+# does not grow with the run, rarely enough that re-faulting one update's pages costs little.
+RELEASE_MEMORY_EVERY = 50
 
 
 class Trainer:
@@ -304,6 +308,8 @@ class Trainer:
 
     def _after_update(self, bar: Any) -> str | None:
         config, state = self.config, self.state
+        if state.step % RELEASE_MEMORY_EVERY == 0:
+            release_freed_memory()
         if state.step % config.log_every == 0:
             self.report.update(bar, self.state, self.last_lr, self.scaler)
         if config.validate_every and state.step % config.validate_every == 0:
@@ -346,6 +352,7 @@ class Trainer:
                 self.log(f"validation at update {self.state.step:,} abandoned at {self.stop.signal}; it runs on resuming")
                 return all_true_anywhere(False, self.info)
             self.state.validation_due = False
+            release_freed_memory()  # the search's buffers, shaped unlike training's
             self.report.validation(self.state.step, result, self.recipe.model.max_positions)
             score = result.bleu if result.bleu is not None else -result.loss
             improved, stop = self.state.track_validation(score, self.config.patience)

@@ -55,6 +55,20 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
+def release_freed_memory() -> bool:
+    """Hand the free memory inside the C heap back to the kernel (glibc's ``malloc_trim``). Training allocates
+    blocks of a different size at every update (batches differ in shape), and the freed ones, too fragmented to
+    serve the next update's, made the heap grow with the updates (docs/choices.md). Called now and then
+    (``train/loop.py``), the growth starts over from what one update needs, and only the update after a
+    release faults its pages in anew. False where there is no glibc."""
+    if not _glibc():
+        return False
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 def _glibc() -> bool:
     try:
         return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
