@@ -60,16 +60,36 @@ def forced_scores(
         if isinstance(model, Ensemble):
             assert isinstance(memory, list)
             log_probs = model.log_probs(tgt_in, memory, src_mask)  # (B, T, V)
+            chosen = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1).masked_fill(tgt_out == PAD_ID, 0.0)
         else:
             assert isinstance(memory, torch.Tensor)
-            log_probs = model.logits(model.decode(tgt_in, memory, src_mask)).float().log_softmax(dim=-1)
-        chosen = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1).masked_fill(tgt_out == PAD_ID, 0.0)
+            chosen = _target_log_probs(model, model.decode(tgt_in, memory, src_mask), tgt_out)
         for i, total in zip(batch, chosen.sum(dim=1).tolist()):
             tokens = len(pairs[i][1]) + 1
             results[i] = PairScore(
                 total, tokens, total / float(length_penalty(float(tokens), config)) if math.isfinite(total) else total
             )
     return results  # type: ignore[return-value]
+
+
+# Rows of logits normalised at a time: a whole batch's (B, T, V) log-probabilities are hundreds of MB at
+# translation's batch sizes (4,000 tokens x 8,000 pieces x 4 bytes each for the logits and their log-softmax).
+ROWS_PER_BLOCK = 512
+
+
+def _target_log_probs(model: Transformer, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each target token's log-probability (B, T), 0 at padding: only the non-padding rows of ``hidden`` are
+    projected to the vocabulary, a block of rows at a time."""
+    keep = targets != PAD_ID
+    rows, wanted = hidden[keep], targets[keep]
+    chosen = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
+    picked = torch.empty(wanted.shape, dtype=torch.float32, device=hidden.device)
+    for start in range(0, rows.shape[0], ROWS_PER_BLOCK):
+        block = slice(start, start + ROWS_PER_BLOCK)
+        log_probs = model.logits(rows[block]).float().log_softmax(dim=-1)
+        picked[block] = log_probs.gather(-1, wanted[block, None]).squeeze(-1)
+    chosen[keep] = picked
+    return chosen
 
 
 def _batches(indices: list[int], pairs: list[tuple[list[int], list[int]]], batch_tokens: int) -> Iterator[list[int]]:

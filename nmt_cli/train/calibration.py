@@ -19,6 +19,7 @@ from ..decode.calibrate import calibrate_loaded, store_in_place
 from ..decode.translator import load_model
 from ..errors import NmtError
 from ..quality.calibration import MIN_PAIRS
+from ..utils.allocator import release_freed_memory
 from ..utils.files import split_lines
 
 
@@ -39,6 +40,7 @@ def calibrate_model_file(model_file: Path, recipe: Recipe, device: torch.device,
         )
         return
     started = time.monotonic()
+    release_freed_memory()  # training's free heap, before the translations allocate theirs
     try:
         report = calibrate_loaded(load_model(model_file, device), kept, recipe.train.calibrate_chrf, device, probe=MIN_PAIRS)
     except NmtError as err:  # e.g. every validation translation acceptable: nothing to tell apart

@@ -1,4 +1,5 @@
-"""Freed memory kept by the C allocator for the next step, instead of handed back to the kernel.
+"""How the process holds memory: freed memory kept by the C allocator for the next step, instead of handed back
+to the kernel, and a bound on the compiled kernels PyTorch's CPU libraries keep.
 
 A decoder step (and a training step) allocates the same large buffers every time: logits of a block of
 rows (8-16 MB), feed-forward activations, log-probabilities. glibc's malloc serves blocks of more than
@@ -36,6 +37,22 @@ _USER_SETTINGS = (
     "MALLOC_TOP_PAD_",
     "MALLOC_MMAP_MAX_",
 )
+
+
+# Compiled matrix-product kernels kept per cache, one per operand shape met: oneDNN's primitive cache and ideep's
+# (PyTorch's oneDNN layer, where the packed-weight products of inference/cpu_linear.py go). Their default,
+# 1,024 each, holds a kernel for nearly every batch shape a run meets, and with it memory malloc_trim cannot
+# return: training and calibrating the quickstart's model held 0.5-0.8 GB more than with 32, for no measured
+# speed (docs/choices.md).
+KERNEL_CACHE_CAPACITY = 32
+_KERNEL_CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+
+
+def bound_kernel_caches() -> None:
+    """Keep at most ``KERNEL_CACHE_CAPACITY`` compiled kernels in each cache, unless the user set a capacity. The
+    libraries read the setting when they build their first kernel: call it before any CPU computation."""
+    for name in _KERNEL_CACHE_SETTINGS:
+        os.environ.setdefault(name, str(KERNEL_CACHE_CAPACITY))
 
 
 def keep_freed_memory() -> bool:

@@ -52,3 +52,46 @@ def test_a_users_own_malloc_settings_are_left_alone():
 def test_nothing_is_changed_without_glibc(monkeypatch):
     monkeypatch.setattr(allocator, "_glibc", lambda: False)
     assert allocator.keep_freed_memory() is False
+
+
+# In a fresh process: products of one packed weight over 300 row counts (as decoding's shrinking batches make),
+# then the free heap handed back; what stays is live, the kernels the caches keep for those shapes.
+KERNELS = """
+import os, sys
+from nmt_cli.utils.allocator import bound_kernel_caches, release_freed_memory
+bound_kernel_caches()
+import torch
+from nmt_cli.inference.cpu_linear import onednn_linear, onednn_packed_weight, onednn_usable
+if not onednn_usable():
+    print("no-onednn")
+    sys.exit()
+torch.set_num_threads(1)
+weight = onednn_packed_weight(torch.randn(1024, 256))
+for rows in range(1, 301):
+    onednn_linear(torch.randn(rows, 256), weight, None)
+release_freed_memory()
+print(int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+"""
+
+
+def _resident_after_kernels(env: dict[str, str]) -> str:
+    result = subprocess.run([sys.executable, "-c", KERNELS], capture_output=True, text=True, env=env, check=True)
+    return result.stdout.strip()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_the_kernel_caches_are_bounded_unless_the_user_sets_them():
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    bounded = _resident_after_kernels(env)
+    if bounded == "no-onednn":
+        pytest.skip("PyTorch here has no oneDNN linear")
+    unbounded = _resident_after_kernels({**env, "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"})
+    assert int(bounded) < int(unbounded) - 20 * 2**20, (bounded, unbounded)
+
+
+def test_bounding_the_kernel_caches_keeps_a_users_setting(monkeypatch):
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
+    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
+    allocator.bound_kernel_caches()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
+    assert os.environ["LRU_CACHE_CAPACITY"] == str(allocator.KERNEL_CACHE_CAPACITY)
