@@ -63,6 +63,10 @@ def _json(body: bytes) -> dict[str, Any]:
 
 
 def _urlencoded(body: bytes) -> dict[str, Any]:
+    if body.strip().startswith(b"{"):  # `curl -d '{...}'` labels JSON as a form unless told otherwise
+        raise BadRequest(
+            400, "the body is JSON but its Content-Type says a form: send the header Content-Type: application/json"
+        )
     try:
         pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
     except UnicodeDecodeError:

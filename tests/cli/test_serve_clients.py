@@ -186,6 +186,17 @@ def _hostile_bodies(rng: random.Random, line: str) -> list[tuple[str, bytes | di
     return cases
 
 
+def test_json_sent_as_a_form_is_told_to_name_its_content_type(server):
+    """`curl URL -d '{"q": ...}'` sends JSON labelled as a form; the answer says which header to add."""
+    _, url, _, _ = server
+    body = b'{"q": "A man rides a bike.", "source": "en", "target": "de"}'
+    with httpx.Client(base_url=url, timeout=60) as client:
+        mislabelled = client.post("/translate", content=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        labelled = client.post("/translate", content=body, headers={"Content-Type": "application/json"})
+    assert mislabelled.status_code == 400 and "Content-Type: application/json" in mislabelled.json()["error"]
+    assert labelled.status_code == 200 and labelled.json()["translatedText"]
+
+
 def test_fuzzed_bodies_get_no_5xx_and_every_response_is_counted(server, expected):
     process, url, log, reader = server
     rng = random.Random(39)
