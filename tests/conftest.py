@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,24 @@ def kill_at_first_checkpoint(cmd: list[str], run_dir: Path, timeout: float = 180
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "training ended before it could be killed"
     return int(checkpoint.step_checkpoints(run_dir)[-1].stem.split("_")[1])
+
+
+REPO = Path(__file__).resolve().parents[1]
+DOCUMENTED_PAGES = [REPO / "README.md", REPO / "docs" / "getting-started.md"]
+
+
+def documented_command_lines() -> list[tuple[str, str]]:
+    """(page, command line) for every `nmt ...` in a bash block of the README and the getting-started page, in
+    the order a reader meets them: each part of a `&&` chain on its own, comments dropped, redirections kept."""
+    found = []
+    for page in DOCUMENTED_PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+            for line in block.splitlines():
+                line = re.sub(r"\s+#.*$", "", line)
+                for part in line.split("&&"):
+                    if part.strip().startswith("nmt "):
+                        found.append((page.name, part.strip()))
+    return found
 
 
 def need(path: Path) -> Path:
