@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -41,6 +43,14 @@ def test_each_command_is_registered_with_its_own_help(command):
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and __version__ in result.stdout
+
+
+def test_version_is_the_newest_release_in_the_changelog():
+    """`nmt --version` names the newest `## [X.Y.Z] - DATE` section of CHANGELOG.md (a release bumps both)."""
+    changelog = Path(__file__).resolve().parents[2] / "CHANGELOG.md"
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", changelog.read_text(), re.MULTILINE)
+    assert released, "CHANGELOG.md has no released version"
+    assert released[0] == __version__, f"nmt --version says {__version__}; the newest release is {released[0]}"
 
 
 def test_console_script_runs():
