@@ -18,7 +18,6 @@ import typer
 from rich.console import Console
 
 from .errors import NmtError
-from .utils.allocator import bound_kernel_caches
 from .utils.files import describe_os_error
 from .utils.signals import Interrupted, signals_unwind
 from .version import __version__
@@ -128,7 +127,6 @@ _register()
 def main() -> None:
     """Console-script entry point. A mistyped option or value is one line too, naming the option and
     where the choices are listed (Click would draw a box around it)."""
-    bound_kernel_caches()  # before any command computes (utils/allocator.py)
     usage_error = _click_exceptions().UsageError
     try:
         code = app(standalone_mode=False)

@@ -8,6 +8,7 @@ import typer
 
 from ..config import DecodeConfig
 from ..errors import NmtError
+from ..utils.allocator import bound_kernel_caches
 from .common import console, decode_option, with_decoding
 
 
@@ -18,6 +19,7 @@ def run(
     beam: int = decode_option("beam", "--beam", "-b"),
 ) -> None:
     """Draw encoder, decoder and cross-attention heatmaps per layer and head (needs matplotlib)."""
+    bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
     from ..attention_figure import draw_attention
     from ..data.batches import pad_rows
     from ..data.vocab import EOS_ID

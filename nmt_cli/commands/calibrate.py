@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import NmtError
+from ..utils.allocator import bound_kernel_caches
 from .common import console
 
 
@@ -27,6 +28,7 @@ def run(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
 ) -> None:
     """Fit the confidence of `nmt translate --confidence` to your data; writes a new model file, never over the old."""
+    bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
     from ..decode.calibrate import calibrate, write_calibrated
     from ..score.metrics import read_lines
     from ..utils.run_folder import MODEL_FILE

@@ -8,6 +8,7 @@ import sys
 import typer
 
 from ..errors import NmtError
+from ..utils.allocator import bound_kernel_caches
 from .common import console
 
 
@@ -45,6 +46,7 @@ def run(
 ) -> None:
     """Score translations with sacreBLEU (same numbers and signatures as the sacrebleu command), or with
     --model the model's log-probability of each translation."""
+    bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
     from ..score import metrics as m
 
     if models:

@@ -10,6 +10,7 @@ import typer
 
 from ..config import DecodeConfig
 from ..errors import NmtError
+from ..utils.allocator import bound_kernel_caches
 from .common import decode_option, with_decoding
 
 
@@ -45,6 +46,7 @@ def run(
     log_level: str = typer.Option("info", "--log-level", help="critical, error, warning, info or debug."),
 ) -> None:
     """Serve models over HTTP: POST /translate (LibreTranslate's API and ours), a web page at /."""
+    bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401

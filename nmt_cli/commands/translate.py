@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import typer
 
 from ..errors import NmtError
+from ..utils.allocator import bound_kernel_caches
 from .common import console, decode_option, with_decoding
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
@@ -168,6 +169,7 @@ def run(
     ),
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
+    bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
     import torch
 
     from ..config import DecodeConfig

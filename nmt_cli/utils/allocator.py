@@ -42,8 +42,8 @@ _USER_SETTINGS = (
 # Compiled matrix-product kernels kept per cache, one per operand shape met: oneDNN's primitive cache and ideep's
 # (PyTorch's oneDNN layer, where the packed-weight products of inference/cpu_linear.py go). Their default,
 # 1,024 each, holds a kernel for nearly every batch shape a run meets, and with it memory malloc_trim cannot
-# return: training and calibrating the quickstart's model held 0.5-0.8 GB more than with 32, for no measured
-# speed (docs/choices.md).
+# return: translating, calibrating and the quickstart held 0.2-1.4 GB more than with 32, for no measured speed.
+# `nmt train` keeps the default: its updates ran about 2% faster with it (docs/choices.md).
 KERNEL_CACHE_CAPACITY = 32
 _KERNEL_CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 

@@ -95,3 +95,21 @@ def test_bounding_the_kernel_caches_keeps_a_users_setting(monkeypatch):
     allocator.bound_kernel_caches()
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
     assert os.environ["LRU_CACHE_CAPACITY"] == str(allocator.KERNEL_CACHE_CAPACITY)
+
+
+def test_decoding_commands_bound_the_kernel_caches_and_training_keeps_the_default(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
+
+    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+    runner.invoke(app, ["train", str(tmp_path / "missing.yaml")])  # refused early: no such recipe
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    for command in (["translate", "-m", str(tmp_path / "missing")], ["calibrate", "-m", "x", "--src", "x", "--ref", "x"]):
+        for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+            monkeypatch.delenv(name, raising=False)
+        result = runner.invoke(app, command)
+        assert result.exit_code != 0  # the model is missing; the caches were bounded before that was found
+        assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == os.environ["LRU_CACHE_CAPACITY"] == "32"
