@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from ..utils.allocator import TRAINING_KERNEL_CACHE_CAPACITY, bound_kernel_caches
 from .common import RecipeArg, SetOption, console, recipe_from_cli
 
 
@@ -32,6 +33,7 @@ def run(
     ),
 ) -> None:
     """Train the model the recipe describes; the run folder holds checkpoints, metrics and model.pt."""
+    bound_kernel_caches(TRAINING_KERNEL_CACHE_CAPACITY)  # updates reuse their shapes more than decoding (utils/allocator.py)
     from ..utils.cpu import check_parallelism
 
     resolved = recipe_from_cli(recipe, overrides)  # validate before launching anything

@@ -43,16 +43,18 @@ _USER_SETTINGS = (
 # (PyTorch's oneDNN layer, where the packed-weight products of inference/cpu_linear.py go). Their default,
 # 1,024 each, holds a kernel for nearly every batch shape a run meets, and with it memory malloc_trim cannot
 # return: translating, calibrating and the quickstart held 0.2-1.4 GB more than with 32, for no measured speed.
-# `nmt train` keeps the default: its updates ran about 2% faster with it (docs/choices.md).
+# Training's updates reuse their shapes more: at 32 they ran about 2% slower, at 128 as fast as at 1,024 with
+# 0.3 GB less (docs/choices.md).
 KERNEL_CACHE_CAPACITY = 32
+TRAINING_KERNEL_CACHE_CAPACITY = 128
 _KERNEL_CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
 
-def bound_kernel_caches() -> None:
-    """Keep at most ``KERNEL_CACHE_CAPACITY`` compiled kernels in each cache, unless the user set a capacity. The
-    libraries read the setting when they build their first kernel: call it before any CPU computation."""
+def bound_kernel_caches(capacity: int = KERNEL_CACHE_CAPACITY) -> None:
+    """Keep at most ``capacity`` compiled kernels in each cache, unless the user set a capacity. The libraries
+    read the setting when they build their first kernel: call it before any CPU computation."""
     for name in _KERNEL_CACHE_SETTINGS:
-        os.environ.setdefault(name, str(KERNEL_CACHE_CAPACITY))
+        os.environ.setdefault(name, str(capacity))
 
 
 def keep_freed_memory() -> bool:

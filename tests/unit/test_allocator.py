@@ -97,7 +97,7 @@ def test_bounding_the_kernel_caches_keeps_a_users_setting(monkeypatch):
     assert os.environ["LRU_CACHE_CAPACITY"] == str(allocator.KERNEL_CACHE_CAPACITY)
 
 
-def test_decoding_commands_bound_the_kernel_caches_and_training_keeps_the_default(monkeypatch, tmp_path):
+def test_decoding_commands_keep_32_kernels_and_training_128(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
     from nmt_cli.cli import app
@@ -106,7 +106,7 @@ def test_decoding_commands_bound_the_kernel_caches_and_training_keeps_the_defaul
         monkeypatch.delenv(name, raising=False)
     runner = CliRunner()
     runner.invoke(app, ["train", str(tmp_path / "missing.yaml")])  # refused early: no such recipe
-    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(allocator.TRAINING_KERNEL_CACHE_CAPACITY)
     for command in (["translate", "-m", str(tmp_path / "missing")], ["calibrate", "-m", "x", "--src", "x", "--ref", "x"]):
         for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
             monkeypatch.delenv(name, raising=False)
