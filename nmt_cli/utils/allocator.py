@@ -41,10 +41,9 @@ _USER_SETTINGS = (
 
 # Compiled matrix-product kernels kept per cache, one per operand shape met: oneDNN's primitive cache and ideep's
 # (PyTorch's oneDNN layer, where the packed-weight products of inference/cpu_linear.py go). Their default,
-# 1,024 each, holds a kernel for nearly every batch shape a run meets, and with it memory malloc_trim cannot
-# return: translating, calibrating and the quickstart held 0.2-1.4 GB more than with 32, for no measured speed.
-# Training's updates reuse their shapes more: at 32 they ran about 2% slower, at 128 as fast as at 1,024 with
-# 0.3 GB less (docs/choices.md).
+# 1,024 each, holds a kernel for nearly every batch shape a run meets, and with it live memory malloc_trim cannot
+# return. Decoding meets new shapes at every step and gains nothing from old kernels; training's updates reuse
+# their shapes more and keep a larger cache. The measurements behind both numbers are in docs/choices.md.
 KERNEL_CACHE_CAPACITY = 32
 TRAINING_KERNEL_CACHE_CAPACITY = 128
 _KERNEL_CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
