@@ -124,7 +124,8 @@ def word_starts(pieces: list[str]) -> list[int]:
 
 def word_alignment(cross: Tensor, source_pieces: list[str], output_pieces: list[str]) -> list[tuple[int, int]]:
     """Pharaoh (source word, output word) pairs: each output word linked to the source word it attends
-    to most. ``cross`` is (heads, T, S) of one layer; EOS and BOS rows and columns are left out."""
+    to most, then each source word left unlinked to the output word that attends to it most. ``cross`` is
+    (heads, T, S) of one layer; EOS and BOS rows and columns are left out."""
     weights = cross.mean(dim=0)[: len(output_pieces), : len(source_pieces)]  # (output pieces, source pieces)
     src_words, out_words = word_starts(source_pieces), word_starts(output_pieces)
     if not src_words or not out_words:
@@ -132,7 +133,11 @@ def word_alignment(cross: Tensor, source_pieces: list[str], output_pieces: list[
     n_src, n_out = src_words[-1] + 1, out_words[-1] + 1
     by_source = torch.zeros(len(output_pieces), n_src).index_add_(1, torch.tensor(src_words), weights)
     by_words = torch.zeros(n_out, n_src).index_add_(0, torch.tensor(out_words), by_source)  # summed over pieces
-    return [(int(by_words[j].argmax()), j) for j in range(n_out)]
+    links = [(int(by_words[j].argmax()), j) for j in range(n_out)]
+    # A source word no output word chose is linked to the output word that attends to it most, after the
+    # others (each output word's first link stays its best): markup never loses the words of an element.
+    chosen = {i for i, _ in links}
+    return links + [(i, int(by_words[:, i].argmax())) for i in range(n_src) if i not in chosen]
 
 
 def alignment_layer(model: Transformer, layer: int | None) -> int:

@@ -29,13 +29,19 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from .placeholders import TEXT_PLACEHOLDER, placeholders, repair
+from .protect import has_words, masks, protected_spans, unmask
 from .segments import Aligned, Sentences, TranslateSentences, as_sentences, split_sentences
 
 WORD = re.compile(r"\S+")
 # HTML elements that never have an end tag.
 VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
-# HTML elements whose content is code, not prose: kept as written.
-CODE = frozenset("code kbd samp var pre script style math svg".split())
+# Elements whose content is code, not prose: kept as written (HTML's, and the inline code elements of DITA
+# and DocBook, as HTML's tokenizer names them: lower case).
+CODE = frozenset(
+    """code kbd samp var pre script style math svg tt codeph codeblock filepath cmdname varname apiname userinput
+    systemitem literal command option parmname msgnum synph screen computeroutput envar filename classname
+    function parameter replaceable""".split()
+)
 # Punctuation at the edge of an element's target words goes outside its tags unless the element's source
 # text had it there too: "go <a>home</a>!" -> "nach <a>Hause</a>!", not "nach <a>Hause!</a>".
 TRAILING_PUNCTUATION = re.compile(r"[.,;:!?\u2026)\]}\"'\u00bb\u201d\u2019\u300d\u300f\u3002\u3001\uff01\uff1f]+$")
@@ -97,6 +103,13 @@ class _Parser(HTMLParser):
         self.opaque_depth = 0  # > 0 inside an opaque element: its markup is recorded, not parsed into elements
         self.opaque_raw: list[str] = []
         self.breaks: set[int] = set()
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
+
+    def _end_tag_text(self, tag: str) -> str:
+        """The end tag being read, as the source wrote it ("</B\n>" stays so: every byte outside the text is kept)."""
+        line, column = self.getpos()
+        match = re.compile(r"</[^>]*>").match(self.source, self.line_starts[line - 1] + column)
+        return match.group(0) if match else f"</{tag}>"
 
     # -- text ---------------------------------------------------------------------------------------
     def _add_text(self, text: str, raw: str) -> None:
@@ -166,7 +179,7 @@ class _Parser(HTMLParser):
         wanted = tag if not self.xml else None
         if self.opaque_depth:
             top = self.stack[-1]
-            raw = f"</{top.name}>" if (top.name.lower() == tag) else f"</{tag}>"
+            raw = self._end_tag_text(tag)
             self.opaque_raw.append(raw)
             if top.name.lower() == tag:
                 self.opaque_depth -= 1
@@ -179,14 +192,15 @@ class _Parser(HTMLParser):
             return
         key = wanted if wanted is not None else tag
         matches = [i for i, name in enumerate(names) if name.lower() == key.lower()]
+        raw = self._end_tag_text(tag)
         if not matches:  # an end tag nothing opened: kept where it was, as a lone tag
-            self.stack[-1].children.append(Element(tag, f"</{tag}>", "", start=self.length, end=self.length))
+            self.stack[-1].children.append(Element(tag, raw, "", start=self.length, end=self.length))
             return
         depth = matches[-1] + 1
         while len(self.stack) > depth + 1:  # elements left open inside it end here, as browsers end them
             self._end(self.stack.pop(), "")
         element = self.stack.pop()
-        self._end(element, f"</{element.name}>")
+        self._end(element, raw)
 
     def _end(self, element: Element, close: str) -> None:
         element.close = close
@@ -230,13 +244,19 @@ class _Parser(HTMLParser):
             self._end(element, "")
         self.root.end = self.length
         text = "".join(self.text)
-        for element in self.root.walk():  # which side of a space each element sits on
-            element.glued_left = element.start > 0 and not text[element.start - 1].isspace()
-            element.glued_right = element.end < len(text) and not text[element.end].isspace()
+        for element in self.root.walk():
             own = text[element.start : element.end].strip()
             if own:
                 element.punctuation_outside = (not LEADING_PUNCTUATION.search(own), not TRAILING_PUNCTUATION.search(own))
+        _mark_edges(self.root, text)
         return Fragment(text, self.root, self.entities, frozenset(self.breaks))
+
+
+def _mark_edges(root: Element, text: str) -> None:
+    """Which side of a space each element sits on."""
+    for element in root.walk():
+        element.glued_left = element.start > 0 and not text[element.start - 1].isspace()
+        element.glued_right = element.end < len(text) and not text[element.end].isspace()
 
 
 def html_opaque(tag: str, attrs: dict[str, str | None]) -> bool:
@@ -258,6 +278,67 @@ def parse(source: str, is_opaque=html_opaque, xml: bool = False, hidden: frozens
     except (AssertionError, ValueError):  # html.parser gives up on some broken declarations ("<![x")
         # then the fragment is text: translated, and its "<" written as "&lt;"
         return Fragment(source, Element("", "", "", 0, len(source)), {})
+
+
+# -- protection --------------------------------------------------------------------------------------
+
+
+def mask_fragment(fragment: Fragment) -> tuple[Fragment, dict[str, str]]:
+    """The fragment as the model reads it: the text of each code element, and each path, number or other
+    protected span of its text (``protect.py``) that no element boundary cuts, replaced by a mask; and the
+    markup each mask stands for. A masked code element leaves the tree: its mask is its place."""
+    text = fragment.text
+    opaque = [e for e in _topmost_opaque(fragment.root) if text[e.start : e.end].strip()]
+    spans = {(e.start, e.end): e for e in opaque}
+    edges = {o for e in fragment.root.walk() if e is not fragment.root and e not in spans.values() for o in (e.start, e.end)}
+    for start, end in protected_spans(text):
+        crossed = any(start < o < end for o in edges) or any(start < o < end for o in fragment.breaks)
+        if not crossed and not any(a < end and start < b for a, b in spans):
+            spans[(start, end)] = None
+    if not spans:
+        return fragment, {}
+    fresh = iter(masks(text))
+    moved: dict[int, int] = {}  # old offset -> new offset, for offsets outside the masked spans
+    out, replacements, at, shift = [], {}, 0, 0
+    for (start, end), element in sorted(spans.items()):
+        token = next(fresh)
+        replacements[token] = element.opaque or "" if element is not None else _escape(text[start:end], fragment.entities)
+        out.append(text[at:start] + token)
+        for offset in range(at, start + 1):
+            moved[offset] = offset + shift
+        shift += len(token) - (end - start)
+        at = end
+    out.append(text[at:])
+    for offset in range(at, len(text) + 1):
+        moved[offset] = offset + shift
+    new_text = "".join(out)
+    # No element edge or break is inside a masked span (a code element's own edges go with it).
+    removed = {id(e) for e in opaque}
+    root = _remapped(fragment.root, moved.__getitem__, removed)
+    _mark_edges(root, new_text)
+    return Fragment(new_text, root, fragment.entities, frozenset(moved[b] for b in fragment.breaks)), replacements
+
+
+def _topmost_opaque(element: Element):
+    for child in element.children:
+        if child.opaque is not None:
+            yield child
+        else:
+            yield from _topmost_opaque(child)
+
+
+def _remapped(element: Element, place: Callable[[int], int], removed: set[int]) -> Element:
+    children = [_remapped(c, place, removed) for c in element.children if id(c) not in removed]
+    return Element(
+        element.name,
+        element.open,
+        element.close,
+        place(element.start),
+        place(element.end),
+        element.opaque,
+        children,
+        punctuation_outside=element.punctuation_outside,
+    )
 
 
 # -- sentences ---------------------------------------------------------------------------------------
@@ -344,10 +425,12 @@ def _pieces(
     pieces_of = [
         [p for p, (a, b) in enumerate(source.spans) if start <= a and b <= end] for start, end in source_words.spans
     ]
-    to_source = {j: i for i, j in links}
+    to_source = _first_links(links)
     spans: list[tuple[int, int]] = []
     linked: list[tuple[int, int]] = []
+    first_piece: dict[int, int] = {}  # target word -> its first piece
     for j, (a, b) in enumerate(target_words.spans):
+        first_piece[j] = len(spans)
         i = to_source.get(j)
         if i is None:
             spans.append((a, b))
@@ -358,10 +441,15 @@ def _pieces(
                 linked.append((p, len(spans)))
                 spans.append((a + source.spans[p][0] - start, a + source.spans[p][1] - start))
             continue
-        longest = max(pieces_of[i], key=lambda p: source.spans[p][1] - source.spans[p][0])
-        linked.append((longest, len(spans)))
+        linked.append((_longest(pieces_of[i], source), len(spans)))
         spans.append((a, b))
+    # the extra links (a source word no target word chose, linked to its best target word) follow
+    linked += [(_longest(pieces_of[i], source), first_piece[j]) for i, j in links if to_source.get(j) != i]
     return _Words(target_words.text, spans), linked
+
+
+def _longest(pieces: list[int], source: _Words) -> int:
+    return max(pieces, key=lambda p: source.spans[p][1] - source.spans[p][0])
 
 
 @dataclass
@@ -376,7 +464,7 @@ class _Placed:
 
 def project(element: Element, source: _Words, target: _Words, links: list[tuple[int, int]], lo: int, hi: int) -> _Placed:
     """``element`` over target words ``lo``..``hi``, its descendants placed inside (module docstring, step 3)."""
-    to_source = {j: i for i, j in links}
+    to_source = _first_links(links)
     spans = [source.covering(c.start, c.end) for c in element.children]
     claims: list[int | None] = [None] * (hi - lo)  # per target word: the child that its aligned source word belongs to
     for j in range(lo, hi):
@@ -385,6 +473,7 @@ def project(element: Element, source: _Words, target: _Words, links: list[tuple[
             continue
         owner = next((k for k, span in enumerate(spans) if i in span), -1)
         claims[j - lo] = owner
+    _no_element_left_empty(claims, element.children, spans, links, lo)
     claimed = {k: [j for j, owner in enumerate(claims) if owner == k] for k in range(len(spans))}
     ordered = sorted((k for k in claimed if claimed[k]), key=lambda k: sum(claimed[k]) / len(claimed[k]))
     ranges = _layout(claims, ordered) if len(ordered) <= hi - lo else {}
@@ -399,6 +488,57 @@ def project(element: Element, source: _Words, target: _Words, links: list[tuple[
             placed.append(_Placed(child, at, at, [project(c, source, target, links, at, at) for c in child.children]))
     placed.sort(key=lambda p: (p.lo, p.hi > p.lo))
     return _Placed(element, lo, hi, placed)
+
+
+def _first_links(links: list[tuple[int, int]]) -> dict[int, int]:
+    """Each target word's source word: its first link (an aligner lists each target word's best link first,
+    then extra links for source words no target word chose)."""
+    to_source: dict[int, int] = {}
+    for i, j in links:
+        to_source.setdefault(j, i)
+    return to_source
+
+
+def _no_element_left_empty(
+    claims: list[int | None], children: list[Element], spans: list[range], links: list[tuple[int, int]], lo: int
+) -> None:
+    """Give each child that wraps source words as many target words as it has word-bearing leaves (at least
+    one), so no element comes back empty: first the words its own source words link to (any link, the
+    extra ones included), else those at its relative place, then their neighbours; taken from the parent's
+    own text or from a child that keeps enough."""
+    width = len(claims)
+    n_source = max((span.stop for span in spans if span), default=1)
+    needs = [_leaves(child, span) for child, span in zip(children, spans)]
+
+    def free(j: int) -> bool:
+        owner = claims[j]
+        return owner is None or owner == -1 or claims.count(owner) > needs[owner]
+
+    for k, span in enumerate(spans):
+        if not span:
+            continue
+        linked = [j - lo for i, j in links if i in span and 0 <= j - lo < width]
+        middle = (span.start + span.stop) / 2 / max(n_source, 1)
+        goals = linked or [min(width - 1, int(middle * width))]
+        while claims.count(k) < needs[k]:
+            mine = [j for j in range(width) if claims[j] == k]
+            choices = [j for j in range(width) if claims[j] != k and free(j)]
+            if not choices:
+                break
+            near = mine or goals
+            claims[min(choices, key=lambda j: (min(abs(j - g) for g in near), j))] = k
+
+
+def _leaves(element: Element, span: range) -> int:
+    """How many target words an element needs so that it and every element inside it that has words get one."""
+    if not span:
+        return 0
+    inner = [c for c in element.children if c.end > c.start]
+    return max(1, sum(max(1, len(_plain_children(c))) for c in inner)) if inner else 1
+
+
+def _plain_children(element: Element) -> list[Element]:
+    return [c for c in element.children if c.end > c.start]
 
 
 def _layout(claims: list[int | None], ordered: list[int]) -> dict[int, tuple[int, int]]:
@@ -552,6 +692,25 @@ def _relinked(source: str, before: str, after: str, links: list[tuple[int, int]]
     return relinked
 
 
+def _pinned(source: str, target: str, links: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The links with each target word that holds a placeholder linked to the source word holding the same
+    one (a placeholder is where it is, whatever the attention says), so a masked code span lands inside
+    the element that held it."""
+    words = source.split()
+    holders: dict[str, int] = {}
+    for i, word in enumerate(words):
+        for code in placeholders(word, TEXT_PLACEHOLDER):
+            holders.setdefault(code, i)
+    pinned = {}
+    for j, word in enumerate(target.split()):
+        codes = [c for c in placeholders(word, TEXT_PLACEHOLDER) if c in holders]
+        if codes:
+            pinned[j] = holders[codes[0]]
+    if not pinned:
+        return links
+    return [(i, j) for j, i in pinned.items()] + [(i, j) for i, j in links if j not in pinned]
+
+
 def translate_fragments(
     fragments: Sequence[str],
     sentences: Sentences | TranslateSentences,
@@ -564,20 +723,23 @@ def translate_fragments(
     fragments go to the translator in one call. ``language`` (the source's) splits a fragment into
     sentences; None keeps each fragment one sentence."""
     sentences = as_sentences(sentences)
-    parsed = [parse(f, is_opaque, xml, hidden) for f in fragments]
-    plans = [(fragment, _units(fragment, language)) for fragment in parsed]
+    parsed = [mask_fragment(parse(f, is_opaque, xml, hidden)) for f in fragments]
+    plans = [(fragment, replacements, _units(fragment, language)) for fragment, replacements in parsed]
     # The model reads each sentence on one line, spaces collapsed; its words are the same.
-    texts = [" ".join(fragment.text[u.start : u.end].split()) for fragment, units in plans for u in units]
-    todo = [t for t in texts if t]
+    texts = [" ".join(fragment.text[u.start : u.end].split()) for fragment, _, units in plans for u in units]
+    todo = [t for t in texts if has_words(t)]
     done = iter(sentences.aligned(todo) if todo else [])
-    translated: list[Aligned | None] = [next(done) if text else None for text in texts]
+    translated: list[Aligned | None] = [
+        next(done) if has_words(text) else (text, [(i, i) for i in range(len(text.split()))]) if text else None
+        for text in texts
+    ]
     out, at = [], 0
-    for fragment, units in plans:
+    for fragment, replacements, units in plans:
         pieces = []
         for unit in units:
             pieces.append(_unit_markup(fragment, unit, translated[at]))
             at += 1
-        out.append("".join(pieces))
+        out.append(unmask("".join(pieces), replacements))
     return out
 
 
@@ -596,6 +758,7 @@ def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) ->
     mended = repair(core, target_text, TEXT_PLACEHOLDER)
     if mended != target_text:
         links = _relinked(core, target_text, mended, links)
+    links = _pinned(core, mended, links)
     source_words, target_words = _Words.of(core), _Words.of(mended)
     links = [(i, j) for i, j in links if i < len(source_words.spans) and j < len(target_words.spans)]
     boundaries = {offset for e in _walk_all(root.children) for offset in (e.start, e.end)}
@@ -646,8 +809,9 @@ def _shifted(elements: list[Element], by: int) -> list[Element]:
 
 
 def strip(fragment: str, xml: bool = False) -> str:
-    """A fragment's plain text (tags removed, entities decoded): what the model reads."""
-    return parse(fragment, html_opaque, xml).text
+    """A fragment's plain text (tags removed, entities decoded, code and other protected spans masked): what
+    the model reads."""
+    return mask_fragment(parse(fragment, html_opaque, xml))[0].text
 
 
 def tag_tree(fragment: str, xml: bool = False) -> list:

@@ -13,13 +13,24 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-# The kinds of placeholder, each a regular expression; markup (tags, entities) last.
+# The kinds of placeholder, each a regular expression; markup (tags, entities) last. Order matters where two
+# could match at one place: the longer, more specific form first.
+# No space flag: "50% done" is prose far more often than "% d" is a directive.
+_PRINTF_FLAGS = r"[-+0#']*"
+_PRINTF_WIDTH = r"(?:\d+|\*(?:\d+\$)?)?(?:\.(?:\d+|\*(?:\d+\$)?)?)?"
+_PRINTF_LENGTH = r"(?:hh|h|ll|l|L|q|j|z|Z|t|I64|I32|I)?"
 _CODES = [
     r"%%",  # a literal percent sign in printf formats
-    r"%(?:\d+\$)?[-+ 0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|I64|I32|I)?[diouxXeEfFgGaAcspn%]",
-    r"%\([A-Za-z_][A-Za-z0-9_]*\)[-+ 0#]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]",  # %(name)s
+    # C99 <inttypes.h> macros as gettext writes them: "%<PRIu32>", "%-8<PRId64>"
+    rf"%(?:\d+\$)?{_PRINTF_FLAGS}{_PRINTF_WIDTH}<PRI[diouxX](?:8|16|32|64|MAX|PTR|LEAST\d+|FAST\d+)>",
+    rf"%(?:\d+\$)?{_PRINTF_FLAGS}{_PRINTF_WIDTH}{_PRINTF_LENGTH}[diouxXeEfFgGaAcspnCS]",  # printf, positional too
+    rf"%\([^()\s]*\){_PRINTF_FLAGS}{_PRINTF_WIDTH}[hlL]?[diouxXeEfFgGcrsa%]",  # Python's %(name)s, %(n)li
+    r"%[-_0^#]?[aAbBcCdDeFgGhHIjklmMnprRsStTuUVwWxXyYzZ+]",  # strftime (%Y, %-d, %H)
+    r"%L?[1-9]\d?(?![\d$])",  # Qt's %1 .. %99 (and %L1, localized numbers)
     r"\{\{[^{}]*\}\}",  # {{template}}
-    r"\{[A-Za-z0-9_.\[\]:!<>^=+\-#,]*\}",  # {0}, {name}, {0:.2f}
+    # ICU MessageFormat: "{count, plural, one {# file} other {# files}}", kept whole (two levels of nesting)
+    r"\{\s*\w+\s*,\s*(?:plural|select|selectordinal)\s*,(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\}",
+    r"\{[A-Za-z0-9_.\[\]]*(?:![rsa])?(?::[^{}\s]*)?\}",  # {0}, {name}, {0:.2f}, {name!r:>10}
     r"#[A-Z]+\d*#",  # #URL1#
     r"\$\{[^{}]*\}",  # ${shell} / template literals
 ]
@@ -31,6 +42,12 @@ PLACEHOLDER = re.compile("|".join(_CODES + _MARKUP))
 # In the text of markup (tags taken off, entities decoded) a "<name>" or "&amp;" is the document's text,
 # not a code: there the placeholders are the others.
 TEXT_PLACEHOLDER = re.compile("|".join(_CODES))
+# What is left of a placeholder the model broke ("{countcount", "%.2l", "%(name"): never a word of a
+# translation whose source has placeholders of that kind.
+_FRAGMENTS = {
+    "%": re.compile(r"%(?:\([^()\s]*\)?)?[-+0#'.\d*$]*[hlLqjzt]*"),
+    "{": re.compile(r"\{[A-Za-z0-9_.!:<>^=+\-#,\[\]]*\}?|\}"),
+}
 
 
 def placeholders(text: str, pattern: re.Pattern[str] = PLACEHOLDER) -> list[str]:
@@ -39,33 +56,57 @@ def placeholders(text: str, pattern: re.Pattern[str] = PLACEHOLDER) -> list[str]
 
 
 def repair(source: str, target: str, pattern: re.Pattern[str] = PLACEHOLDER) -> str:
-    """``target`` holding exactly the placeholders of ``source`` (as a multiset): extra ones removed, missing
-    ones inserted at their relative position in the source, at a word boundary."""
-    wanted, found = Counter(placeholders(source, pattern)), Counter(placeholders(target, pattern))
-    if wanted == found:
+    """``target`` holding exactly the placeholders of ``source`` (as a multiset). A placeholder the model
+    changed (``%(pkgnamename)s``, ``{countcount``) is replaced in place by the one it lacks of the same kind;
+    other extra ones and broken fragments are removed, and what is still missing is inserted at its
+    relative position in the source, at a word boundary."""
+    wanted = Counter(placeholders(source, pattern))
+    matches = list(pattern.finditer(target))
+    excess = Counter(m.group(0) for m in matches) - wanted
+    broken = _broken(source, target, matches)
+    if not excess and not broken and Counter(m.group(0) for m in matches) == wanted:
         return target
-    excess = found - wanted
-    if excess:
-        target = _remove(target, excess, pattern)
-    missing = wanted - Counter(placeholders(target, pattern))
+    bad: list[tuple[int, int]] = [m.span() for m in broken]
+    for match in reversed(matches):  # from the end: a repeated placeholder is more often the later copy
+        if excess[match.group(0)] > 0:
+            excess[match.group(0)] -= 1
+            bad.append(match.span())
+    bad.sort()
+    lacking = wanted - Counter(m.group(0) for m in matches)
+    missing: list[tuple[str, float]] = []  # in source order, with their relative place
     for match in pattern.finditer(source):
-        token = match.group(0)
-        if missing[token] > 0:
-            missing[token] -= 1
-            target = _insert(target, token, match.start() / max(len(source), 1), pattern)
-    return target
+        if lacking[match.group(0)] > 0:
+            lacking[match.group(0)] -= 1
+            missing.append((match.group(0), match.start() / max(len(source), 1)))
+    replacements: list[str] = []
+    for a, b in bad:
+        same = next((k for k, (token, _) in enumerate(missing) if _kind(token) == _kind(target[a:b])), None)
+        replacements.append(missing.pop(same)[0] if same is not None else "")
+    out = target
+    for (a, b), new in reversed(list(zip(bad, replacements))):
+        out = out[:a] + new + out[b:]
+    if "" in replacements:
+        out = re.sub(r"  +", " ", out).strip()
+    for token, where in missing:
+        out = _insert(out, token, where, pattern)
+    return out
 
 
-def _remove(text: str, excess: Counter[str], pattern: re.Pattern[str]) -> str:
-    left = Counter(excess)
-    # From the end: the placeholders the model repeated are more often the later ones.
-    pieces = list(pattern.finditer(text))
-    out = text
-    for match in reversed(pieces):
-        if left[match.group(0)] > 0:
-            left[match.group(0)] -= 1
-            out = out[: match.start()] + out[match.end() :]
-    return re.sub(r"  +", " ", out).strip() if out != text else out
+def _kind(token: str) -> str:
+    return "{" if token[:1] in "{}" else token[:1]
+
+
+def _broken(source: str, target: str, matches: list[re.Match[str]]) -> list[re.Match[str]]:
+    """Fragments of placeholders in ``target`` (outside its whole ones) of the kinds ``source`` uses."""
+    kinds = {_kind(token) for token in TEXT_PLACEHOLDER.findall(source)}
+    taken = [m.span() for m in matches]
+    found = []
+    for kind in kinds & _FRAGMENTS.keys():
+        for match in _FRAGMENTS[kind].finditer(target):
+            a, b = match.span()
+            if a < b and not any(x < b and a < y for x, y in taken):
+                found.append(match)
+    return found
 
 
 def _insert(text: str, token: str, where: float, pattern: re.Pattern[str]) -> str:

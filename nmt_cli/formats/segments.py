@@ -4,7 +4,8 @@ A format hands over texts (a message, a paragraph); each is cut into lines, each
 (sentencex, Wikimedia's rule-based splitter: abbreviations and numbers handled for 250 languages, no
 model to download; when it is not installed a line is one sentence). Every sentence of the whole
 file goes to the translator in one call, so they are sorted and batched together as ``nmt
-translate`` batches a file's lines. Each translation then gets its source's placeholders back
+translate`` batches a file's lines. What must not be translated (code, paths, numbers) is masked
+before (``protect.py``); each translation then gets its source's placeholders and masked spans back
 (``placeholders.py``) and the texts are put together again with the source's spacing and line breaks.
 """
 
@@ -14,7 +15,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .placeholders import PLACEHOLDER, repair
+from .placeholders import PLACEHOLDER
+from .protect import Masked, mask
 
 # Sentences in, translations out, in order (a Translator's best hypotheses).
 TranslateSentences = Callable[[list[str]], list[str]]
@@ -106,7 +108,7 @@ def assess_texts(texts: Sequence[str], sentences: Sentences, source_language: st
 def _translate_texts(
     texts: Sequence[str], translate: Callable[[list[str]], list[tuple[str, Trust]]], source_language: str
 ) -> list[tuple[str, Trust]]:
-    plans: list[list[list[tuple[str, str, str]]]] = []  # per text, per line, per sentence: (before, core, after)
+    plans: list[list[list[tuple[str, Masked, str]]]] = []  # per text, line, sentence: (before, core, after)
     cores: list[str] = []
     for text in texts:
         lines = []
@@ -114,9 +116,10 @@ def _translate_texts(
             sentences = []
             for sentence in split_sentences(line, source_language):
                 before, core, after = _SPACE_AROUND.match(sentence).groups()  # type: ignore[union-attr]
-                sentences.append((before, core, after))
-                if core:
-                    cores.append(core)
+                masked = mask(core)  # code, paths, numbers: never shown to the model (protect.py)
+                sentences.append((before, masked, after))
+                if masked.translatable:
+                    cores.append(masked.text)
             lines.append(sentences)
         plans.append(lines)
     translated = iter(translate(cores) if cores else [])
@@ -125,11 +128,14 @@ def _translate_texts(
         rebuilt, trust = [], TRUSTED
         for sentences in lines:
             pieces = []
-            for before, core, after in sentences:
-                if core:
+            for before, masked, after in sentences:
+                core = masked.text
+                if masked.translatable:
                     text, judged = next(translated)
                     trust = trust.worst(judged)
-                    core = repair(core, text)
+                    core = masked.restore(text, PLACEHOLDER)
+                else:  # nothing but codes, paths or numbers: kept as written
+                    core = masked.restore(core, PLACEHOLDER)
                 pieces.append(before + core + after)
             rebuilt.append("".join(pieces))
         out.append(("\n".join(rebuilt), trust))

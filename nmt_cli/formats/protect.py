@@ -1,0 +1,128 @@
+"""Text the model must not translate: masked before it reads a sentence, put back exactly after.
+
+A model trained on prose "translates" whatever it reads: ``/etc/shadow`` becomes ``/etc/shlag``, ``65535``
+becomes ``15535353``, a user name ``bin`` becomes ``binäre Suche``. What a reader must find unchanged is
+therefore never shown to it. Each protected span of a sentence -- the text of a code element, a path, a
+URL, an e-mail address, a command option, an identifier, a number -- is replaced by a *mask*, a numbered
+placeholder of the kind the model has learnt to copy (``%1``, ``%2``...: Qt's placeholders). The
+translation gets its masks checked like every placeholder (``placeholders.repair``: a lost one is put
+back at its place, an invented one removed), then each mask is replaced by the span it stands for, byte
+for byte. So the multiset of numbers, paths and code in a translated sentence is the source's, whatever
+the model did.
+
+Placeholders themselves (``%s``, ``{name}``...) are not masked: models trained on software messages
+copy them and place them well; ``repair`` keeps them exact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .placeholders import PLACEHOLDER, TEXT_PLACEHOLDER, repair
+
+_EXTENSIONS = (
+    "c|h|cc|cpp|hpp|py|pyc|js|ts|rs|go|java|rb|pl|php|sh|bash|zsh|json|yaml|yml|toml|xml|html|htm|css|md|rst|txt|"
+    "conf|cfg|ini|log|po|pot|mo|so|dll|exe|deb|rpm|tar|gz|bz2|xz|zip|png|jpg|jpeg|gif|svg|pdf|desktop|service|"
+    "socket|timer|mount|lock|pid|csv|tsv|db|sql|iso|img|bin|o|a|ko"
+)
+# Each kind of protected span; the first alternative that matches at a place wins, so the longer forms come first.
+_KINDS = {
+    "url": r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)[^\s<>\"'`]+",
+    "email": r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
+    "path": r"(?:~|\.{1,2}|[A-Za-z]:)?(?:/|\\)[\w.+~@%-]+(?:[/\\][\w.+~@%*-]*)*"
+    r"|[\w.+-]+/(?:[\w.+-]+/)*[\w.+-]*\.(?:" + _EXTENSIONS + r")\b"
+    r"|\w[\w-]*\.(?:" + _EXTENSIONS + r")\b",
+    "option": r"--?[A-Za-z][\w-]*(?:=[^\s,;]+)?",
+    "variable": r"\$[A-Za-z_]\w*|\$\([A-Za-z_]\w*\)",
+    "identifier": r"\w+(?:::\w+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(\)|[A-Za-z][A-Za-z0-9]*_\w+"
+    r"|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][a-z]+[A-Z][A-Za-z0-9]*|[a-z_]\w*(?:\.[a-z_]\w*){2,}",
+    "number": r"(?:[A-Za-z]+[-_]?)?\d[\w.,:/+-]*",
+}
+# A protected span starts at a word's edge: "and/or" and "e-mail" hold none.
+_PROTECTED = re.compile(
+    rf"(?P<placeholder>{PLACEHOLDER.pattern})|(?<![\w/\\.@$-])(?:" + "|".join(f"(?:{p})" for p in _KINDS.values()) + ")"
+)
+# Sentence punctuation after a span is the sentence's: "see /etc/hosts." keeps its full stop outside.
+_TRAILING = re.compile(r"[.,:;!?'\"]+$")
+
+
+def protected_spans(text: str) -> list[tuple[int, int]]:
+    """The (start, end) offsets of the spans of ``text`` the model must not translate (placeholders, tags and
+    entities excluded: ``repair`` keeps those)."""
+    spans = []
+    for match in _PROTECTED.finditer(text):
+        if match.group("placeholder") is not None:
+            continue
+        start, end = match.span()
+        trailing = _TRAILING.search(match.group(0))
+        end -= len(trailing.group(0)) if trailing else 0
+        if text[start:end].count(")") > text[start:end].count("("):  # "(see /etc/hosts)": the ")" is prose
+            end = start + text[start:end].rfind(")") if not text[start:end].endswith("()") else end
+        if end > start:
+            spans.append((start, end))
+    return spans
+
+
+@dataclass(frozen=True)
+class Masked:
+    """A sentence as the model reads it, and what each of its masks stands for."""
+
+    text: str
+    originals: dict[str, str]  # mask -> the text it replaced
+
+    @property
+    def translatable(self) -> bool:
+        """Whether anything is left for the model once placeholders and masks are set aside."""
+        return has_words(self.text)
+
+    def restore(self, translation: str, pattern: re.Pattern[str] = TEXT_PLACEHOLDER) -> str:
+        """The model's translation of :attr:`text` with every placeholder and mask present exactly once
+        (``repair`` by ``pattern``) and each mask replaced by its original."""
+        return unmask(repair(self.text, translation, pattern), self.originals)
+
+
+def has_words(text: str) -> bool:
+    """Whether ``text`` has a letter outside its placeholders (a sentence of only codes is not translated)."""
+    return any(ch.isalpha() for ch in PLACEHOLDER.sub(" ", text))
+
+
+def masks(taken: str) -> Iterable[str]:
+    """Mask strings not found in ``taken``, in order: ``%1``, ``%2``... (Qt's placeholders: models trained on
+    software messages copy them; ``%10`` and up are never used while ``%1`` is free, so no mask is a prefix
+    of another in one sentence)."""
+    for n in range(1, 100):
+        mask = f"%{n}"
+        if mask not in taken:
+            yield mask
+
+
+def mask(text: str, spans: Iterable[tuple[int, int]] | None = None, avoid: str = "") -> Masked:
+    """``text`` with each span (by default :func:`protected_spans`) replaced by a mask not in ``text`` or ``avoid``."""
+    chosen = sorted(protected_spans(text) if spans is None else spans)
+    if not chosen:
+        return Masked(text, {})
+    fresh = iter(masks(text + avoid))
+    out, originals, at = [], {}, 0
+    for start, end in chosen:
+        if start < at:
+            continue
+        token = next(fresh)
+        originals[token] = text[start:end]
+        out.append(text[at:start])
+        out.append(token)
+        at = end
+    out.append(text[at:])
+    return Masked("".join(out), originals)
+
+
+def unmask(text: str, originals: dict[str, str]) -> str:
+    """``text`` with each mask replaced by its original (longest masks first: ``%12`` before ``%1``)."""
+    if not originals:
+        return text
+    pattern = re.compile("|".join(re.escape(m) for m in sorted(originals, key=len, reverse=True)))
+    return pattern.sub(lambda m: originals[m.group(0)], text)
+
+
+__all__ = ["Masked", "has_words", "mask", "masks", "protected_spans", "unmask"]
