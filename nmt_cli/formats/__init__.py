@@ -8,6 +8,7 @@ translated line by line as before.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ..errors import NmtError
@@ -89,17 +90,20 @@ def translate_bytes(
     the input's encoding and line ends, and the number of entries translated (the server's /translate_file)."""
     chosen = format_for(name, file_format)
     if chosen == "po":
-        from .gettext import declared_charset, translate_po
+        from .gettext import NEAREST_IN_PO, declared_charset, translate_po, with_utf8_charset
 
         source = TextFile.decode(data, name, declared_charset)
         text, count = translate_po(source, translate, source_language, target_language, fuzzy, retranslate, fuzzy_below)
-        return source.encode(text), count
+        return source.encode(text, as_utf8=with_utf8_charset, nearest=NEAREST_IN_PO), count
     if chosen == "html":
         from .html import declared_charset as page_charset
         from .html import translate_html
 
         source = TextFile.decode(data, name, page_charset)
         text, count = translate_html(source.text, translate, source_language, target_language)
+        if not source.bom and page_charset(data) is None and data.isascii():
+            # no charset said: a browser may read UTF-8 bytes as windows-1252; an ASCII page stays ASCII
+            source = dataclasses.replace(source, encoding="ascii")
         return source.encode(text, "xmlcharrefreplace"), count
     if chosen == "markdown":
         from .markdown import translate_markdown

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from ..errors import NmtError
 from ..version import __version__
 from .segments import TRUSTED, Sentences, TranslateSentences, Trust, assess_texts, translate_texts
-from .textfile import TextFile
+from .textfile import NEAREST, TextFile
 
 FUZZY = "fuzzy"
 
@@ -119,7 +119,9 @@ def translate_po(
         for entry in catalogue
         if entry.msgid and not entry.obsolete and (retranslate or not entry.translated() and FUZZY not in entry.flags)
     ]
-    texts = [entry.msgid for entry in todo] + [entry.msgid_plural for entry in todo if entry.msgid_plural]
+    keys = {id(entry): mnemonic(entry.msgid) for entry in todo}  # GTK's "_File": the model reads "File"
+    texts = [_without_mnemonic(entry.msgid, keys[id(entry)]) for entry in todo]
+    texts += [_without_mnemonic(entry.msgid_plural, keys[id(entry)]) for entry in todo if entry.msgid_plural]
     if fuzzy_below is not None:
         assert isinstance(translate, Sentences) and translate.assess is not None
         done = iter(assess_texts(texts, translate, source_language))
@@ -130,13 +132,21 @@ def translate_po(
     forms = plurals.singular_forms()
     for entry in todo:
         one, trust = singular[id(entry)]
+        one = _with_mnemonic(one, keys[id(entry)])
+        reordered = _reordered(entry, entry.msgid, one)
         if entry.msgid_plural:
             many, plural_trust = plural[id(entry)]
+            many = _with_mnemonic(many, keys[id(entry)])
+            reordered = reordered or _reordered(entry, entry.msgid_plural, many)
             trust = trust.worst(plural_trust)
             entry.msgstr_plural = {i: one if takes_one else many for i, takes_one in enumerate(forms)}
         else:
             entry.msgstr = one
-        doubtful = fuzzy and (fuzzy_below is None or trust.confidence < fuzzy_below or bool(trust.flags))
+        if reordered:  # a program would format its arguments into the wrong slots: never final
+            trust = trust.worst(Trust(trust.confidence, (REORDERED,)))
+            if fuzzy_below is None:  # with --confidence the trust comment below names the flag
+                entry.tcomment = _with_comment(entry.tcomment, REORDERED_COMMENT)
+        doubtful = (fuzzy or reordered) and (fuzzy_below is None or trust.confidence < fuzzy_below or bool(trust.flags))
         if doubtful and FUZZY not in entry.flags:
             entry.flags.insert(0, FUZZY)  # first, as the gettext tools write it
         elif not doubtful and FUZZY in entry.flags:
@@ -155,19 +165,78 @@ def translate_po(
     return _unwrapped_as_written(catalogue), len(todo)
 
 
+REORDERED = "placeholders-reordered"  # the flag of an entry whose conversions came back in another order
+# printf conversions that take their argument by position in the list (no "%2$s"), as a c-format or
+# python-format string has them: their order is the program's argument order.
+_SEQUENTIAL = re.compile(
+    r"%%|%(?!\d+\$)[-+ 0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|Z|t)?[diouxXeEfFgGaAcspn]|%<PRI\w+>|\{\}"
+)
+_MNEMONIC = re.compile(r"(?<![\w_])_(?=[^\W\d_])")
+
+
+def _reordered(entry, source: str, target: str) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a format string's sequential conversions come back in another order (same multiset)."""
+    if not any(flag in entry.flags for flag in ("c-format", "python-format", "python-brace-format")):
+        return False
+    wanted = [c for c in _SEQUENTIAL.findall(source) if c != "%%"]
+    found = [c for c in _SEQUENTIAL.findall(target) if c != "%%"]
+    return sorted(wanted) == sorted(found) and wanted != found
+
+
+def mnemonic(msgid: str) -> str | None:
+    """The access key a msgid marks GTK's way ("_File": F), when it marks exactly one."""
+    marks = list(_MNEMONIC.finditer(msgid))
+    return msgid[marks[0].end()] if len(marks) == 1 else None
+
+
+def _without_mnemonic(text: str, key: str | None) -> str:
+    return _MNEMONIC.sub("", text, count=1) if key else text
+
+
+def _with_mnemonic(text: str, key: str | None) -> str:
+    """The translation with its access key marked: on a word starting with the same letter, else on its first letter."""
+    if not key or "_" in text:
+        return text
+    starts = [m.start() for m in re.finditer(r"(?<!\w)[^\W\d_]", text)]
+    same = [i for i in starts if text[i].lower() == key.lower()]
+    if not starts:
+        return text
+    at = (same or starts)[0]
+    return text[:at] + "_" + text[at:]
+
+
 TRUST_COMMENT = "nmt confidence"  # how our translator comment starts; a later run replaces it
+
+
+REORDERED_COMMENT = f"nmt flags: {REORDERED} (the conversions come in another order than the msgid's)"
 
 
 def _with_trust_comment(comment: str, trust: Trust) -> str:
     """The entry's translator comment with our line giving its confidence and flags (the translators' lines kept)."""
-    kept = [line for line in comment.split("\n") if line and not line.startswith(TRUST_COMMENT)] if comment else []
     flags = f"; flags: {', '.join(trust.flags)}" if trust.flags else ""
-    return "\n".join([*kept, f"{TRUST_COMMENT} {trust.confidence:.2f}{flags}"])
+    return _with_comment(comment, f"{TRUST_COMMENT} {trust.confidence:.2f}{flags}")
+
+
+def _with_comment(comment: str, line: str) -> str:
+    """The translator comment with our ``line`` (an earlier line of ours replaced, the translators' kept)."""
+    ours = ("nmt confidence", "nmt flags")
+    kept = [old for old in comment.split("\n") if old and not old.startswith(ours)] if comment else []
+    return "\n".join([*kept, line])
 
 
 def _unwrapped_as_written(catalogue) -> str:  # type: ignore[no-untyped-def]
     text = str(catalogue)
     return text if text.endswith("\n") else text + "\n"
+
+
+# A typographic character's nearest form as a catalogue's strings write it (a quote escaped).
+NEAREST_IN_PO = {char: form.replace('"', '\\"') for char, form in NEAREST.items()}
+
+
+def with_utf8_charset(text: str) -> str:
+    """A catalogue's text with its header declaring UTF-8 (what it is written in when its charset cannot hold
+    the translation)."""
+    return re.sub(r"(charset=)[A-Za-z0-9_.:-]+", r"\1UTF-8", text, count=1)
 
 
 def declared_charset(data: bytes) -> str | None:

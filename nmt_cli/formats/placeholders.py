@@ -99,14 +99,22 @@ def _kind(token: str) -> str:
 def _broken(source: str, target: str, matches: list[re.Match[str]]) -> list[re.Match[str]]:
     """Fragments of placeholders in ``target`` (outside its whole ones) of the kinds ``source`` uses."""
     kinds = {_kind(token) for token in TEXT_PLACEHOLDER.findall(source)}
-    taken = [m.span() for m in matches]
     found = []
     for kind in kinds & _FRAGMENTS.keys():
-        for match in _FRAGMENTS[kind].finditer(target):
-            a, b = match.span()
-            if a < b and not any(x < b and a < y for x, y in taken):
+        allowed = Counter(m.group(0) for m in _loose(_FRAGMENTS[kind], source, list(PLACEHOLDER.finditer(source))))
+        for match in _loose(_FRAGMENTS[kind], target, matches):
+            if allowed[match.group(0)] > 0:  # the source has the same fragment ("100%"): it is text
+                allowed[match.group(0)] -= 1
+            else:
                 found.append(match)
     return found
+
+
+def _loose(fragment: re.Pattern[str], text: str, matches: list[re.Match[str]]) -> list[re.Match[str]]:
+    """The non-empty matches of ``fragment`` in ``text`` outside its whole placeholders ``matches``."""
+    taken = [m.span() for m in matches]
+    loose = [m for m in fragment.finditer(text) if m.start() < m.end()]
+    return [m for m in loose if not any(x < m.end() and m.start() < y for x, y in taken)]
 
 
 def _insert(text: str, token: str, where: float, pattern: re.Pattern[str]) -> str:

@@ -9,12 +9,33 @@ read the input reads the output.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import NmtError
 from ..utils.files import atomic_open
+
+log = logging.getLogger(__name__)
+# The nearest form of a typographic character in a single-byte charset that lacks it (ISO-8859-1 has no „).
+NEAREST = {
+    "\u201e": '"', "\u201c": '"', "\u201d": '"', "\u201f": '"', "\u2033": '"',
+    "\u201a": "'", "\u2018": "'", "\u2019": "'", "\u201b": "'", "\u2032": "'",
+    "\u2039": "<", "\u203a": ">", "\u00ab": "<<", "\u00bb": ">>",
+    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
+    "\u2026": "...", "\u00a0": " ", "\u202f": " ", "\u2009": " ", "\u2007": " ", "\u200b": "",
+    "\u2022": "*", "\u00b7": ".",
+}  # fmt: skip
+
+
+def _encodable(char: str, encoding: str) -> bool:
+    try:
+        char.encode(encoding)
+    except UnicodeEncodeError:
+        return False
+    return True
+
 
 BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
     (codecs.BOM_UTF32_LE, "utf-32-le"),
@@ -60,18 +81,42 @@ class TextFile:
         crlf = "\r\n" in text
         return TextFile(path, text.replace("\r\n", "\n"), encoding, bom, crlf)
 
-    def encode(self, text: str, errors: str = "strict") -> bytes:
-        """``text`` as this file's bytes; a character its encoding cannot hold is a one-line error (or, with
-        ``errors="xmlcharrefreplace"``, for markup, a numeric character reference)."""
+    def encode(
+        self,
+        text: str,
+        errors: str = "strict",
+        as_utf8: Callable[[str], str] | None = None,
+        nearest: Mapping[str, str] = NEAREST,
+    ) -> bytes:
+        """``text`` as this file's bytes. A typographic character its encoding cannot hold (quotes, dashes,
+        ellipsis) is written in its nearest form there (said on stderr, counted); anything else makes the
+        file UTF-8, its declaration changed by ``as_utf8`` (said on stderr), or, without one, is a one-line
+        error. With ``errors="xmlcharrefreplace"`` (markup) a numeric character reference is written instead.
+        ``nearest``: the nearest forms as the file's syntax writes them (a catalogue escapes its quotes)."""
         if self.crlf:
             text = text.replace("\n", "\r\n")
         try:
             return self.bom + text.encode(self.encoding, errors)
-        except UnicodeEncodeError as err:
+        except UnicodeEncodeError:
+            pass
+        unfit = sorted({ch for ch in text if not _encodable(ch, self.encoding)})
+        near = {ch: nearest[ch] for ch in unfit if ch in nearest}
+        if len(near) == len(unfit):
+            count = sum(text.count(ch) for ch in near)
+            shown = ", ".join(f"{ch} -> {NEAREST[ch]}" for ch in near)
+            log.warning(f"{self.path}: {count:,} characters {self.encoding} lacks written in their nearest form ({shown})")
+            return self.bom + "".join(near.get(ch, ch) for ch in text).encode(self.encoding)
+        lacking = "".join(ch for ch in unfit if ch not in nearest)[:10]
+        if as_utf8 is None:
             raise NmtError(
-                f"{self.path}: the translation holds '{err.object[err.start : err.end]}', which {self.encoding} "
-                "cannot encode; convert the file to UTF-8 (and its charset declaration) first"
-            ) from None
+                f"{self.path}: the translation holds '{lacking}', which {self.encoding} cannot encode; convert the "
+                "file to UTF-8 (and its charset declaration) first"
+            )
+        log.warning(
+            f"{self.path}: the translation holds '{lacking}', which {self.encoding} cannot hold: written as UTF-8, "
+            "its charset declaration changed to UTF-8"
+        )
+        return as_utf8(text).encode("utf-8")
 
     def write(self, output: Path | None, text: str) -> None:
         """Write ``text`` like this file to ``output`` (atomically), or to stdout."""

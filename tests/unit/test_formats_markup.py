@@ -81,7 +81,7 @@ def test_noisy_alignment_still_gives_one_contiguous_element():
 
 def test_code_is_kept_as_written_and_entities_as_the_source_wrote_them():
     source = "Run <code>make&nbsp;all</code> &amp; wait&nbsp;now"
-    out = one(source, "Führe %1 aus & warte jetzt", "0-0 1-1 0-2 2-3 3-4 4-5")
+    out = one(source, "Führe %s aus & warte jetzt", "0-0 1-1 0-2 2-3 3-4 4-5")
     assert "<code>make&nbsp;all</code>" in out
     assert "&amp;" in out and "&" not in out.replace("&amp;", "").replace("&nbsp;", "")
 

@@ -1,0 +1,135 @@
+"""What a document's reader must find unchanged: placeholders of every kind, code, paths and numbers.
+
+The translators here are functions that do what real models do wrong (reorder, mangle, drop), so each
+case says exactly what must come back.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from nmt_cli.formats import translate_bytes
+from nmt_cli.formats.placeholders import placeholders, repair
+from nmt_cli.formats.protect import mask, protected_spans
+from nmt_cli.formats.segments import translate_texts
+
+polib = pytest.importorskip("polib", reason="polib is in the files extra")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("%<PRIu32> of %-8<PRId64>", ["%<PRIu32>", "%-8<PRId64>"]),
+        ("%(current)li of %(total)d", ["%(current)li", "%(total)d"]),
+        ("{name!r:>10} {0} {}", ["{name!r:>10}", "{0}", "{}"]),
+        ("%Y-%m-%d %H:%M", ["%Y", "%m", "%d", "%H", "%M"]),
+        ("%1 and %L2 files", ["%1", "%L2"]),
+        ("{count, plural, one {# file} other {# files}} left", ["{count, plural, one {# file} other {# files}}"]),
+        ("%1$s %2$d %-10.3f %lx %% %*d", ["%1$s", "%2$d", "%-10.3f", "%lx", "%%", "%*d"]),
+        ("50% done", []),
+    ],
+)
+def test_every_placeholder_form_is_one_placeholder(text, expected):
+    assert placeholders(text) == expected
+
+
+def test_a_repair_substitutes_a_broken_placeholder_in_place():
+    assert repair("Package '%(pkgname)s' removed", "Paket »%(pkgnamename)s« entfernt") == "Paket »%(pkgname)s« entfernt"
+    assert repair("{count} files", "{countcount Dateien") == "{count} Dateien"
+    assert repair("between %d and %.2f", "zwischen %.2l und %d") == "zwischen %.2f und %d"
+    assert repair("%s is 100% done", "%s ist zu 100 % fertig") == "%s ist zu 100 % fertig"  # text, not a fragment
+
+
+def test_code_paths_urls_options_identifiers_and_numbers_are_protected():
+    text = (
+        "Edit /etc/shadow or ~/.config/app.yaml, run make --prefix=/usr -j 4, see https://example.org/a?b=1. "
+        "Call foo_bar() or Foo::bar in config.yaml; mail a.b@example.org; 2001-2022 and 65535 and UTF-8, e.g. and/or."
+    )
+    found = [text[a:b] for a, b in protected_spans(text)]
+    assert found == [
+        "/etc/shadow",
+        "~/.config/app.yaml",
+        "--prefix=/usr",
+        "-j",
+        "4",
+        "https://example.org/a?b=1",
+        "foo_bar()",
+        "Foo::bar",
+        "config.yaml",
+        "a.b@example.org",
+        "2001-2022",
+        "65535",
+        "UTF-8",
+    ]
+
+
+def test_masks_never_collide_with_the_sentences_own_placeholders():
+    masked = mask("Copy %s to /tmp/%d.log (%u times)")
+    assert "%s" in masked.text and "/tmp" not in masked.text
+    assert len(set(masked.originals)) == len(masked.originals) and not set(masked.originals) & {"%s"}
+    assert masked.restore(masked.text) == "Copy %s to /tmp/%d.log (%u times)"
+
+
+def test_numbers_come_back_as_the_source_has_them_whatever_the_model_does():
+    def mangle(sentences: list[str]) -> list[str]:
+        # a model that drops one mask and reorders the others: the repair puts every one back
+        return [" ".join(reversed(s.split()[1:])) for s in sentences]
+
+    source = "Between 1 and 65535 in 2001-2022 at 3.5 GHz"
+    out = translate_texts([source], mangle, "en")[0]
+    numbers = Counter(w.strip(".,") for w in out.split() if any(c.isdigit() for c in w))
+    assert numbers == Counter(["1", "65535", "2001-2022", "3.5"])
+
+
+def catalogue(entries: str, charset: str = "UTF-8") -> bytes:
+    header = f'msgid ""\nmsgstr ""\n"Language: de\\n"\n"Content-Type: text/plain; charset={charset}\\n"\n\n'
+    return (header + entries).encode("latin-1" if charset.lower() != "utf-8" else "utf-8")
+
+
+def po(data: bytes, translate) -> polib.POFile:
+    out, _ = translate_bytes(data, Path("app.po"), translate, "en", "de")
+    return polib.pofile(out.decode("utf-8", "replace")), out
+
+
+def test_a_c_format_entry_with_its_conversions_reordered_is_fuzzy_with_a_flag():
+    entry = '#, c-format\nmsgid "Adding user \'%s\' (%d)"\nmsgstr ""\n'
+    swapped, _ = po(catalogue(entry), lambda xs: ["Benutzer (%d) »%s« hinzufügen" for _ in xs])
+    assert "fuzzy" in swapped[0].flags and "placeholders-reordered" in swapped[0].tcomment
+    kept, _ = translate_bytes(catalogue(entry), Path("app.po"), lambda xs: ["Benutzer »%s« (%d)" for _ in xs], "en", "de")
+    entry_out = polib.pofile(kept.decode())[0]
+    assert "placeholders-reordered" not in (entry_out.tcomment or "")
+
+
+def test_a_gtk_mnemonic_is_read_without_its_mark_and_put_on_the_translation():
+    seen: list[str] = []
+
+    def translate(xs):
+        seen.extend(xs)
+        return ["Datei öffnen" for _ in xs]
+
+    out, _ = po(catalogue('msgid "_Open File"\nmsgstr ""\n'), translate)
+    assert seen == ["Open File"] and out[0].msgstr == "_Datei öffnen"  # no word starts with O: the first
+
+
+def test_a_latin1_catalogue_gets_typographic_quotes_in_their_nearest_form(caplog):
+    data = catalogue('msgid "Say \\"hi\\""\nmsgstr ""\n', "ISO-8859-1")
+    catalogue_out, raw = po(data, lambda xs: ["Sag „hallo“ – größer" for _ in xs])
+    text = raw.decode("latin-1")
+    assert "charset=ISO-8859-1" in text and 'Sag \\"hallo\\" - größer' in text
+    assert "nearest form" in caplog.text
+
+
+def test_a_character_with_no_nearest_form_makes_the_catalogue_utf8(caplog):
+    data = catalogue('msgid "Price"\nmsgstr ""\n', "ISO-8859-1")
+    _, raw = po(data, lambda xs: ["Preis in €" for _ in xs])
+    text = raw.decode("utf-8")
+    assert "charset=UTF-8" in text and "Preis in €" in text and "UTF-8" in caplog.text
+
+
+def test_an_ascii_page_without_a_charset_stays_ascii():
+    page = b"<html><body><p>Hello world</p></body></html>"
+    out, _ = translate_bytes(page, Path("a.html"), lambda xs: ["Grüße „Welt“" for _ in xs], "en", "de")
+    assert out.isascii() and "&#" in out.decode()
