@@ -156,6 +156,34 @@ def clean_source_line(line: str, stats: TranslationStats) -> str:
     return line
 
 
+class Aligner:
+    """Pharaoh word alignments of hypotheses from one decoder layer's cross-attention (``--alignments``,
+    and the tags of documents: the command's translator and the server's loop both use it)."""
+
+    def __init__(self, loaded: LoadedModel, model: Transformer | None = None, layer: int | None = None) -> None:
+        first = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model
+        self.loaded = loaded
+        self.model = model if model is not None else first
+        self.layer = layer if layer is not None else alignment_layer_of(self.model, None)
+
+    def align(
+        self,
+        sources: list[list[int]],
+        found: list[list[Hypothesis]],
+        memory: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> list[list[str]]:
+        """Per sentence, per hypothesis, its alignment ("i-j ..."), from one teacher-forced pass over them all
+        (on the search's encoder output when given: each sentence's row once per hypothesis)."""
+        pairs_src, outputs, memory = teacher_forced(sources, found, memory)
+        crosses = iter(cross_attention(self.model, pairs_src, outputs, self.layer, memory))
+        src_piece, tgt_piece = self.loaded.src_vocab.IdToPiece, self.loaded.tgt_vocab.IdToPiece
+        out = []
+        for source, hyps in zip(sources, found):
+            pieces = [src_piece(t) for t in source]
+            out.append([pharaoh(word_alignment(next(crosses), pieces, [tgt_piece(t) for t in h.tokens])) for h in hyps])
+        return out
+
+
 class Translator:
     """Our :class:`.translation.Engine`: lines of source text into n-best lists of ``Translation``."""
 
@@ -297,20 +325,8 @@ class Translator:
         """Pharaoh word alignments of every hypothesis of one batch, from one teacher-forced pass over them all
         (on the search's encoder output when it has it: each sentence's row once per hypothesis)."""
         assert self.align_model is not None and self.align_layer is not None
-        sources, outputs, memory = teacher_forced([encoded[i] for i in batch], found, memory)
-        crosses = iter(cross_attention(self.align_model, sources, outputs, self.align_layer, memory))
-        out = []
-        for i, hyps in zip(batch, found):
-            source_pieces = [self.loaded.src_vocab.IdToPiece(t) for t in encoded[i]]
-            out.append(
-                [
-                    pharaoh(
-                        word_alignment(next(crosses), source_pieces, [self.loaded.tgt_vocab.IdToPiece(t) for t in h.tokens])
-                    )
-                    for h in hyps
-                ]
-            )
-        return out
+        aligner = Aligner(self.loaded, self.align_model, self.align_layer)
+        return aligner.align([encoded[i] for i in batch], found, memory)
 
     def _search(
         self, batch: list[int], encoded: list[list[int]], prefixes: list[list[int]] | None

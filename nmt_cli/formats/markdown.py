@@ -31,6 +31,7 @@ _LINK_TAIL = re.compile(
     r"""\]\(\s*(?:<[^<>\n]*>|(?:[^()\s]|\([^()\s]*\))*)(?:\s+(?:"[^"]*"|'[^']*'|\([^()]*\)))?\s*\)"""
     r"""|\]\[[^\[\]]*\]|\]"""
 )
+_MYST_TARGET = re.compile(r"^\([^()\s]+\)=\s*$")
 _IMAGE = re.compile(r"!\[(?:[^\[\]]|\[[^\[\]]*\])*(?:" + _LINK_TAIL.pattern + ")")
 
 
@@ -112,6 +113,7 @@ def _fragment(children, raw: str, spelling: _Spelling) -> tuple[str, list[tuple[
     out: list[str] = []
     markups: list[tuple[str, str]] = []
     stack: list[int] = []
+    links: list[tuple[int, int]] = []  # per open link: where its raw source starts, and its place in out
     at, skip = 0, 0
     for n, token in enumerate(children):
         if skip:
@@ -158,10 +160,11 @@ def _fragment(children, raw: str, spelling: _Spelling) -> tuple[str, list[tuple[
             end = raw.find(">", at) + 1 if raw.startswith("<", at) else 0
             if not end:
                 raise _Unmatched
-            markups.append((raw[at:end], ""))
-            out.append(f'<x-md data-i="{len(markups) - 1}"/>')
+            markups.append((raw[at:end], ""))  # a code span to the translation: a word of its own, as written
+            out.append(f'<code data-i="{len(markups) - 1}">{html.escape(raw[at:end], quote=False)}</code>')
             at, skip = end, _autolink_length(children, n)
         elif kind == "link_open":
+            links.append((at, len(out)))
             at = _consume(raw, at, "[")
             markups.append(("[", ""))
             stack.append(len(markups) - 1)
@@ -171,9 +174,16 @@ def _fragment(children, raw: str, spelling: _Spelling) -> tuple[str, list[tuple[
             if not match:
                 raise _Unmatched
             index = stack.pop()
+            start, written = links.pop()
+            at = match.end()
+            if match.group(0) in ("]", "][]"):  # [label] or [label][]: the text is the label, kept as written
+                whole = raw[start:at]
+                markups[index] = (whole, "")
+                del out[written:]
+                out.append(f'<code data-i="{index}">{html.escape(whole, quote=False)}</code>')
+                continue
             markups[index] = ("[", match.group(0))
             out.append("</a>")
-            at = match.end()
         elif kind == "image":
             match = _IMAGE.match(raw, at)
             if not match:
@@ -275,6 +285,8 @@ def _blocks(text: str, lines: list[str]) -> list[_Block]:
         if token.type != "inline" or token.map is None or not token.content.strip():
             opened = token.type
             continue
+        if _MYST_TARGET.match(token.content):
+            continue  # a MyST label "(name)=" is a name, not prose
         block = _locate(token, lines, cursor)
         if block is None:
             continue

@@ -45,7 +45,7 @@ TEXT_PLACEHOLDER = re.compile("|".join(_CODES))
 # What is left of a placeholder the model broke ("{countcount", "%.2l", "%(name"): never a word of a
 # translation whose source has placeholders of that kind.
 _FRAGMENTS = {
-    "%": re.compile(r"%(?:\([^()\s]*\)?)?[-+0#'.\d*$]*[hlLqjzt]*"),
+    "%": re.compile(r"%(?:\([^()\s]*\)?)?[-+0#'.\d*$]*[hlLqjzt]*[A-Za-z]?"),
     "{": re.compile(r"\{[A-Za-z0-9_.!:<>^=+\-#,\[\]]*\}?|\}"),
 }
 

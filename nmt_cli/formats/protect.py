@@ -29,6 +29,7 @@ _EXTENSIONS = (
 )
 # Each kind of protected span; the first alternative that matches at a place wins, so the longer forms come first.
 _KINDS = {
+    "footnote": r"\[\^[^\]\s]+\]",  # a Markdown footnote reference "[^1]"
     "url": r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)[^\s<>\"'`]+",
     "email": r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
     "path": r"(?:~|\.{1,2}|[A-Za-z]:)?(?:/|\\)[\w.+~@%-]+(?:[/\\][\w.+~@%*-]*)*"
@@ -42,7 +43,7 @@ _KINDS = {
 }
 # A protected span starts at a word's edge: "and/or" and "e-mail" hold none.
 _PROTECTED = re.compile(
-    rf"(?P<placeholder>{PLACEHOLDER.pattern})|(?<![\w/\\.@$-])(?:" + "|".join(f"(?:{p})" for p in _KINDS.values()) + ")"
+    rf"(?P<placeholder>{PLACEHOLDER.pattern})|(?<![\w/\\.@$\[-])(?:" + "|".join(f"(?:{p})" for p in _KINDS.values()) + ")"
 )
 # Sentence punctuation after a span is the sentence's: "see /etc/hosts." keeps its full stop outside.
 _TRAILING = re.compile(r"[.,:;!?'\"]+$")

@@ -32,9 +32,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from ..decode.assess import Assessment, Assessor
+from ..decode.attention_maps import parse_pharaoh
 from ..decode.search import Hypothesis
+from ..decode.translator import Aligner
 from ..errors import NmtError
-from ..formats import EXTENSIONS, translate_bytes
+from ..formats import EXTENSIONS, Sentences, translate_bytes
 from .body import read_fields
 from .languages import LanguageDetector, language_name
 from .loop import Job, QueueFull, ShuttingDown
@@ -365,18 +367,26 @@ class TranslatedFiles:
         return found[1] if found is not None and found[0] == name else None
 
 
-def _sentences_through_loop(model: ServedModel, block: int = 64):
-    """A sentences -> translations function for a document (run in a worker thread): the sentences join the
-    model's running batch in blocks, as requests' lines do, so a file never holds the queue alone."""
+def _sentences_through_loop(model: ServedModel, block: int = 64) -> Sentences:
+    """A document's sentences -> translations (run in a worker thread), word-aligned for markup: the sentences
+    join the model's running batch in blocks, as requests' lines do, so a file never holds the queue alone;
+    the alignments are computed in the loop's thread (the model is the loop's alone), as confidence is."""
     loaded, max_src = model.loaded, model.loaded.recipe.model.max_positions - 1
+    aligner = Aligner(loaded)
 
-    def translate(sentences: list[str]) -> list[str]:
-        out: list[str] = []
+    def run(sentences: list[str], aligned: bool) -> list[tuple[str, list[tuple[int, int]]]]:
+        out: list[tuple[str, list[tuple[int, int]]]] = []
         for start in range(0, len(sentences), block):
             encoded = [ids[:max_src] for ids in loaded.src_vocab.encode(sentences[start : start + block], out_type=int)]
             todo = [i for i, ids in enumerate(encoded) if ids]  # a sentence of no pieces has no translation
             finished = threading.Event()
-            job = Job([encoded[i] for i in todo], loaded.recipe.decode, 1, on_done=_setter(finished))
+            job = Job(
+                [encoded[i] for i in todo],
+                loaded.recipe.decode,
+                1,
+                on_done=_setter(finished),
+                assess=aligner.align if aligned else None,
+            )
             while todo:
                 try:
                     model.loop.submit(job)
@@ -389,13 +399,14 @@ def _sentences_through_loop(model: ServedModel, block: int = 64):
                 finished.wait()
             if job.error:
                 raise NmtError(job.error)
-            texts = [""] * len(encoded)
-            for i, hyps in zip(todo, job.results):
-                texts[i] = loaded.tgt_vocab.decode(hyps[0].tokens) if hyps else ""
+            texts: list[tuple[str, list[tuple[int, int]]]] = [("", [])] * len(encoded)
+            for n, (i, hyps) in enumerate(zip(todo, job.results)):
+                links = parse_pharaoh(job.assessments[n][0]) if aligned and hyps else []
+                texts[i] = (loaded.tgt_vocab.decode(hyps[0].tokens) if hyps else "", links)
             out += texts
         return out
 
-    return translate
+    return Sentences(lambda sentences: [text for text, _ in run(sentences, False)], lambda sentences: run(sentences, True))
 
 
 def _setter(event: threading.Event) -> Callable[[Job], None]:

@@ -387,15 +387,18 @@ def test_target_prefixes_start_the_output_and_empty_ones_change_nothing(loaded, 
         list(Translator(loaded, loaded.recipe.decode).translate(lines, prefixes[:2]))
 
 
-def test_alignments_link_each_output_word_once_within_range(loaded, overfit):
+def test_alignments_link_each_output_word_first_then_every_unchosen_source_word(loaded, overfit):
     _, src, _ = overfit
     lines = src[:8] + ["A woman in a red coat is walking on the street."]
     translator = Translator(loaded, loaded.recipe.decode, alignments=True)
     for line, hyps in zip(lines, translator.translate(lines)):
         text, alignment = hyps[0].text, hyps[0].alignment
         pairs = [tuple(map(int, link.split("-"))) for link in alignment.split()]
-        assert [j for _, j in pairs] == list(range(len(text.split())))  # one link per output word, in order
-        assert all(0 <= i < len(line.split()) for i, _ in pairs)
+        n_out = len(text.split())
+        assert [j for _, j in pairs[:n_out]] == list(range(n_out))  # each output word's best link, in order
+        extra = pairs[n_out:]  # then one link for each source word no output word chose
+        assert {i for i, _ in pairs} == set(range(len(line.split()))) and len(extra) == len({i for i, _ in extra})
+        assert all(0 <= i < len(line.split()) and 0 <= j < n_out for i, j in pairs)
     with pytest.raises(NmtError, match="--alignment-layer 9: the decoder has"):
         Translator(loaded, loaded.recipe.decode, alignments=True, alignment_layer=9)
 

@@ -109,3 +109,26 @@ def test_the_translation_is_written_as_the_source_spelled_it_and_never_starts_a_
 
     tokens = [t.type for t in MarkdownIt("commonmark").parse(out)]
     assert tokens == ["paragraph_open", "inline", "paragraph_close"], out  # still one paragraph, whatever the cut
+
+
+def test_reference_labels_code_spans_footnotes_and_myst_targets_are_kept_exactly():
+    from nmt_cli.formats.markdown import translate_markdown
+
+    doc = (
+        "(install-page)=\n# Install the tool\n\n"
+        "See [the guide][guide] and [Pip][] or [setuptools] for `-z now` `--as-needed` flags.\n"
+        "Read the note[^1] and use {mod}`os.path` with /etc/hosts on port 8080.\n\n"
+        "[guide]: https://example.org/guide\n[Pip]: https://pip.pypa.io\n[setuptools]: https://setuptools.pypa.io\n"
+    )
+    seen: list[str] = []
+
+    def shout(sentences: list[str]) -> list[str]:
+        seen.extend(sentences)
+        return [s.replace("See", "Siehe").replace("Read", "Lies") for s in sentences]
+
+    out = translate_markdown(doc, shout, "en", "de")[0]
+    assert out.startswith("(install-page)=\n")
+    for kept in ("[the guide][guide]", "[Pip][]", "[setuptools]", "`-z now` `--as-needed`", "note[^1]", "{mod}`os.path`"):
+        assert kept in out, (kept, out)
+    assert "/etc/hosts" in out and "8080" in out and "Siehe" in out and "Lies" in out
+    assert not any("os.path" in s or "Pip" in s or "setuptools" in s or "8080" in s for s in seen), seen
