@@ -477,6 +477,7 @@ def project(element: Element, source: _Words, target: _Words, links: list[tuple[
     claimed = {k: [j for j, owner in enumerate(claims) if owner == k] for k in range(len(spans))}
     ordered = sorted((k for k in claimed if claimed[k]), key=lambda k: sum(claimed[k]) / len(claimed[k]))
     ranges = _layout(claims, ordered) if len(ordered) <= hi - lo else {}
+    _grown(ranges, {k: _leaves(child, spans[k]) for k, child in enumerate(element.children)}, hi - lo)
     placed: list[_Placed] = []
     for k, child in enumerate(element.children):
         if k in ranges:
@@ -527,6 +528,21 @@ def _no_element_left_empty(
                 break
             near = mine or goals
             claims[min(choices, key=lambda j: (min(abs(j - g) for g in near), j))] = k
+
+
+def _grown(ranges: dict[int, tuple[int, int]], needs: dict[int, int], width: int) -> None:
+    """Each child's range grown over the parent's own words beside it until it has a word for each element
+    inside it that has words (the layout may give a menu cascade one word for its two controls)."""
+    for k, (a, b) in list(ranges.items()):
+        taken = [r for other, r in ranges.items() if other != k]
+        while b - a < needs.get(k, 1):
+            if b < width and not any(x <= b < y for x, y in taken):
+                b += 1
+            elif a > 0 and not any(x <= a - 1 < y for x, y in taken):
+                a -= 1
+            else:
+                break
+        ranges[k] = (a, b)
 
 
 def _leaves(element: Element, span: range) -> int:
