@@ -8,17 +8,20 @@ Builds, from the bundled software messages' held-out test split (never used to c
 - a gettext catalogue of the test messages that have printf placeholders (``#, c-format``).
 Translates both with the ``--nmt`` command (another checkout's interpreter, to compare code versions), and
 reports: the share of source elements with words that come back empty (goal 0), code elements and numbers
-kept byte for byte (goal 100%), placeholders kept as a multiset and in their order, and the wall time of
-the tagged lines against the same sentences translated plain.
+kept byte for byte (goal 100%), placeholders kept as a multiset and in their order, and, for the same
+sentences with word spans tagged, the BLEU of the tag-stripped output against the plain translation's and
+the whole-process wall time of each (medians of alternating runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import html
 import random
 import re
 import shlex
+import statistics
 import subprocess
 import tempfile
 import time
@@ -36,7 +39,7 @@ def read(name: str) -> list[str]:
         return [line.rstrip("\n") for line in handle]
 
 
-def tagged(sentence: str, rng: random.Random) -> str:
+def tagged(sentence: str, rng: random.Random, extras: bool = True) -> str:
     words = [w.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for w in sentence.split()]
     a = rng.randrange(len(words))
     b = min(len(words), a + rng.randint(1, 3))
@@ -46,9 +49,16 @@ def tagged(sentence: str, rng: random.Random) -> str:
     else:
         name = "b" if rng.random() < 0.5 else "uicontrol"
         words[a:b] = [f"<{name}>{' '.join(words[a:b])}</{name}>"]
-    words.insert(rng.randrange(len(words) + 1), f"<tt>{rng.choice(PATHS)}</tt>")
-    words.insert(rng.randrange(len(words) + 1), str(rng.choice([3, 42, 443, 2048, 65535])))
+    if extras:
+        words.insert(rng.randrange(len(words) + 1), f"<tt>{rng.choice(PATHS)}</tt>")
+        words.insert(rng.randrange(len(words) + 1), str(rng.choice([3, 42, 443, 2048, 65535])))
     return " ".join(words)
+
+
+def stripped(line: str) -> str:
+    """A tagged line's text as a reader sees it: tags off (siblings written one after the other, such as a
+    menu's items, apart), entities decoded."""
+    return html.unescape(re.sub(r"<[^>]+>", "", re.sub(r"(</[^>]+>)(?=<[^/])", r"\1 ", line)))
 
 
 def empty_elements(source: str, output: str) -> tuple[int, int]:
@@ -83,13 +93,15 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--nmt", default="python -m nmt_cli", help="the command that runs nmt")
     parser.add_argument("--lines", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs of the timed pair")
     args = parser.parse_args()
     rng = random.Random(1)
-    test = [s for s in read("test.en.gz") if len(s.split()) >= 3 and "<" not in s and "&" not in s]
-    sentences = rng.sample(test, min(args.lines, len(test)))
+    english, german = read("test.en.gz"), read("test.de.gz")
+    usable = [i for i, s in enumerate(english) if len(s.split()) >= 3 and "<" not in s and "&" not in s]
+    chosen = rng.sample(usable, min(args.lines, len(usable)))
+    sentences = [english[i] for i in chosen]
     lines = [tagged(s, rng) for s in sentences]
-    marked, seconds_markup = run(args.nmt, ["translate", "-m", args.model, "--markup"], "\n".join(lines) + "\n")
-    _, seconds_plain = run(args.nmt, ["translate", "-m", args.model], "\n".join(sentences) + "\n")
+    marked, _ = run(args.nmt, ["translate", "-m", args.model, "--markup"], "\n".join(lines) + "\n")
     outputs = marked.splitlines()
     counts = [empty_elements(s, o) for s, o in zip(lines, outputs)]
     with_words, empty = sum(c[0] for c in counts), sum(c[1] for c in counts)
@@ -101,7 +113,27 @@ def main() -> None:
           f"({100 * empty / max(with_words, 1):.1f}%)")  # fmt: skip
     print(f"code elements kept byte for byte: {code_kept}/{code_total} ({100 * code_kept / max(code_total, 1):.1f}%)")
     print(f"lines whose numbers are the source's: {number_lines}/{len(lines)} ({100 * number_lines / len(lines):.1f}%)")
-    print(f"wall time, tagged {seconds_markup:.1f} s vs plain {seconds_plain:.1f} s ({seconds_markup / seconds_plain:.2f}x)")
+
+    # Quality and time of the tags alone: the same sentences with word spans tagged, translated with --markup
+    # (output tags stripped) and plain, both scored against the references; runs alternate, medians.
+    words_only = [tagged(s, rng, extras=False) for s in sentences]
+    times: dict[str, list[float]] = {"markup": [], "plain": []}
+    for _ in range(args.repeats):
+        marked, seconds = run(args.nmt, ["translate", "-m", args.model, "--markup"], "\n".join(words_only) + "\n")
+        times["markup"].append(seconds)
+        plain, seconds = run(args.nmt, ["translate", "-m", args.model], "\n".join(sentences) + "\n")
+        times["plain"].append(seconds)
+    import sacrebleu
+
+    references = [[german[i] for i in chosen]]
+    bleu_markup = sacrebleu.corpus_bleu([stripped(o) for o in marked.splitlines()], references).score
+    bleu_plain = sacrebleu.corpus_bleu(plain.splitlines(), references).score
+    print(f"BLEU against the references: tagged, tags stripped {bleu_markup:.1f}; plain {bleu_plain:.1f}")
+    markup_s, plain_s = statistics.median(times["markup"]), statistics.median(times["plain"])
+    print(
+        f"wall time (whole process, median of {args.repeats} alternating runs), tagged {markup_s:.1f} s vs plain "
+        f"{plain_s:.1f} s ({markup_s / plain_s:.2f}x)"
+    )
 
     messages = [m for m in read("test.en.gz") if SEQUENTIAL.search(m) and '"' not in m][: args.lines]
     with tempfile.TemporaryDirectory() as folder:

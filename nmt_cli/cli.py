@@ -11,7 +11,9 @@ import importlib
 import math
 import os
 import sys
+import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -28,6 +30,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click's own help: conventional metavars (PATH, INTEGER, [fp32|bf16]), ranges and defaults, wrapped to the
+    # terminal without truncating option names, and help text printed as written (Rich markup would eat
+    # "[hub]" and "[recipe key decode.beam; default 4]").
+    rich_markup_mode=None,
 )
 _stderr = Console(stderr=True, soft_wrap=True, highlight=False)
 
@@ -112,7 +118,7 @@ def _register() -> None:
     app.command("config")(friendly(config.run))
     app.command("download")(friendly(download.run))
     app.command("export")(friendly(export.run))
-    imports = typer.Typer(help=import_model.HELP, no_args_is_help=True)
+    imports = typer.Typer(help=import_model.HELP, no_args_is_help=True, rich_markup_mode=None)
     imports.command("hf")(friendly(import_model.hf))
     imports.command("fairseq")(friendly(import_model.fairseq))
     app.add_typer(imports, name="import")
@@ -124,12 +130,56 @@ def _register() -> None:
 _register()
 
 
+def command() -> Any:
+    """The ``nmt`` command as Click runs it, its values named the conventional way in ``--help``: ``PATH``,
+    ``INTEGER``, ``FLOAT``, ``TEXT``, the choices ``[fp32|bf16]``, a command's arguments in capitals (Typer's
+    own labels are Python's types: ``<list[Path]>``, ``<int range>``, ``<str>``)."""
+    group = typer.main.get_command(app)
+    _name_values(group)
+    return group
+
+
+def _name_values(command: Any) -> None:
+    for param in command.params:
+        if param.param_type_name == "argument":
+            _name_argument(param)
+        elif param.metavar is None and not getattr(param, "is_flag", False):
+            param.metavar = _value_name(param)
+    for sub in getattr(command, "commands", {}).values():
+        _name_values(sub)
+
+
+def _name_argument(param: Any) -> None:
+    """An argument as Click names it: ``SOURCE`` in the usage line (``[SOURCE]`` when optional, ``...`` when
+    repeated) and in its help row, without Typer's type label. Typer reads these from the instance's methods,
+    so the instance gets its own."""
+    name = str(param.name).upper()
+    usage = (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
+    param.metavar = name
+    param._usage_display_name = lambda: usage
+    param.display_type_rich = lambda ctx: None
+
+
+def _value_name(param: Any) -> str:
+    described = param.type_descriptor
+    if described.is_choice:
+        return "[" + "|".join(str(choice) for choice in described.choices) + "]"
+    if described.is_file:
+        return "FILE"
+    kind = described.annotation
+    if typing.get_origin(kind) in (list, tuple) and typing.get_args(kind):
+        kind = typing.get_args(kind)[0]
+    if described.is_path or kind is Path:
+        return "PATH"
+    return {int: "INTEGER", float: "FLOAT"}.get(kind, "TEXT")
+
+
 def main() -> None:
     """Console-script entry point. A mistyped option or value is one line too, naming the option and
     where the choices are listed (Click would draw a box around it)."""
     usage_error = _click_exceptions().UsageError
     try:
-        code = app(standalone_mode=False)
+        code = command()(standalone_mode=False)
     except usage_error as err:
         message = err.format_message()
         if message:  # none when Click has just shown the help of a command given no arguments

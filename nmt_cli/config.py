@@ -72,6 +72,17 @@ class DataConfig:
     encoding_errors: Literal["strict", "replace"] = _opt(
         "strict", "on invalid UTF-8: stop with the file and line (strict) or replace the bytes"
     )
+    max_line_bytes: int = _opt(
+        1 << 20,
+        "longest corpus line read, in bytes; a longer one is refused with its file and line (a decompression "
+        "bomb, or not one sentence per line)",
+        ge=1024,
+        le=1 << 31,
+    )
+    align: bool = _opt(
+        False,
+        "word-align the training pairs with eflomal for train.guided_alignment (pip install 'nmt-cli[align]')",
+    )
 
 
 @dataclass(frozen=True)
@@ -229,6 +240,13 @@ class TrainConfig:
     weight_decay: float = _opt(0.0, "decoupled weight decay (AdamW) ", ge=0, le=10)
     clip_norm: float = _opt(0.0, "clip the gradient norm to this (0: off)", ge=0, le=1e6)
     label_smoothing: float = _opt(0.1, "label smoothing epsilon", ge=0, le=1)
+    guided_alignment: float = _opt(
+        0.0,
+        "weight of the guided-alignment loss: one cross-attention head of the penultimate decoder layer learns "
+        "the word alignments of data.align, and alignments come from it (0: off; fairseq's default weight is 0.05)",
+        ge=0,
+        le=100,
+    )
     validate_every: int = _opt(1000, "validate every N updates (0: only at the end)", ge=0, le=10**12)
     valid_bleu: bool = _opt(True, "decode the validation set and report sacreBLEU")
     valid_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)", ge=1, le=1024)
@@ -675,6 +693,52 @@ def _describe(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return f"{value!r} ({type(value).__name__})"
+
+
+@dataclass(frozen=True)
+class KeyReference:
+    """One recipe key as the reference page shows it: default in YAML, kind of value, bounds, meaning."""
+
+    key: str
+    default: str
+    kind: str
+    bounds: str
+    help: str
+
+
+def key_reference(cls: type = Recipe, prefix: str = "") -> list[KeyReference]:
+    """Every leaf key of the recipe with its YAML default, its kind of value and its bounds (the reference page)."""
+    rows: list[KeyReference] = []
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            rows += key_reference(hints[f.name], f"{prefix}{_key_of(f)}.")
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
+        shown = yaml.safe_dump(list(default) if isinstance(default, tuple) else default, default_flow_style=True)
+        shown = shown.strip().removesuffix("...").strip()
+        kind, bounds = _kind_text(hints[f.name]), _bounds_text(f.metadata)
+        rows.append(KeyReference(prefix + _key_of(f), shown, kind, bounds, f.metadata.get("help", "")))
+    return rows
+
+
+def _kind_text(kind: Any) -> str:
+    if typing.get_origin(kind) is Literal:
+        return "one of " + ", ".join(str(choice) for choice in typing.get_args(kind))
+    if typing.get_origin(kind) in (types.UnionType, typing.Union):
+        return " or ".join(_kind_text(part) for part in typing.get_args(kind))
+    if typing.get_origin(kind) is tuple:
+        return "list of " + _kind_text(typing.get_args(kind)[0])
+    if typing.get_origin(kind) is dict:
+        return "mapping"
+    names = {bool: "true or false", int: "integer", float: "number", str: "text"}
+    return names.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+def _bounds_text(metadata: typing.Mapping[str, Any]) -> str:
+    low = f"≥ {metadata['ge']:,}" if "ge" in metadata else f"> {metadata['gt']:,}" if "gt" in metadata else ""
+    high = f"≤ {metadata['le']:,}" if "le" in metadata else f"< {metadata['lt']:,}" if "lt" in metadata else ""
+    return ", ".join(part for part in (low, high) if part)
 
 
 def field_help(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -7,6 +7,8 @@ non-zero exit code; nothing else in the package prints tracebacks for user mista
 
 from __future__ import annotations
 
+import re
+
 
 class NmtError(Exception):
     """Base class: a problem the user can fix. ``str(err)`` is the whole message."""
@@ -40,3 +42,24 @@ class TrainingStopped(NmtError):
         super().__init__(message)
         self.signal_name = signal_name
         self.exit_code = exit_code
+
+
+class TooLarge(NmtError):
+    """An input unpacks past a limit (a compressed container, a line): the server answers 413, not 400."""
+
+
+_OBJECT_REPR = re.compile(r"'?<[\w.]+ object at 0x[0-9a-fA-F]+>'?")
+_UNSAFE_LOAD = "Weights only load failed"
+
+
+def reason(err: BaseException, limit: int = 160) -> str:
+    """A library's exception as a phrase for a user's one-line message: its first line, without Python object
+    reprs (``<_io.BytesIO object at 0x...>``), cut at ``limit``. PyTorch's refusal of a pickle that a safe
+    load cannot read is said plainly: its first line reads like advice to load unsafely."""
+    text = str(err)
+    if _UNSAFE_LOAD in text:
+        unsupported = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        what = f" ({unsupported.group(1)})" if unsupported else ""
+        return f"it holds Python objects{what} that nmt does not load, since loading them could run code"
+    line = _OBJECT_REPR.sub("the input", text.strip().splitlines()[0] if text.strip() else type(err).__name__)
+    return line if len(line) <= limit else line[: limit - 3] + "..."

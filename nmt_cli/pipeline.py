@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from .config import Recipe, load_recipe
+from .data.align import aligner_installed
 from .data.prepare import prepare, text_paths
 from .decode.translator import Translator, load_model
 from .errors import NmtError
@@ -63,6 +64,8 @@ def quickstart_recipe(pair: str, workdir: Path, minutes: float, overrides: Seque
         f"train.dir={workdir / 'model'}",
         f"train.max_time={minutes:g}m",
     ]
+    if not aligner_installed():  # guided alignment needs the align extra; the quickstart runs without it
+        settings += ["data.align=false", "train.guided_alignment=0"]
     return load_recipe(recipe_path, [*settings, *overrides])
 
 

@@ -2,11 +2,14 @@
 
 - ``reference/cli.md``: every command and option, read from the Typer application (``nmt_cli.cli.app``);
 - ``reference/recipe.md``: every recipe key with its default and meaning, read from the config dataclasses
-  (what ``nmt config --explain`` prints).
+  (what ``nmt config --explain`` prints);
+- ``changelog.md``: the repository's CHANGELOG.md.
 """
 
 from __future__ import annotations
 
+import html
+from pathlib import Path
 from typing import Any
 
 from mkdocs.structure.files import File, Files
@@ -15,34 +18,35 @@ from mkdocs.structure.files import File, Files
 def on_files(files: Files, config: Any) -> Files:
     files.append(File.generated(config, "reference/cli.md", content=cli_reference()))
     files.append(File.generated(config, "reference/recipe.md", content=recipe_reference()))
+    files.append(File.generated(config, "changelog.md", content=CHANGELOG.read_text(encoding="utf-8")))
     return files
 
 
+CHANGELOG = Path(__file__).resolve().parents[2] / "CHANGELOG.md"  # the repository's, shown on the site as written
+
+
 def cli_reference() -> str:
-    import typer
+    from nmt_cli.cli import command
 
-    from nmt_cli.cli import app
-
-    root = typer.main.get_command(app)
+    root = command()  # as `nmt --help` names values: PATH, INTEGER, [fp32|bf16]
     lines = [
         "# Command line",
         "",
         "Generated from the command line itself at every build of these pages; `nmt COMMAND --help` prints the same.",
         "",
     ]
-    for path, command in _commands(root, "nmt"):
-        lines += [f"## `{path}`", "", _cell_text(command.help or ""), ""]
-        arguments = [p for p in command.params if p.param_type_name == "argument"]
+    for path, runnable in _commands(root, "nmt"):
+        lines += [f"## `{path}`", "", _cell_text(runnable.help or ""), ""]
+        arguments = [p for p in runnable.params if p.param_type_name == "argument"]
         if arguments:
             lines += ["| argument | meaning |", "| --- | --- |"]
             lines += [f"| `{a.name.upper()}` | {_cell_text(getattr(a, 'help', None) or '')} |" for a in arguments]
             lines.append("")
-        options = [p for p in command.params if p.param_type_name == "option" and not getattr(p, "hidden", False)]
+        options = [p for p in runnable.params if p.param_type_name == "option" and not getattr(p, "hidden", False)]
         if options:
-            context = typer.Context(command)
             lines += ["| option | value | default | meaning |", "| --- | --- | --- | --- |"]
             for option in options:
-                lines.append(_option_row(option, context))
+                lines.append(_option_row(option))
             lines.append("")
     return "\n".join(lines)
 
@@ -58,43 +62,57 @@ def _commands(command: Any, path: str) -> list[tuple[str, Any]]:
     return found
 
 
-def _option_row(option: Any, context: Any) -> str:
+def _option_row(option: Any) -> str:
     names = ", ".join(f"`{name}`" for name in [*option.opts, *option.secondary_opts])
-    value = "" if option.is_flag else f"`{_value_kind(option, context)}`".replace("|", "\\|")
+    value = "" if option.is_flag else _value_kind(option)
     default = option.default
-    shown = "" if default is None or callable(default) or option.show_default is False else f"`{default}`"
+    shown = "" if default is None or callable(default) or option.show_default is False else f"`{_yaml(default)}`"
     return f"| {names} | {value} | {shown} | {_cell_text(option.help or '')} |"
 
 
-def _value_kind(option: Any, context: Any) -> str:
-    """What the option takes (``int``, ``path``, ``nmt|ctranslate2`` ...), as ``--help`` shows it: Typer's own
-    rendering where it has one (recent Typer carries its own Click), else Click's type name."""
-    if hasattr(option, "display_type"):
-        return str(option.display_type(context)).strip("<>")
-    return str(option.type.name)
+def _value_kind(option: Any) -> str:
+    """What the option takes, as ``--help`` names it (``INTEGER``, ``PATH``, choices), with its bounds."""
+    metavar = str(option.metavar or "")
+    if metavar.startswith("[") and metavar.endswith("]"):
+        return "one of " + ", ".join(f"`{choice}`" for choice in metavar[1:-1].split("|"))
+    bounds = option._get_number_range_help_str() if hasattr(option, "_get_number_range_help_str") else None
+    return f"`{metavar}`" + (f" ({_cell_text(bounds)})" if bounds else "")
+
+
+def _yaml(value: Any) -> str:
+    import yaml
+
+    if isinstance(value, (tuple, list)):
+        value = [str(item) if not isinstance(item, (int, float, bool)) else item for item in value]
+    elif not isinstance(value, (int, float, bool, str)):
+        value = str(value)  # a Path
+    text = yaml.safe_dump(value, default_flow_style=True)
+    return text.strip().removesuffix("...").strip()
 
 
 def recipe_reference() -> str:
-    from nmt_cli.config import field_help
+    from nmt_cli.config import key_reference
 
     lines = [
         "# Recipe keys",
         "",
-        "Every key a recipe may set, with its default and meaning, generated from the configuration classes at "
-        "every build of these pages (`nmt config --explain` prints the same). A recipe names only what it changes; "
-        "`--set KEY=VALUE` overrides any key on the command line.",
+        "Every key a recipe may set, with its default (as YAML), the values it takes and its meaning, generated "
+        "from the configuration classes at every build of these pages (`nmt config --explain` prints the same). "
+        "A recipe names only what it changes; `--set KEY=VALUE` overrides any key on the command line.",
         "",
     ]
     section = None
-    for key, default, text in field_help():
-        top = key.split(".")[0]
+    for row in key_reference():
+        top = row.key.split(".")[0]
         if top != section:
             section = top
-            lines += ["", f"## `{top}`", "", "| key | default | meaning |", "| --- | --- | --- |"]
-        lines.append(f"| `{key}` | `{default}` | {_cell_text(text)} |")
+            lines += ["", f"## `{top}`", "", "| key | default | values | meaning |", "| --- | --- | --- | --- |"]
+        values = _cell_text(row.kind + (f" ({row.bounds})" if row.bounds else ""))
+        lines.append(f"| `{row.key}` | `{_cell_text(row.default)}` | {values} | {_cell_text(row.help)} |")
     return "\n".join(lines) + "\n"
 
 
 def _cell_text(text: str) -> str:
-    """Help text for one Markdown table cell (or paragraph): one line, pipes escaped."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Help text for one Markdown table cell (or paragraph): one line, HTML's special characters escaped (so
+    that "<BT>" and "<tab>" show), pipes escaped."""
+    return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|")

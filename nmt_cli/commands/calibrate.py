@@ -26,6 +26,7 @@ def run(
         50.0, "--threshold", min=0.0, max=100.0, help="The sentence chrF an acceptable translation reaches."
     ),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+    threads: int = typer.Option(0, "--threads", min=0, max=4096, help="CPU threads (0: all cores)."),
 ) -> None:
     """Fit the confidence of `nmt translate --confidence` to your data; writes a new model file, never over the old."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
@@ -37,7 +38,24 @@ def run(
     output = output or source_file.with_name(source_file.stem + ".calibrated.pt")
     if output.resolve() == source_file.resolve():  # before the translating, not after
         raise NmtError(f"{output}: is the model file being calibrated; write the calibrated model to another file")
-    report = calibrate(model, read_lines(src), read_lines(ref), threshold, device)
+    import os
+
+    import torch
+
+    from ..utils.cpu import check_parallelism
+
+    check_parallelism(threads, "--threads")
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    sources, references = read_lines(src), read_lines(ref)
+    distinct = len(set(zip(sources, references)))
+    if distinct < len(sources):
+        console.print(
+            f"warning: {len(sources) - distinct:,} of the {len(sources):,} pairs repeat another pair; a fit on "
+            f"{distinct:,} distinct pairs, and its scores on them, say less than the count suggests",
+            markup=False,
+            soft_wrap=True,
+        )
+    report = calibrate(model, sources, references, threshold, device)
     write_calibrated(model, report.calibration, output)
     console.print(
         f"calibrated on {report.pairs:,} pairs ({report.acceptable:.0%} acceptable: sentence chrF >= {threshold:g}); "

@@ -17,7 +17,7 @@ def run(
     quantization: str = typer.Option(
         None, "--quantization", help="CTranslate2 weight type, e.g. int8, float16.", show_default=False
     ),
-    force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
+    force: bool = typer.Option(False, "--force", help="With --format ctranslate2 only: replace an existing output folder."),
 ) -> None:
     """Export a trained model for another inference engine (CTranslate2: fast CPU int8/fp32 decoding; hf: MarianMT)."""
     if format not in ("ctranslate2", "hf"):

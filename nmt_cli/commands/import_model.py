@@ -29,7 +29,7 @@ def hf(
 ) -> None:
     """Import a HuggingFace MarianMT model (OPUS-MT): translate, score, serve, export or fine-tune it as any nmt model.
 
-    A hub name is fetched with huggingface_hub (pip install 'nmt[hub]') into its cache; nothing else is downloaded."""
+    A hub name is fetched with huggingface_hub (pip install 'nmt-cli[hub]') into its cache; nothing else is downloaded."""
     from ..convert.hub import fetch_marian, looks_like_hub_name
     from ..convert.marian import import_marian
 

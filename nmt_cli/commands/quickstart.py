@@ -24,6 +24,12 @@ def run(
 
     recipe = quickstart_recipe(pair, workdir, minutes, overrides)
     console.print(f"[bold]nmt quickstart[/]: {pair}, about {minutes:g} minutes of training; working in {workdir}/")
+    if not recipe.data.align:
+        console.print(
+            "note: without guided alignment (pip install 'nmt-cli[align]' adds it): documents' tags follow raw attention",
+            markup=False,
+            soft_wrap=True,
+        )
     result = run_quickstart(recipe, log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
     _summary(result, pair)
 

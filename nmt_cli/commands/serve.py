@@ -43,6 +43,16 @@ def run(
         1_000_000, "--max-body-bytes", min=1, max=1 << 30, help="Request body size at most; more: 413."
     ),
     max_beam: int = typer.Option(16, "--max-beam", min=1, max=1024, help="Largest beam a request may ask for."),
+    max_unpacked_mb: int = typer.Option(
+        100, "--max-unpacked-mb", min=1, max=1 << 20, help="An uploaded .docx whose XML parts unpack to more: 413."
+    ),
+    max_unpack_ratio: float = typer.Option(
+        100.0,
+        "--max-unpack-ratio",
+        min=1.0,
+        max=1e9,
+        help="An uploaded .docx with a part (over 1 MiB) that unpacks to more times its packed size: 413.",
+    ),
     log_level: str = typer.Option("info", "--log-level", help="critical, error, warning, info or debug."),
 ) -> None:
     """Serve models over HTTP: POST /translate (LibreTranslate's API and ours), a web page at /."""
@@ -55,6 +65,7 @@ def run(
         raise NmtError(f"nmt serve needs the serve extra ({err.name} is missing): pip install 'nmt-cli[serve]'") from None
     import torch
 
+    from ..formats.unpack import MIB, UnpackLimits
     from ..serve.requests import Limits
     from ..serve.server import serve
     from ..utils.allocator import keep_freed_memory
@@ -73,7 +84,8 @@ def run(
     torch.set_num_threads(threads or os.cpu_count() or 1)
     keep_freed_memory()  # each step's buffers reused, not faulted in anew (utils/allocator.py)
     weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    limits = Limits(max_body_bytes=max_body, max_sentences=max_sentences, max_beam=max_beam)
+    unpack = UnpackLimits(max_unpacked_mb * MIB, max_unpack_ratio)
+    limits = Limits(max_body_bytes=max_body, max_sentences=max_sentences, max_beam=max_beam, unpack=unpack)
     # uvicorn drains the requests in flight on SIGTERM, then raises it again under the handler it found:
     # the default one, so that a supervisor sees the server ended by SIGTERM (not an error exit).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

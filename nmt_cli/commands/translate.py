@@ -6,6 +6,7 @@ import codecs
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -83,14 +84,16 @@ def run(
         False,
         "--alignments",
         help="Append a tab and Pharaoh word alignments (src-out "
-        "word indices, 0-based) from one decoder layer's cross-attention, heads averaged.",
+        "word indices, 0-based): from the guided head of a model trained with train.guided_alignment, else from "
+        "one decoder layer's cross-attention, heads averaged.",
     ),
     alignment_layer: int = typer.Option(
         None,
         "--alignment-layer",
         min=-1024,
         max=1024,
-        help="Decoder layer for --alignments (negative: from the end). [the penultimate]",
+        help="Decoder layer for --alignments, heads averaged (negative: from the end). "
+        "[the penultimate; a guided model's guided head]",
         show_default=False,
     ),
     sampling: bool = typer.Option(
@@ -149,6 +152,28 @@ def run(
         help="gettext with --confidence: flag fuzzy only the entries whose confidence is below this, or that "
         "carry a flag; each entry gets a comment with its confidence.",
     ),
+    keep_tags: str = typer.Option(
+        "",
+        "--keep-tags",
+        help="More elements whose content is kept as written, as code is (comma-separated names, e.g. "
+        "keyword,uicontrol): with --markup and in HTML, Markdown and XLIFF documents.",
+        show_default=False,
+    ),
+    max_unpacked_mb: int = typer.Option(
+        100,
+        "--max-unpacked-mb",
+        min=1,
+        max=1 << 20,
+        help="A compressed document (.docx) whose XML parts unpack to more is refused before it is unpacked.",
+    ),
+    max_unpack_ratio: float = typer.Option(
+        100.0,
+        "--max-unpack-ratio",
+        min=1.0,
+        max=1e9,
+        help="A compressed document with a part (over 1 MiB) that unpacks to more times its packed size is "
+        "refused (text packs 3 to 10 times; a decompression bomb, thousands).",
+    ),
     markup: bool = typer.Option(
         False,
         "--markup",
@@ -175,6 +200,7 @@ def run(
     from ..config import DecodeConfig
     from ..decode.file_job import Shard
     from ..formats import LINES, format_for, needs_alignment
+    from ..formats.unpack import MIB, UnpackLimits
     from ..score.metrics import read_lines
     from ..utils.cpu import check_parallelism
 
@@ -196,6 +222,7 @@ def run(
         seed=seed,
     )
     with_decoding(DecodeConfig(), options)  # bad values fail now, before a model is loaded
+    kept = _tag_names(keep_tags)
     _check_dependent_options(sampling, {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed})
     if prefix is not None and (not prefix.is_file()):
         raise NmtError(f"--prefix {prefix}: file not found")
@@ -240,7 +267,7 @@ def run(
 
     def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
         if markup:
-            yield from _markup_lines(lines, first, _sentences(results, aligned), chunk_lines)
+            yield from _markup_lines(lines, first, _sentences(results, aligned), chunk_lines, kept)
             return
         for index, hyps in enumerate(results(lines, first), start=first):
             yield _format(index, hyps, nbest, output_format, alignments, confidence)
@@ -251,8 +278,11 @@ def run(
     if chosen_format != LINES:
         assert input is not None
         gettext_options = (fuzzy, retranslate, fuzzy_below if confidence else None)
-        sentences = _sentences(results, aligned, confidence)
-        count = _translate_document(input, output, chosen_format, sentences, translator.languages, gettext_options)
+        sentences = _sentences(results, aligned, confidence, show)
+        limits = UnpackLimits(max_unpacked_mb * MIB, max_unpack_ratio)
+        count = _translate_document(
+            input, output, chosen_format, sentences, translator.languages, gettext_options, limits, kept
+        )
         if show:
             console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
     elif input is not None and (output is not None or job_shard is not None):
@@ -386,20 +416,24 @@ def _check_markup_options(chosen, nbest, alignments, prefix) -> None:
             raise NmtError(f"{flag} does not go with --markup (the alignment places the tags); drop one of them")
 
 
-def _sentences(results, aligned: bool, assessed: bool = False):
+def _sentences(results, aligned: bool, assessed: bool = False, show: bool = False):
     """This command's engine as ``formats.Sentences``: best translations, with word alignments when ``aligned``,
-    with their confidence and flags when ``assessed`` (--confidence)."""
+    with their confidence and flags when ``assessed`` (--confidence); with a progress bar when ``show`` (a
+    document's sentences go through in one call, which may take minutes)."""
     from ..decode.attention_maps import parse_pharaoh
     from ..formats import Sentences
 
+    def found(lines: list[str]) -> Iterator[list[Translation]]:
+        return _progress(results(iter(lines)), show and len(lines) > 1, 0, len(lines))
+
     def assess(lines: list[str]) -> list[tuple[str, Trust]]:
-        return [(hyps[0].text, _trust(hyps[0].assessment)) for hyps in results(iter(lines))]
+        return [(hyps[0].text, _trust(hyps[0].assessment)) for hyps in found(lines)]
 
     def translate(lines: list[str]) -> list[str]:
-        return [hyps[0].text for hyps in results(iter(lines))]
+        return [hyps[0].text for hyps in found(lines)]
 
     def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-        return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in results(iter(lines))]
+        return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in found(lines)]
 
     return Sentences(translate, align if aligned else None, assess if assessed else None)
 
@@ -411,18 +445,28 @@ def _trust(assessment: Assessment | None) -> Trust:
     return Trust(assessment.shown_confidence, tuple(assessment.flags))
 
 
-def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int) -> Iterator[str]:
-    """``--markup``: each line a fragment, translated with its tags (``formats/markup.py``), a chunk at a time."""
+def _tag_names(text: str) -> frozenset[str]:
+    """``--keep-tags a,b``: the element names, as the HTML tokenizer names them (lower case)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if not re.fullmatch(r"[A-Za-z][\w.:-]*", name)]
+    if bad:
+        raise NmtError(f"--keep-tags: '{bad[0]}' is not an element name; give names separated by commas, e.g. kbd,keyword")
+    return frozenset(name.lower() for name in names) | frozenset(names)
+
+
+def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int, kept: frozenset[str]) -> Iterator[str]:
+    """``--markup``: each line a fragment, translated with its tags (``formats/markup.py``), a chunk at a time;
+    the elements ``kept`` (--keep-tags) as written, as code is."""
     import itertools
 
-    from ..formats.markup import translate_fragments
+    from ..formats.markup import kept_as_code, translate_fragments
 
     while chunk := [line.rstrip("\r\n") for line in itertools.islice(lines, chunk_lines)]:
-        for line in translate_fragments(chunk, sentences, language=None):
+        for line in translate_fragments(chunk, sentences, language=None, is_opaque=kept_as_code(kept)):
             yield line + "\n"
 
 
-def _translate_document(input, output, chosen, sentences, languages, gettext_options) -> int:
+def _translate_document(input, output, chosen, sentences, languages, gettext_options, limits, kept) -> int:
     """A document in its own format (``nmt_cli/formats``), its sentences through this command's engine."""
     from ..formats import translate_file
 
@@ -431,7 +475,10 @@ def _translate_document(input, output, chosen, sentences, languages, gettext_opt
         raise NmtError(
             f"{input}: the model does not say its target language (no recipe beside it); a {chosen} file needs it"
         )
-    return translate_file(input, output, sentences, source_language, target_language, chosen, *gettext_options)
+    fuzzy, retranslate, fuzzy_below = gettext_options
+    return translate_file(
+        input, output, sentences, source_language, target_language, chosen, fuzzy, retranslate, fuzzy_below, limits, kept
+    )
 
 
 def _format(index: int, hyps: list[Translation], nbest: int, output_format: str, alignments: bool, confidence: bool) -> str:

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from ..errors import NmtError
+from ..errors import NmtError, reason
 from .folder import imported_recipe, write_model_folder
-from .layers import layer_map, placed, sines_then_cosines
+from .layers import check_layer_shapes, layer_map, placed, sines_then_cosines
 from .shared_ids import SPECIALS, rebuild
 
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary puts these first, in this order
@@ -57,6 +57,7 @@ def import_fairseq(
     tgt_spm = _read_bytes(tokenizers[1]) if tokenizers[1] else src_spm
     weights = {k: v for k, v in stored["model"].items() if isinstance(v, torch.Tensor)}
     model_settings = _model_settings(settings, weights, checkpoint)
+    _check_shapes(weights, model_settings, checkpoint)
     joint = src_dict == tgt_dict
     if model_settings["share_embeddings"] and not joint:
         raise NmtError(
@@ -91,9 +92,7 @@ def _load(checkpoint: Path) -> dict[str, Any]:
         with torch.serialization.safe_globals([argparse.Namespace]):
             stored = torch.load(checkpoint, map_location="cpu", weights_only=True)
     except Exception as err:  # pickle and zip errors of a damaged, hostile or other-format file
-        raise NmtError(
-            f"{checkpoint}: not a fairseq checkpoint nmt can read safely ({str(err).splitlines()[0][:200]})"
-        ) from None
+        raise NmtError(f"{checkpoint}: not a fairseq checkpoint nmt can read safely ({reason(err)})") from None
     if not isinstance(stored, dict) or not isinstance(stored.get("model"), dict):
         raise NmtError(f"{checkpoint}: holds no 'model' weights; is it a fairseq checkpoint?")
     return stored
@@ -277,6 +276,19 @@ def _model_settings(found: dict[str, Any], weights: dict[str, torch.Tensor], che
         "output_bias": True,
         "max_positions": int(min(found.get("max_source_positions", 1024), found.get("max_target_positions", 1024))),
     }
+
+
+def _check_shapes(weights: dict[str, torch.Tensor], settings: dict[str, Any], checkpoint: Path) -> None:
+    """Every layer weight's shape against the checkpoint's settings, before anything is built: settings that
+    disagree with the weights are refused, naming both (the dictionaries' sizes are checked as they are read)."""
+    check_layer_shapes(weights, settings, checkpoint, "its settings")
+    d_model = settings["d_model"]
+    for name, tensor in weights.items():
+        if name.endswith("embed_tokens.weight") and tensor.dim() == 2 and tensor.size(1) != d_model:
+            raise NmtError(
+                f"{checkpoint}: {name} is {tensor.size(1)} wide, but encoder_embed_dim is {d_model}; "
+                "the settings and the weights disagree"
+            )
 
 
 def _count(weights: dict[str, torch.Tensor], prefix: str) -> int:

@@ -36,7 +36,9 @@ def fetch_marian(name: str, revision: str | None = None) -> Path:
             RepositoryNotFoundError,
         )
     except ImportError:
-        raise NmtError(f"{name}: fetching from the HuggingFace hub needs huggingface_hub: pip install 'nmt[hub]'") from None
+        raise NmtError(
+            f"{name}: fetching from the HuggingFace hub needs huggingface_hub: pip install 'nmt-cli[hub]'"
+        ) from None
 
     def get(filename: str) -> Path:
         return Path(

@@ -9,9 +9,11 @@ an import reads it one way, an export the other.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+
+from ..errors import NmtError
 
 # How the residual dimension lies in a weight: "in" its columns (it reads the residual stream), "out" its rows
 # (it writes to it: output rows, their biases, LayerNorm), "none" not at all (biases inside a projection).
@@ -66,3 +68,42 @@ def sines_then_cosines(d: int) -> torch.Tensor:
 def placed(weight: torch.Tensor, place: Place, order: torch.Tensor) -> torch.Tensor:
     """``weight`` with its residual dimension put in ``order``."""
     return weight[:, order] if place == "in" else weight[order] if place == "out" else weight
+
+
+def layer_shape_problem(name: str, shape: tuple[int, ...], d_model: int, d_ff: int) -> str | None:
+    """Whether a layer weight of the fairseq family has the shape the model's settings give it: what is wrong,
+    or None (names this table does not know are left to the importer)."""
+    d, f = d_model, d_ff
+    leaf = name.split(".")
+    if len(leaf) < 2:
+        return None
+    kind = ".".join(leaf[-2:])
+    wanted: tuple[int, ...] | None = None
+    if leaf[-2] in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        wanted = (d, d) if leaf[-1] == "weight" else (d,)
+    elif kind == "fc1.weight":
+        wanted = (f, d)
+    elif kind == "fc1.bias":
+        wanted = (f,)
+    elif kind == "fc2.weight":
+        wanted = (d, f)
+    elif kind == "fc2.bias" or leaf[-2].endswith("layer_norm"):
+        wanted = (d,)
+    if wanted is None or tuple(shape) == wanted:
+        return None
+    return f"{name} has shape {tuple(shape)}, but d_model {d} and d_ff {f} give it {wanted}"
+
+
+def check_layer_shapes(weights: dict[str, torch.Tensor], settings: dict[str, Any], source: object, said: str) -> None:
+    """The settings an importer read (``d_model``, ``d_ff``, ``n_heads``) against every layer weight's shape,
+    before anything is built: what disagrees is refused naming both (``said``: where the settings came from)."""
+    d_model, d_ff, heads = settings["d_model"], settings["d_ff"], settings["n_heads"]
+    for key in ("d_ff", "n_heads"):
+        if not isinstance(settings[key], int) or settings[key] < 1:
+            raise NmtError(f"{source}: {key} ({said}) must be a positive whole number; it is {settings[key]!r}")
+    if d_model % heads:
+        raise NmtError(f"{source}: the attention heads ({heads}, {said}) do not divide d_model ({d_model})")
+    for name, tensor in weights.items():
+        problem = layer_shape_problem(name, tuple(tensor.shape), d_model, d_ff)
+        if problem:
+            raise NmtError(f"{source}: {problem} ({said}); the settings and the weights disagree")

@@ -27,9 +27,9 @@ import torch
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..decode.translator import LoadedModel
-from ..errors import NmtError
+from ..errors import NmtError, reason
 from .folder import imported_recipe, write_model_folder
-from .layers import layer_map, placed, sines_then_cosines
+from .layers import check_layer_shapes, layer_map, placed, sines_then_cosines
 from .shared_ids import SPECIALS, rebuild
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -50,6 +50,7 @@ def import_marian(
         for side in ("source", "target")
     }
     weights = _weights(folder)
+    _check_shapes(weights, config, model_settings, len(vocab), folder)
     state = _state_dict(weights, config, marian_rows, folder)
     languages = _languages(folder, src_lang, tgt_lang)
     decode = {"beam": int(config.get("num_beams") or 4), "alpha": 1.0, "length_penalty": "average"}
@@ -58,6 +59,31 @@ def import_marian(
     recipe = imported_recipe(output, name, languages, model_settings, decode, False, f"{folder} (MarianMT config)")
     vocab = {"src": sides["source"], "tgt": sides["target"]}
     return write_model_folder(output, state, recipe, vocab, {"format": "marian", "path": origin or str(folder)})
+
+
+def _check_shapes(
+    weights: dict[str, torch.Tensor], config: dict[str, Any], settings: dict[str, Any], vocab_size: int, folder: Path
+) -> None:
+    """Every weight's shape against config.json's settings and vocab.json's size, before anything is built: a
+    config that disagrees with its weights or its vocabulary is refused, naming both."""
+    where = folder / "config.json"
+    for field in ("vocab_size", "decoder_vocab_size"):
+        if field in config and config[field] != vocab_size:
+            raise NmtError(
+                f"{where}: {field} is {config[field]!r}, but vocab.json has {vocab_size} pieces; "
+                "the config and the vocabulary disagree"
+            )
+    for key in ("layers", "decoder_layers"):
+        if not isinstance(settings[key], int) or settings[key] < 1:
+            raise NmtError(f"{where}: the {key} count must be a positive whole number; it is {settings[key]!r}")
+    check_layer_shapes(weights, settings, folder, "config.json")
+    d_model = settings["d_model"]
+    for name, tensor in weights.items():
+        if name.endswith(("shared.weight", "embed_tokens.weight")) and tuple(tensor.shape) != (vocab_size, d_model):
+            raise NmtError(
+                f"{folder}: {name} has shape {tuple(tensor.shape)}, but vocab.json's {vocab_size} pieces and d_model "
+                f"{d_model} give it {(vocab_size, d_model)}; the config, the vocabulary and the weights disagree"
+            )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -147,16 +173,18 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
         try:
             from safetensors.torch import load_file
         except ImportError:
-            raise NmtError(f"{safe}: reading safetensors needs the safetensors package: pip install safetensors") from None
+            raise NmtError(
+                f"{safe}: reading safetensors needs the safetensors package: pip install 'nmt-cli[hub]'"
+            ) from None
         try:
             return load_file(str(safe))
         except Exception as err:  # safetensors raises its own error types for a damaged file
-            raise NmtError(f"{safe}: not a readable safetensors file ({str(err).splitlines()[0]})") from None
+            raise NmtError(f"{safe}: not a readable safetensors file ({reason(err)})") from None
     if pickled.is_file():
         try:
             return torch.load(pickled, map_location="cpu", weights_only=True)
         except Exception as err:  # pickle and zip errors of a damaged or hostile file
-            raise NmtError(f"{pickled}: not a readable PyTorch weights file ({str(err).splitlines()[0]})") from None
+            raise NmtError(f"{pickled}: not a readable PyTorch weights file ({reason(err)})") from None
     raise NmtError(f"{folder}: holds neither model.safetensors nor pytorch_model.bin")
 
 

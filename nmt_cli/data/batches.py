@@ -21,10 +21,11 @@ from .vocab import BOS_ID, EOS_ID, PAD_ID
 
 @dataclass
 class ParallelData:
-    """The source and target token arrays of one split."""
+    """The source and target token arrays of one split, and their word alignments where training is guided."""
 
     src: TokenArray
     tgt: TokenArray
+    links: TokenArray | None = None  # per pair, (source piece, target piece) positions flattened (data/align.py)
 
     @classmethod
     def load(cls, data_dir: Path, split: str, src_lang: str, tgt_lang: str, dtypes: tuple[str, str]) -> ParallelData:
@@ -44,13 +45,16 @@ class ParallelData:
 
 @dataclass(frozen=True)
 class Batch:
-    """Padded tensors of one batch: src (B, S), tgt_in (B, T) = BOS y, tgt_out (B, T) = y EOS."""
+    """Padded tensors of one batch: src (B, S), tgt_in (B, T) = BOS y, tgt_out (B, T) = y EOS; with guided
+    alignment, ``alignment`` (L, 3): each link's (row, target position, source position), where the decoder's
+    row for target position t is the one that predicts tgt_out[t]."""
 
     src: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     target_tokens: int
     source_tokens: int = 0
+    alignment: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> Batch:
         device = torch.device(device)
@@ -60,7 +64,10 @@ class Batch:
             source = tensor.pin_memory() if device.type == "cuda" else tensor
             return source.to(device, non_blocking=True)
 
-        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.target_tokens, self.source_tokens)
+        alignment = move(self.alignment) if self.alignment is not None else None
+        return Batch(
+            move(self.src), move(self.tgt_in), move(self.tgt_out), self.target_tokens, self.source_tokens, alignment
+        )
 
 
 def make_batches(
@@ -109,7 +116,17 @@ def collate(data: ParallelData, indices: np.ndarray) -> Batch:
     src = pad_rows([np.append(s, EOS_ID) for s in srcs])
     tgt_in = pad_rows([np.insert(t, 0, BOS_ID) for t in tgts])
     tgt_out = pad_rows([np.append(t, EOS_ID) for t in tgts])
-    return Batch(src, tgt_in, tgt_out, int(sum(len(t) + 1 for t in tgts)), int(sum(len(s) + 1 for s in srcs)))
+    alignment = _alignment(data.links, indices) if data.links is not None else None
+    return Batch(src, tgt_in, tgt_out, int(sum(len(t) + 1 for t in tgts)), int(sum(len(s) + 1 for s in srcs)), alignment)
+
+
+def _alignment(links: TokenArray, indices: np.ndarray) -> torch.Tensor:
+    """The links of pairs ``indices`` as (row, target position, source position) rows: (L, 3) int64."""
+    rows = []
+    for row, i in enumerate(indices):
+        pairs = links[i].astype(np.int64).reshape(-1, 2)  # (source, target)
+        rows.append(np.column_stack([np.full(len(pairs), row), pairs[:, 1], pairs[:, 0]]))
+    return torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 3), np.int64))
 
 
 def pad_rows(rows: Sequence[np.ndarray | list[int]]) -> torch.Tensor:

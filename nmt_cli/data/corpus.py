@@ -15,12 +15,14 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
 
 from ..config import CleanConfig
-from ..errors import DataError
+from ..errors import DataError, TooLarge
 from ..utils.files import open_binary
 from ..utils.text import has_control_characters, replace_control_characters
+
+MAX_LINE_BYTES = 1 << 20  # data.max_line_bytes's default
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,10 @@ class HashingReader:
     counters say how often each happened, so the caller can report it.
     """
 
-    def __init__(self, path: Path, errors: str) -> None:
+    def __init__(self, path: Path, errors: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.path = path
         self.errors = errors
+        self.max_line_bytes = max_line_bytes
         self.sha256 = hashlib.sha256()
         self.lines = 0
         self.bom_removed = False
@@ -67,13 +70,23 @@ class HashingReader:
 
     def __iter__(self) -> Iterator[str]:
         with open_binary(self.path) as handle:
-            for raw in _guard_gzip(handle, self):
+            for raw in _guard_gzip(self._bounded_lines(handle), self):
                 self.lines += 1
                 self.sha256.update(raw)
                 if self.lines == 1 and raw.startswith(codecs.BOM_UTF8):
                     raw = raw[len(codecs.BOM_UTF8) :]
                     self.bom_removed = True
                 yield self._clean(self._decode(raw))
+
+    def _bounded_lines(self, handle: IO[bytes]) -> Iterator[bytes]:
+        """The raw lines, none held whole in memory past ``max_line_bytes`` (a gzip bomb is one endless line)."""
+        while raw := handle.readline(self.max_line_bytes + 1):
+            if len(raw) > self.max_line_bytes:
+                raise TooLarge(
+                    f"{self.path}:{self.lines + 1}: a line longer than {self.max_line_bytes:,} bytes (a decompression "
+                    "bomb, or not one sentence per line); data.max_line_bytes raises the limit"
+                )
+            yield raw
 
     def _clean(self, line: str) -> str:
         line = line.removesuffix("\n").removesuffix("\r")
@@ -135,10 +148,10 @@ class ParallelReader:
     Raises :class:`DataError` naming both line counts when the files differ in length.
     """
 
-    def __init__(self, pair: CorpusPair, errors: str = "strict") -> None:
+    def __init__(self, pair: CorpusPair, errors: str = "strict", max_line_bytes: int = 0) -> None:
         self.pair = pair
-        self._src = HashingReader(pair.src, errors)
-        self._tgt = HashingReader(pair.tgt, errors)
+        self._src = HashingReader(pair.src, errors, max_line_bytes or MAX_LINE_BYTES)
+        self._tgt = HashingReader(pair.tgt, errors, max_line_bytes or MAX_LINE_BYTES)
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         src_iter, tgt_iter = iter(self._src), iter(self._tgt)

@@ -32,7 +32,8 @@ from ..utils.cpu import check_parallelism
 from ..utils.files import atomic_open, ensure_writable_dir, remove_stale_temps
 from ..utils.process import die_with_parent
 from ..version import __version__
-from .binary import TokenArrayWriter, token_dtype
+from .align import INSTALL_HINT, align_pieces, aligner_installed
+from .binary import TokenArray, TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
 from .vocab import SYNTHETIC_TAG, extend_vocab, load_vocab, parent_vocab_blobs, vocab_files
@@ -47,6 +48,8 @@ def prepare(recipe: Recipe, force: bool = False, log: Log = print, progress: boo
     check_parallelism(recipe.data.workers, "data.workers")
     check_parallelism(recipe.vocab.threads, "vocab.threads")
     require_data(recipe)
+    if recipe.data.align and not aligner_installed():
+        raise DataError(f"data.align is true, but eflomal (the word aligner) is not installed: {INSTALL_HINT}")
     out = ensure_writable_dir(recipe.data_dir)
     (out / "text").mkdir(exist_ok=True)
     (out / ".state").mkdir(exist_ok=True)
@@ -60,6 +63,8 @@ def prepare(recipe: Recipe, force: bool = False, log: Log = print, progress: boo
     cleaned = {name: _clean_split(recipe, name, pairs, out, force, log, progress) for name, pairs in splits.items()}
     vocab = _learn_vocab_step(recipe, out, cleaned["train"], force, log)
     encoded = {name: _encode_split(recipe, name, out, cleaned[name], vocab, force, log, progress) for name in splits}
+    if recipe.data.align:
+        encoded["train"] = {**encoded["train"], **_align_step(recipe, out, encoded["train"], force, log)}
     meta = _metadata(recipe, splits, cleaned, vocab, encoded)
     with atomic_open(meta_path, "w", encoding="utf-8") as handle:
         json.dump(meta, handle, indent=2)
@@ -141,7 +146,7 @@ def _clean_split(
     read, hashes = 0, {}
     with atomic_open(src_out, "w", encoding="utf-8") as fs, atomic_open(tgt_out, "w", encoding="utf-8") as ft:
         for pair in pairs:
-            reader = ParallelReader(pair, recipe.data.encoding_errors)
+            reader = ParallelReader(pair, recipe.data.encoding_errors, recipe.data.max_line_bytes)
             stream = tqdm(
                 reader,
                 desc=f"clean {split}",
@@ -399,6 +404,28 @@ def _encode_split(
         f"({result['src_tokens']:,} source and {result['tgt_tokens']:,} target tokens)"
     )
     return _stamp(out, f"encode.{split}", key, result)
+
+
+# --------------------------------------------------------------------------- word alignment
+
+
+def _align_step(recipe: Recipe, out: Path, encoded: dict[str, Any], force: bool, log: Log) -> dict[str, Any]:
+    """Word-align the encoded training pairs (``data.align``) for guided alignment: ``train.align.bin/.idx``."""
+    d = recipe.data
+    prefix = out / "train.align"
+    outputs = [prefix.with_name(prefix.name + ext) for ext in (".bin", ".idx")]
+    key = _key(encoded, "eflomal grow-diag-final-and")
+    cached = _cached(out, "align.train", key, outputs, force)
+    if cached is not None:
+        log("[skip] train: word alignments are up to date")
+        return cached
+    dtypes = encoded["dtypes"]
+    src = TokenArray(out / f"train.{d.src_lang}", np.dtype(dtypes[0]))
+    tgt = TokenArray(out / f"train.{d.tgt_lang}", np.dtype(dtypes[1]))
+    log(f"train: word-aligning {len(src):,} pairs with eflomal (both directions, grow-diag-final-and)")
+    links = align_pieces(src, tgt, prefix)
+    log(f"train: {links:,} alignment links ({links / max(encoded['tgt_tokens'], 1):.2f} per target piece)")
+    return _stamp(out, "align.train", key, {"alignment_links": links})
 
 
 # --------------------------------------------------------------------------- metadata

@@ -61,6 +61,11 @@ class Assessor:
         layer = alignment_layer(model, layer)
         return cls(model, layer, config, loaded.src_vocab, loaded.recipe.model.max_positions, loaded.calibration)
 
+    def nothing(self) -> Assessment:
+        """An empty or blank line's: its empty translation is certainly right (confidence 1 where the model is
+        calibrated, else the uncalibrated 1 of a zero log-probability; no flags)."""
+        return Assessment(Features(0.0, 0.0, 0.0, 0.0, 0.0, 0.0), 1.0 if self.calibration is not None else None, [])
+
     def assess(
         self,
         sources: list[list[int]],

@@ -19,6 +19,7 @@ from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID
 from ..errors import NmtError
 from ..model.attention import Attention, CrossAttention, SelfAttention
+from ..model.guided import guided_layer
 from ..model.transformer import Transformer
 
 
@@ -145,7 +146,7 @@ def alignment_layer(model: Transformer, layer: int | None) -> int:
     default the penultimate one, which aligns best in Garg et al. (2019)."""
     depth = len(model.decoder)
     if layer is None:
-        return max(depth - 2, 0)
+        return guided_layer(depth)
     if not -depth <= layer < depth:
         raise NmtError(f"--alignment-layer {layer}: the decoder has {depth} layers (0 to {depth - 1}, or -1 to -{depth})")
     return layer % depth

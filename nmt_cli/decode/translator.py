@@ -20,9 +20,10 @@ import torch
 from ..config import DecodeConfig, Recipe, recipe_from_dict
 from ..data.batches import decoding_batches, pad_rows
 from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
-from ..errors import CheckpointError, NmtError
+from ..errors import CheckpointError, NmtError, reason
 from ..formats.segments import Sentences
 from ..inference.cpu_linear import prepare_for_cpu_inference
+from ..model.guided import GUIDED_HEAD
 from ..model.transformer import Transformer, build_model
 from ..quality.calibration import Calibration
 from ..utils import torchfile
@@ -126,9 +127,7 @@ def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple
         with torch.device("meta"):
             skeleton = build_model(recipe.model, *sizes, PAD_ID, initialise=False)
     except (RuntimeError, ValueError, OverflowError) as err:
-        raise CheckpointError(
-            f"{origin}: its stored model settings describe no buildable model ({str(err).splitlines()[0]})"
-        ) from None
+        raise CheckpointError(f"{origin}: its stored model settings describe no buildable model ({reason(err)})") from None
     expected = skeleton.state_dict()
     for key in sorted(set(expected) | set(weights)):
         if key not in weights or key not in expected:
@@ -158,13 +157,17 @@ def clean_source_line(line: str, stats: TranslationStats) -> str:
 
 class Aligner:
     """Pharaoh word alignments of hypotheses from one decoder layer's cross-attention (``--alignments``,
-    and the tags of documents: the command's translator and the server's loop both use it)."""
+    and the tags of documents: the command's translator and the server's loop both use it). A model trained
+    with guided alignment (``train.guided_alignment``) aligns with its guided head alone; otherwise, or at
+    an explicitly chosen ``layer``, the layer's heads are averaged."""
 
     def __init__(self, loaded: LoadedModel, model: Transformer | None = None, layer: int | None = None) -> None:
         first = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model
         self.loaded = loaded
         self.model = model if model is not None else first
-        self.layer = layer if layer is not None else alignment_layer_of(self.model, None)
+        guided = layer is None and loaded.recipe.train.guided_alignment > 0
+        self.layer = alignment_layer_of(self.model, layer)
+        self.heads = [GUIDED_HEAD] if guided else None
 
     def align(
         self,
@@ -180,8 +183,14 @@ class Aligner:
         out = []
         for source, hyps in zip(sources, found):
             pieces = [src_piece(t) for t in source]
-            out.append([pharaoh(word_alignment(next(crosses), pieces, [tgt_piece(t) for t in h.tokens])) for h in hyps])
+            out.append(
+                [pharaoh(word_alignment(self._heads(next(crosses)), pieces, [tgt_piece(t) for t in h.tokens])) for h in hyps]
+            )
         return out
+
+    def _heads(self, cross: torch.Tensor) -> torch.Tensor:
+        """The heads of one (H, T, S) cross-attention that align: the guided one, or all."""
+        return cross if self.heads is None else cross[self.heads]
 
 
 class Translator:
@@ -213,7 +222,9 @@ class Translator:
         # --alignments: each Translation gets its alignment "i-j ..." from one layer's cross-attention
         first = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model
         self.align_model = first if alignments else None
-        self.align_layer = alignment_layer_of(first, alignment_layer) if alignments else None
+        self.align_layer = alignment_layer  # None: the guided head where the model has one, else the default layer
+        if alignments:
+            alignment_layer_of(first, alignment_layer)  # refuses a layer the decoder does not have
         # assess: each Translation also gets an Assessment (quality/): features, calibrated confidence, flags
         self.assessor = Assessor.of(loaded, config, alignment_layer) if assess else None
 
@@ -276,6 +287,8 @@ class Translator:
         """
         encoded = list(encoded)
         empty = EMPTY._replace(alignment="") if self.align_model is not None else EMPTY
+        if self.assessor is not None:
+            empty = empty._replace(assessment=self.assessor.nothing())
         results: list[list[Translation]] = [[empty] for _ in encoded]
         todo = []
         for i, ids in enumerate(encoded):
@@ -324,7 +337,7 @@ class Translator:
     ) -> list[list[str]]:
         """Pharaoh word alignments of every hypothesis of one batch, from one teacher-forced pass over them all
         (on the search's encoder output when it has it: each sentence's row once per hypothesis)."""
-        assert self.align_model is not None and self.align_layer is not None
+        assert self.align_model is not None
         aligner = Aligner(self.loaded, self.align_model, self.align_layer)
         return aligner.align([encoded[i] for i in batch], found, memory)
 

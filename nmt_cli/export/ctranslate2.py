@@ -25,7 +25,7 @@ from ..config import DecodeConfig, dump_recipe, load_recipe
 from ..data.batches import decoding_batches
 from ..decode.translation import EMPTY, Translation, TranslationStats
 from ..decode.translator import LoadedModel, clean_source_line
-from ..errors import NmtError
+from ..errors import NmtError, reason
 from ..model.attention import CrossAttention, SelfAttention
 from ..model.positions import SinusoidalPositions
 from ..utils.run_folder import refuse_output_inside_runs
@@ -174,7 +174,7 @@ def export(loaded: LoadedModel, output: Path, quantization: str | None = None, f
         try:
             spec.optimize(quantization=quantization)
         except ValueError as err:  # CTranslate2 names the types it accepts
-            raise NmtError(f"--quantization {quantization}: {str(err).splitlines()[0]}") from None
+            raise NmtError(f"--quantization {quantization}: {reason(err)}") from None
         spec.save(str(staging))
         (staging / SPM_SOURCE).write_bytes(loaded.src_vocab.serialized_model_proto())
         (staging / SPM_TARGET).write_bytes(loaded.tgt_vocab.serialized_model_proto())
@@ -236,7 +236,7 @@ class CTranslate2Engine:
         except (ValueError, RuntimeError) as err:
             raise NmtError(
                 f"{folder}: CTranslate2 cannot run it with compute type {compute_type} on {device} "
-                f"({str(err).splitlines()[0]}); use another --dtype or leave it out, or if model.bin "
+                f"({reason(err)}); use another --dtype or leave it out, or if model.bin "
                 "is damaged, write the folder again with nmt export"
             ) from None
         self.src = spm.SentencePieceProcessor(model_file=str(folder / SPM_SOURCE))

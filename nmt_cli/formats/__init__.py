@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import NmtError
 from .segments import Aligned, Sentences, TranslateSentences, Trust, as_sentences, translate_texts
 from .textfile import TextFile
+from .unpack import UnpackLimits
 
 LINES = "lines"  # today's behaviour: one output line per input line
 EXTENSIONS = {
@@ -60,17 +61,22 @@ def translate_file(
     fuzzy: bool = True,
     retranslate: bool = False,
     fuzzy_below: float | None = None,
+    limits: UnpackLimits = UnpackLimits(),
+    keep_tags: frozenset[str] = frozenset(),
 ) -> int:
     """Translate the file at ``path`` into ``output`` (stdout when None) in its own format; returns the number
-    of entries (or segments) translated. The input is only read; the output is written atomically."""
+    of entries (or segments) translated. The input is only read; the output is written atomically.
+    ``limits``: how far a compressed document (.docx) may unpack; ``keep_tags``: more elements kept as written,
+    as code is (HTML, Markdown, XLIFF)."""
     chosen = format_for(path, file_format)
     if chosen == LINES:
         raise NmtError(f"{path}: {chosen} files are translated line by line; call nmt translate without --file-format")
     if chosen == "docx" and output is None:
         raise NmtError(f"{path}: a Word document is binary; give the output file with -o")
     data, count = translate_bytes(
-        path.read_bytes(), path, translate, source_language, target_language, chosen, fuzzy, retranslate, fuzzy_below
-    )
+        path.read_bytes(), path, translate, source_language, target_language, chosen, fuzzy, retranslate, fuzzy_below,
+        limits, keep_tags,
+    )  # fmt: skip
     TextFile.write_bytes(output, data)
     return count
 
@@ -85,6 +91,8 @@ def translate_bytes(
     fuzzy: bool = True,
     retranslate: bool = False,
     fuzzy_below: float | None = None,
+    limits: UnpackLimits = UnpackLimits(),
+    keep_tags: frozenset[str] = frozenset(),
 ) -> tuple[bytes, int]:
     """A document's bytes translated in its format (chosen by ``name``'s extension unless given), as bytes in
     the input's encoding and line ends, and the number of entries translated (the server's /translate_file)."""
@@ -100,7 +108,7 @@ def translate_bytes(
         from .html import translate_html
 
         source = TextFile.decode(data, name, page_charset)
-        text, count = translate_html(source.text, translate, source_language, target_language)
+        text, count = translate_html(source.text, translate, source_language, target_language, keep_tags)
         if not source.bom and page_charset(data) is None and data.isascii():
             # no charset said: a browser may read UTF-8 bytes as windows-1252; an ASCII page stays ASCII
             source = dataclasses.replace(source, encoding="ascii")
@@ -109,16 +117,16 @@ def translate_bytes(
         from .markdown import translate_markdown
 
         source = TextFile.decode(data, name)
-        text, count = translate_markdown(source.text, translate, source_language, target_language)
+        text, count = translate_markdown(source.text, translate, source_language, target_language, keep_tags)
         return source.encode(text), count
     if chosen == "docx":
         from .docx import translate_docx
 
-        return translate_docx(data, translate, source_language, target_language, str(name))
+        return translate_docx(data, translate, source_language, target_language, str(name), limits)
     if chosen == "xliff":
         from .xliff import translate_xliff
 
-        return translate_xliff(data, translate, source_language, target_language, str(name), fuzzy, retranslate)
+        return translate_xliff(data, translate, source_language, target_language, str(name), fuzzy, retranslate, keep_tags)
     if chosen == "text":
         from .text import translate_text
 

@@ -16,9 +16,10 @@ import io
 import re
 import zipfile
 
-from ..errors import NmtError
+from ..errors import NmtError, reason
 from .markup import translate_fragments
 from .segments import Sentences, TranslateSentences, as_sentences
+from .unpack import UnpackLimits, check_zip
 
 PIECE = re.compile(r'<r data-i="(\d+)">(.*?)</r>|<x-run data-i="(\d+)"/>', re.DOTALL)
 # Runs directly in a paragraph, or inside the wrappers Word puts around some (links, revisions, smart tags).
@@ -26,18 +27,27 @@ RUNS = "./w:r | ./w:hyperlink/w:r | ./w:ins/w:r | ./w:smartTag/w:r | ./w:fldSimp
 
 
 def translate_docx(
-    data: bytes, translate: TranslateSentences | Sentences, source_language: str, target_language: str, name: str
+    data: bytes,
+    translate: TranslateSentences | Sentences,
+    source_language: str,
+    target_language: str,
+    name: str,
+    limits: UnpackLimits = UnpackLimits(),
 ) -> tuple[bytes, int]:
-    """A .docx file's bytes translated (the module's docstring); returns its bytes and how many paragraphs."""
+    """A .docx file's bytes translated (the module's docstring); returns its bytes and how many paragraphs.
+    What the archive declares is checked against ``limits`` before any part is unpacked."""
     try:
         import docx
         from docx.oxml.ns import qn
     except ImportError:
         raise NmtError(f"{name}: Word documents need python-docx: pip install 'nmt-cli[docx]'") from None
+    check_zip(data, name, limits, "Word (.docx) document")
     try:
         document = docx.Document(io.BytesIO(data))
     except (zipfile.BadZipFile, KeyError, ValueError) as err:
-        raise NmtError(f"{name}: not a Word (.docx) document ({err}); save it as .docx, Word 2007 or later") from None
+        raise NmtError(
+            f"{name}: not a Word (.docx) document ({reason(err)}); save it as .docx, Word 2007 or later"
+        ) from None
     paragraphs = []
     for part in _parts(document):
         for paragraph in part.iter(qn("w:p")):

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 
 from ..errors import NmtError
 from ..version import __version__
+from .po_grammar import check_po_grammar
 from .segments import TRUSTED, Sentences, TranslateSentences, Trust, assess_texts, translate_texts
 from .textfile import NEAREST, TextFile
 
@@ -103,6 +104,7 @@ def translate_po(
         import polib
     except ImportError:
         raise NmtError("translating gettext catalogues needs polib: pip install 'nmt-cli[files]'") from None
+    check_po_grammar(source.text, source.path)
     try:
         catalogue = polib.pofile(source.text)
     except (OSError, ValueError, IndexError) as err:

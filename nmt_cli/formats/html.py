@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from .markup import CODE, VOID, html_opaque, translate_fragments
+from .markup import CODE, VOID, html_opaque, kept_as_code, translate_fragments
 from .segments import Sentences, TranslateSentences, as_sentences, translate_texts
 
 # Elements that do not start a new line of text: their content belongs to the sentence around them.
@@ -58,9 +59,10 @@ class _Page:
 class _Scanner(HTMLParser):
     """Finds the segments of a page: runs of text and inline markup between block boundaries."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, is_code: Callable[[str, dict[str, str | None]], bool] = html_opaque) -> None:
         super().__init__(convert_charrefs=False)
         self.source = source
+        self.is_code = is_code
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
         self.page = _Page()
         self.start: int | None = None  # where the open segment starts
@@ -92,7 +94,7 @@ class _Scanner(HTMLParser):
         if any(name in ATTRIBUTES for name, _ in attrs):
             self.page.tags.append((at, at + len(raw)))
         inline = tag in INLINE or ("-" in tag)  # custom elements are inline, as browsers lay them out
-        kept = tag in UNTOUCHED or html_opaque(tag, dict(attrs))
+        kept = tag in UNTOUCHED or self.is_code(tag, dict(attrs))
         if inline:
             self._content(at, False)  # an inline element kept as written goes into its sentence, unchanged
             return
@@ -146,15 +148,20 @@ class _Scanner(HTMLParser):
 
 
 def translate_html(
-    text: str, translate: TranslateSentences | Sentences, source_language: str, target_language: str
+    text: str,
+    translate: TranslateSentences | Sentences,
+    source_language: str,
+    target_language: str,
+    keep_tags: frozenset[str] = frozenset(),
 ) -> tuple[str, int]:
     """A page's text translated (the module's docstring); returns the page and how many segments changed."""
     sentences = as_sentences(translate)
-    scanner = _Scanner(text)
+    is_code = kept_as_code(keep_tags)
+    scanner = _Scanner(text, is_code)
     scanner.feed(text)
     page = scanner.finish()
     segments = [text[a:b] for a, b in page.segments]
-    translated = translate_fragments(segments, sentences, source_language)
+    translated = translate_fragments(segments, sentences, source_language, is_opaque=is_code)
     tags = {text[a:b]: None for a, b in page.tags}
     values = [(tag, m) for tag in tags for m in ATTRIBUTE.finditer(tag)]
     plain = [html.unescape(_value(m)) for _, m in values]

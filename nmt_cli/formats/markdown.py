@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import NmtError
-from .markup import translate_fragments
+from .markup import kept_as_code, translate_fragments
 from .segments import Sentences, TranslateSentences, as_sentences
 
 # Characters in the translation's text that Markdown would read as markup (an underscore only at a word's edge).
@@ -253,13 +253,18 @@ def _to_markdown(translated: str, markups: list[tuple[str, str]], spelling: _Spe
 
 
 def translate_markdown(
-    text: str, translate: TranslateSentences | Sentences, source_language: str, target_language: str
+    text: str,
+    translate: TranslateSentences | Sentences,
+    source_language: str,
+    target_language: str,
+    keep_tags: frozenset[str] = frozenset(),
 ) -> tuple[str, int]:
     """A Markdown document translated (the module's docstring); returns it and how many blocks changed."""
     sentences = as_sentences(translate)
     lines = text.split("\n")
     blocks = _blocks(text, lines)
-    translated = translate_fragments([b.fragment for b in blocks], sentences, source_language)
+    fragments = [b.fragment for b in blocks]
+    translated = translate_fragments(fragments, sentences, source_language, is_opaque=kept_as_code(keep_tags))
     edits: dict[int, list[tuple[int, int, str | None]]] = {}  # per line: (start, end, new text or None)
     for block, fragment in zip(blocks, translated):
         markdown, spaces = _to_markdown(fragment, block.markups, block.spelling)

@@ -21,6 +21,7 @@ source's tag tree (Bergamot may split one tag over two places, or put one inside
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import html
 import re
@@ -64,6 +65,10 @@ class Element:
     children: list[Element] = field(default_factory=list)
     glued_left: bool = False  # no space between this element and the text before it
     glued_right: bool = False  # ... and the text after it
+    # The source wrote it right after a sibling element, no space between ("<uicontrol>File</uicontrol>
+    # <uicontrol>Open</uicontrol>" without the space: DITA's menus): the model reads a space there, the output
+    # writes none.
+    joined: bool = False
     # (before, after): the element's source text neither starts (ends) with punctuation
     punctuation_outside: tuple[bool, bool] = (False, False)
 
@@ -111,6 +116,14 @@ class _Parser(HTMLParser):
         match = re.compile(r"</[^>]*>").match(self.source, self.line_starts[line - 1] + column)
         return match.group(0) if match else f"</{tag}>"
 
+    def _word_follows(self, start_tag: str) -> bool:
+        """Whether the text after the start tag being read (and any tags right after it) starts with a letter
+        or digit."""
+        line, column = self.getpos()
+        after = self.line_starts[line - 1] + column + len(start_tag)
+        first = re.compile(r"(?:<[^>]*>)*(.)", re.DOTALL).match(self.source, after)
+        return first is not None and first.group(1).isalnum()
+
     # -- text ---------------------------------------------------------------------------------------
     def _add_text(self, text: str, raw: str) -> None:
         if self.opaque_depth:
@@ -152,7 +165,17 @@ class _Parser(HTMLParser):
                 self.opaque_depth += 1
             return
         void = not self.xml and tag in VOID
-        element = Element(name if self.xml else tag, raw, "", start=self.length, end=self.length)
+        siblings = self.stack[-1].children
+        joined = (
+            bool(siblings)
+            and siblings[-1].start < siblings[-1].end == self.length
+            and not void
+            and self.text[-1][-1:].isalnum()
+            and self._word_follows(raw)
+        )
+        if joined:
+            self._separate()
+        element = Element(name if self.xml else tag, raw, "", start=self.length, end=self.length, joined=joined)
         if tag in BREAKS and not self.xml:
             self._separate()
         self.stack[-1].children.append(element)
@@ -268,6 +291,13 @@ def html_opaque(tag: str, attrs: dict[str, str | None]) -> bool:
     return "notranslate" in (attrs.get("class") or "").split()
 
 
+def kept_as_code(names: frozenset[str]) -> Callable[[str, dict[str, str | None]], bool]:
+    """:func:`html_opaque`, with the elements ``names`` (``--keep-tags``) kept as written too."""
+    if not names:
+        return html_opaque
+    return lambda tag, attrs: tag in names or html_opaque(tag, attrs)
+
+
 def parse(source: str, is_opaque=html_opaque, xml: bool = False, hidden: frozenset[str] = frozenset()) -> Fragment:
     """A fragment's plain text and element tree (see the module's docstring); the content of ``hidden``
     elements is code the model never reads (XLIFF's native codes), kept as written."""
@@ -329,16 +359,7 @@ def _topmost_opaque(element: Element):
 
 def _remapped(element: Element, place: Callable[[int], int], removed: set[int]) -> Element:
     children = [_remapped(c, place, removed) for c in element.children if id(c) not in removed]
-    return Element(
-        element.name,
-        element.open,
-        element.close,
-        place(element.start),
-        place(element.end),
-        element.opaque,
-        children,
-        punctuation_outside=element.punctuation_outside,
-    )
+    return dataclasses.replace(element, start=place(element.start), end=place(element.end), children=children)
 
 
 # -- sentences ---------------------------------------------------------------------------------------
@@ -664,8 +685,11 @@ def _render_level(placed: _Placed, target: _Words, entities: dict[str, str]) -> 
             empty.setdefault(child.lo, []).append(child)
     out: list[str] = []
     at = placed.lo
+    element_ended = -1  # where the last element written ended (a joined sibling right after it takes no space)
     while True:
         gap = target.text[target.spans[at - 1][1] : target.spans[at][0]] if placed.lo < at < placed.hi else ""
+        if at == element_ended and at in spanning and spanning[at].element.joined and gap.isspace():
+            gap = ""
         wordless = empty.get(at, [])
         out.extend(render(c, target, entities) for c in wordless if c.element.glued_left)
         out.append(_escape(gap, entities))
@@ -678,7 +702,7 @@ def _render_level(placed: _Placed, target: _Words, entities: dict[str, str]) -> 
             return "".join(out)
         if at in spanning:
             out.append(render(spanning[at], target, entities))
-            at = spanning[at].hi
+            at = element_ended = spanning[at].hi
         else:
             a, b = target.spans[at]
             out.append(_escape(target.text[a:b], entities))
@@ -808,18 +832,7 @@ def _walk_all(elements: list[Element]):
 def _shifted(elements: list[Element], by: int) -> list[Element]:
     """Copies of ``elements`` (and their descendants) with offsets relative to ``by``."""
     return [
-        Element(
-            e.name,
-            e.open,
-            e.close,
-            max(e.start - by, 0),
-            max(e.end - by, 0),
-            e.opaque,
-            _shifted(e.children, by),
-            e.glued_left,
-            e.glued_right,
-            e.punctuation_outside,
-        )
+        dataclasses.replace(e, start=max(e.start - by, 0), end=max(e.end - by, 0), children=_shifted(e.children, by))
         for e in elements
     ]
 

@@ -45,6 +45,7 @@ _KINDS = {
 _PROTECTED = re.compile(
     rf"(?P<placeholder>{PLACEHOLDER.pattern})|(?<![\w/\\.@$\[-])(?:" + "|".join(f"(?:{p})" for p in _KINDS.values()) + ")"
 )
+_LAYOUT = re.compile(r"(?<![\n\r\t\v\f])[\t\v\f]+(?![\n\r\t\v\f])")
 # Sentence punctuation after a span is the sentence's: "see /etc/hosts." keeps its full stop outside.
 _TRAILING = re.compile(r"[.,:;!?'\"]+$")
 
@@ -63,7 +64,13 @@ def protected_spans(text: str) -> list[tuple[int, int]]:
             end = start + text[start:end].rfind(")") if not text[start:end].endswith("()") else end
         if end > start:
             spans.append((start, end))
-    return spans
+    # Tabs inside a line lay out columns (a catalogue's "Name:\tValue"); the model would read them as spaces.
+    # (After or before a line break they are indentation, which markup formats do not keep anyway.)
+    for match in _LAYOUT.finditer(text.strip()):
+        start = match.start() + len(text) - len(text.lstrip())
+        if not any(a < start + len(match.group(0)) and start < b for a, b in spans):
+            spans.append((start, start + len(match.group(0))))
+    return sorted(spans)
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ def mask(text: str, spans: Iterable[tuple[int, int]] | None = None, avoid: str =
         token = next(fresh)
         originals[token] = text[start:end]
         out.append(text[at:start])
-        out.append(token)
+        out.append(f" {token} " if text[start:end].isspace() else token)  # a tab's mask is a word of its own
         at = end
     out.append(text[at:])
     return Masked("".join(out), originals)
@@ -128,8 +135,10 @@ def unmask(text: str, originals: dict[str, str]) -> str:
     """``text`` with each mask replaced by its original (longest masks first: ``%lu`` before ``%u``)."""
     if not originals:
         return text
-    pattern = re.compile("|".join(re.escape(m) for m in sorted(originals, key=len, reverse=True)))
-    return pattern.sub(lambda m: originals[m.group(0)], text)
+    ordered = sorted(originals, key=len, reverse=True)
+    # a tab's mask takes the spaces the model put around it: they stood for the tab
+    pattern = re.compile("|".join(rf" ?{re.escape(m)} ?" if originals[m].isspace() else re.escape(m) for m in ordered))
+    return pattern.sub(lambda m: originals[m.group(0).strip(" ")], text)
 
 
 __all__ = ["Masked", "has_words", "mask", "masks", "protected_spans", "unmask"]

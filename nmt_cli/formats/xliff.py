@@ -43,6 +43,7 @@ def translate_xliff(
     name: str,
     fuzzy: bool = True,
     retranslate: bool = False,
+    keep_tags: frozenset[str] = frozenset(),
 ) -> tuple[bytes, int]:
     """An XLIFF file's bytes translated (the module's docstring); returns its bytes and how many segments."""
     etree = _lxml()
@@ -62,7 +63,7 @@ def translate_xliff(
         as_sentences(translate),
         source_language,
         xml=True,
-        is_opaque=lambda _tag, _attrs: False,
+        is_opaque=lambda tag, _attrs: tag in keep_tags,
         hidden=NATIVE_CODE,
     )
     for (source, target), fragment in zip(pairs, translated):

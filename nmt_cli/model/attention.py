@@ -331,6 +331,14 @@ class CrossAttention(_Heads):
         q, (k, _) = self._split(self.q(x)), self.memory_keys_values(memory)
         return attention_weights(q, k, mask)
 
+    def head_weights(self, x: Tensor, memory: Tensor, mask: Tensor | None, head: int) -> Tensor:
+        """The attention weights (B, Tq, S) of one head, from that head's slices of the projections alone:
+        what guided alignment trains (the fused forward pass never materialises them)."""
+        rows = slice(head * self.d_k, (head + 1) * self.d_k)
+        q = F.linear(x, self.q.weight[rows], self.q.bias[rows])  # (B, Tq, d_k)
+        k = F.linear(memory, self.kv.weight[rows], self.kv.bias[rows])  # the keys are kv's first half
+        return attention_weights(q.unsqueeze(1), k.unsqueeze(1), mask)[:, 0]
+
     def input_projections(self) -> list[nn.Linear]:
         """The query projection and the fused K|V projection of the memory."""
         return [self.q, self.kv]

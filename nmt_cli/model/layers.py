@@ -132,3 +132,15 @@ class DecoderLayer(nn.Module):
         x = self.res_self(x, lambda h: self.self_attn(h, causal=True))
         x = self.res_cross(x, lambda h: self.cross_attn(h, memory, mask=src_mask))
         return self.res_ffn(x, self.ffn)
+
+    def forward_aligned(self, x: Tensor, memory: Tensor, src_mask: Tensor, head: int) -> tuple[Tensor, Tensor]:
+        """:meth:`forward`, and the cross-attention weights (B, T, S) of ``head`` (guided alignment)."""
+        seen: list[Tensor] = []
+
+        def cross(h: Tensor) -> Tensor:
+            seen.append(self.cross_attn.head_weights(h, memory, src_mask, head))
+            return self.cross_attn(h, memory, mask=src_mask)
+
+        x = self.res_self(x, lambda h: self.self_attn(h, causal=True))
+        x = self.res_cross(x, cross)
+        return self.res_ffn(x, self.ffn), seen[0]

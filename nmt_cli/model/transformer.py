@@ -20,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
 from .dropout import Dropout
+from .guided import GUIDED_HEAD, alignment_loss, guided_layer
 from .layers import DecoderLayer, EncoderLayer, Residual
 from .loss import label_smoothed_nll, output_loss
 from .positions import LearnedPositions, SinusoidalPositions
@@ -114,6 +115,24 @@ class Transformer(nn.Module):
             x = self._run(layer, x, memory, src_mask)
         return self.decoder_norm(x)
 
+    def decode_aligned(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`decode`, and the guided head's cross-attention weights (B, T, S) (guided alignment)."""
+        x = self._embed(self.tgt_embed, tgt_in)
+        aligning = guided_layer(len(self.decoder))
+        weights: Tensor | None = None
+        for index, layer in enumerate(self.decoder_layers):
+            if index == aligning:
+                x, weights = self._run_aligned(layer, x, memory, src_mask)
+            else:
+                x = self._run(layer, x, memory, src_mask)
+        assert weights is not None
+        return self.decoder_norm(x), weights
+
+    def _run_aligned(self, layer: DecoderLayer, x: Tensor, memory: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
+        if self.activation_checkpointing and self.training:
+            return checkpoint(layer.forward_aligned, x, memory, src_mask, GUIDED_HEAD, use_reentrant=False)
+        return layer.forward_aligned(x, memory, src_mask, GUIDED_HEAD)
+
     def _run(self, layer: nn.Module, *args: Tensor) -> Tensor:
         if self.activation_checkpointing and self.training:
             return checkpoint(layer, *args, use_reentrant=False)
@@ -124,9 +143,18 @@ class Transformer(nn.Module):
         return self.output(hidden)
 
     def loss(
-        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float, target_tokens: int | None = None
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        epsilon: float,
+        target_tokens: int | None = None,
+        alignment: Tensor | None = None,
+        alignment_weight: float = 0.0,
     ) -> tuple[Tensor, Tensor, int]:
-        """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch.
+        """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch; with ``alignment``
+        (the batch's word links, :class:`..data.batches.Batch`) and a weight, the loss adds that weight times
+        the guided head's alignment loss (:mod:`.guided`).
 
         Only non-padding positions go through the output projection, which is the most
         expensive matrix product of the model for large vocabularies; the projection and the
@@ -135,7 +163,11 @@ class Transformer(nn.Module):
         selecting an unknown number of positions must first read that number back from it.
         """
         memory, src_mask = self.encode(src)
-        hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
+        guided = alignment is not None and alignment_weight > 0
+        if guided:
+            hidden, head = self.decode_aligned(tgt_in, memory, src_mask)  # (B, T, D), (B, T, S)
+        else:
+            hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
         keep = (tgt_out != self.pad_id).flatten()  # (B*T,)
         if target_tokens is None:
             target_tokens = int(keep.sum())
@@ -146,13 +178,23 @@ class Transformer(nn.Module):
             loss, nll = label_smoothed_nll(self.output(hidden), target, epsilon)
         else:
             loss, nll = output_loss(hidden, self.output.weight, target, epsilon)
+        if guided:
+            assert alignment is not None
+            loss = loss + alignment_weight * alignment_loss(head, alignment)
         return loss, nll, target_tokens
 
     def forward(
-        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, epsilon: float, target_tokens: int | None = None
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        epsilon: float,
+        target_tokens: int | None = None,
+        alignment: Tensor | None = None,
+        alignment_weight: float = 0.0,
     ) -> tuple[Tensor, Tensor, int]:
         """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
-        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens)
+        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens, alignment, alignment_weight)
 
 
 def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:

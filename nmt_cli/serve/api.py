@@ -35,7 +35,7 @@ from ..decode.assess import Assessment, Assessor
 from ..decode.attention_maps import parse_pharaoh
 from ..decode.search import Hypothesis
 from ..decode.translator import Aligner
-from ..errors import NmtError
+from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, Sentences, translate_bytes
 from .body import read_fields
 from .languages import LanguageDetector, language_name
@@ -240,8 +240,10 @@ def _file_routes(models: list[ServedModel], limits: Limits) -> APIRouter:
             sentences = _sentences_through_loop(model)
             try:
                 translated, _ = await asyncio.to_thread(
-                    translate_bytes, data, Path(name), sentences, model.source, model.target
+                    translate_bytes, data, Path(name), sentences, model.source, model.target, limits=limits.unpack
                 )
+            except TooLarge as err:
+                raise BadRequest(413, str(err)) from None
             except NmtError as err:
                 raise BadRequest(400, str(err)) from None
             token = translated_files.keep(name, translated)

@@ -1,4 +1,5 @@
-"""Reading a request's body into fields, as LibreTranslate's server does: JSON, form-encoded or multipart.
+"""Reading a request's fields, as LibreTranslate's server does: a JSON, form-encoded or multipart body, or the
+query string.
 
 LibreTranslate's client libraries send forms (``libretranslatepy``: ``application/x-www-form-urlencoded``;
 ``libretranslate-aio``: the same, repeating ``q`` for a list, and multipart for files), so a server that
@@ -17,6 +18,7 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
+from ..errors import reason
 from .requests import BadRequest
 
 MAX_FORM_FIELDS = 1000
@@ -36,14 +38,28 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 async def read_fields(request: Request, limit: int) -> tuple[dict[str, Any], bool]:
-    """The body's fields, and whether they came from a form (their values are then strings)."""
+    """The request's fields, and whether they came from a form or the query string (their values are then
+    strings). As LibreTranslate's server reads them: a JSON body alone, else the form's fields over the query
+    string's (deep-translator's ``LibreTranslator`` sends ``q``, ``source``, ``target`` and ``api_key`` in the
+    query string of a POST with an empty body)."""
     body = await read_body(request, limit)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/x-www-form-urlencoded":
-        return _urlencoded(body), True
+        return {**_query(request), **_urlencoded(body)}, True
     if kind == "multipart/form-data":
-        return await _multipart(request, body), True
+        return {**_query(request), **await _multipart(request, body)}, True
+    if not body.strip() and request.url.query:
+        return _query(request), True
     return _json(body), False
+
+
+def _query(request: Request) -> dict[str, Any]:
+    """The query string's fields (a repeated key gives the list, as in a form)."""
+    try:
+        pairs = parse_qsl(request.url.query, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:
+        raise BadRequest(413, f"the query string has more than {MAX_FORM_FIELDS} fields") from None
+    return _grouped(pairs)
 
 
 def _json(body: bytes) -> dict[str, Any]:
@@ -89,7 +105,7 @@ async def _multipart(request: Request, body: bytes) -> dict[str, Any]:
     try:
         form = await Request(request.scope, replay).form(max_files=1, max_fields=MAX_FORM_FIELDS)
     except Exception as err:  # python-multipart's and starlette's parse errors have no common base
-        raise BadRequest(400, f"the multipart form cannot be read ({str(err)[:120] or type(err).__name__})") from None
+        raise BadRequest(400, f"the multipart form cannot be read ({reason(err, 120)})") from None
     return _grouped([(key, value) for key, value in form.multi_items()])
 
 

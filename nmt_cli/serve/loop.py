@@ -23,6 +23,7 @@ from typing import Any
 from ..config import DecodeConfig
 from ..decode.continuous import ContinuousBeamSearch
 from ..decode.search import Hypothesis
+from ..errors import reason
 from ..model.transformer import Transformer
 from .metrics import ServerMetrics
 
@@ -191,7 +192,7 @@ class DecodingLoop:
             log.exception("encoding failed")
             for job, i in sentences:
                 self._source_tokens.pop((job.ident, i), None)
-                self._fail(job, f"decoding failed: {str(err).splitlines()[0]}")
+                self._fail(job, f"decoding failed: {reason(err)}")
 
     def _step(self, settings: tuple[DecodeConfig, int]) -> None:
         lane = self._lanes[settings]
@@ -204,7 +205,7 @@ class DecodingLoop:
             for key in lane.keys:
                 self._source_tokens.pop(key, None)
                 if key[0] in self._jobs:
-                    self._fail(self._jobs[key[0]], f"decoding failed: {str(err).splitlines()[0]}")
+                    self._fail(self._jobs[key[0]], f"decoding failed: {reason(err)}")
             return
         self.metrics.steps.labels(self.name).inc()
         self.metrics.step_sentences.labels(self.name).observe(len(lane) + len(finished) + len(cancelled))
@@ -227,7 +228,7 @@ class DecodingLoop:
                 job.assessments = job.assess(job.sentences, job.results)
             except (RuntimeError, ValueError) as err:  # e.g. out of memory: this job fails, the loop goes on
                 log.exception("assessing failed")
-                self._fail(job, f"assessing the translations failed: {str(err).splitlines()[0]}")
+                self._fail(job, f"assessing the translations failed: {reason(err)}")
                 return
         self._finish(job, "ok")
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from ..config import DecodeConfig
 from ..decode.translator import LoadedModel
+from ..formats.unpack import UnpackLimits
 from ..utils.text import replace_control_characters
 from .loop import DecodingLoop
 
@@ -37,6 +38,7 @@ class Limits:
     max_body_bytes: int = 1_000_000
     max_sentences: int = 128  # lines over all texts of a request
     max_beam: int = 16
+    unpack: UnpackLimits = field(default_factory=UnpackLimits)  # how far an uploaded .docx may unpack
 
 
 @dataclass

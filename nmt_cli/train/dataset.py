@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Recipe
+from ..data.align import load_links
 from ..data.batches import ParallelData
+from ..data.binary import TokenArray
 from ..data.prepare import load_meta, text_paths
 from ..data.vocab import load_vocab
 from ..errors import NmtError
@@ -47,6 +49,8 @@ def load_dataset(recipe: Recipe) -> Dataset:
         )
     dtypes = tuple(meta["splits"]["train"]["dtypes"])
     train = ParallelData.load(data_dir, "train", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
+    if recipe.train.guided_alignment > 0:
+        train.links = _training_links(data_dir, meta, len(train))
     valid = valid_refs = None
     if "valid" in meta["splits"]:
         valid = ParallelData.load(data_dir, "valid", recipe.data.src_lang, recipe.data.tgt_lang, dtypes)
@@ -54,6 +58,21 @@ def load_dataset(recipe: Recipe) -> Dataset:
     blobs = {"src": (data_dir / vocab["src_model"]).read_bytes(), "tgt": (data_dir / vocab["tgt_model"]).read_bytes()}
     vocabs = Vocabularies(load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"]))
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
+
+
+def _training_links(data_dir: Path, meta: dict[str, Any], pairs: int) -> TokenArray:
+    """The word alignments guided alignment learns from, checked against the training pairs."""
+    if "alignment_links" not in meta["splits"]["train"]:
+        raise NmtError(
+            f"{data_dir}: train.guided_alignment needs word-aligned training data; "
+            "set data.align: true and re-run `nmt prepare`"
+        )
+    links = load_links(data_dir / "train.align")
+    if len(links) != pairs:
+        raise NmtError(
+            f"{data_dir}: train.align holds {len(links)} alignments for {pairs} pairs; re-run `nmt prepare --force`"
+        )
+    return links
 
 
 def _one_id_space(data_dir: Path, vocab: dict[str, Any]) -> bool:

@@ -150,6 +150,7 @@ class Trainer:
         info = self.info
         reseed = self.config.seed + 1000 * info.rank + self.state.step
         restore_rng(payload["rng"], info.rank, info.world_size, info.device, reseed)
+        self.report.resumed_at(self.state.step, self.state.validation_due)
         self.log(f"resuming from {path} (update {self.state.step:,}, epoch {self.state.epoch})")
 
     # ----------------------------------------------------------------- the loop
@@ -284,7 +285,7 @@ class Trainer:
         batches = (collate(self.data.train, indices).to(self.info.device) for indices in pieces)
         return accumulate(
             self.network, batches, len(pieces), total_tokens, self.info.world_size, self.config.label_smoothing,
-            self.scaler, self._autocast,
+            self.scaler, self._autocast, self.config.guided_alignment,
         )  # fmt: skip
 
     def _probe_batch_size(self) -> int:

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from ..config import Recipe
 from ..model.transformer import count_parameters
-from ..utils.files import append_line
+from ..utils.files import append_line, atomic_open
 from ..utils.run_folder import RunFolder
 from .distributed import DistInfo
 from .events import EventWriter
@@ -101,6 +101,19 @@ class Reporter:
                 self.events = EventWriter(self.folder.tensorboard_dir, self.tensorboard)
             self.events.write(record)
 
+    def resumed_at(self, step: int, validation_due: bool) -> None:
+        """Forget the records of updates after ``step``, the checkpoint a run resumes from: a run stopped after
+        its last save (a failed or interrupted save) wrote them, and the resumed run writes them again.
+        Where that update's validation is to run again, its record goes too."""
+        path = self.folder.metrics_file
+        if not self.info.is_main or not path.is_file():
+            return
+        lines = path.read_text(encoding="utf-8").splitlines()
+        kept = [line for line in lines if _kept(line, step, validation_due)]
+        if len(kept) < len(lines):
+            with atomic_open(path, "w", encoding="utf-8") as handle:
+                handle.write("".join(line + "\n" for line in kept))
+
     def progress(self, max_steps: int, step: int) -> tqdm:
         total = max_steps or None
         return tqdm(
@@ -115,6 +128,18 @@ class Reporter:
     def close(self) -> None:
         if self.events is not None:
             self.events.close()
+
+
+def _kept(line: str, step: int, validation_due: bool) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False  # a line cut by a kill mid-write
+    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        return True
+    if record["step"] > step:
+        return False
+    return not (validation_due and record["step"] == step and "lr" not in record)  # "lr": an update's record
 
 
 class Window:

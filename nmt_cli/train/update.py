@@ -23,9 +23,11 @@ def accumulate(
     label_smoothing: float,
     scaler: torch.amp.GradScaler,
     autocast: Callable[[], contextlib.AbstractContextManager],
+    alignment_weight: float = 0.0,
 ) -> dict[str, Any]:
     """Forward and backward over ``count`` batches of one update; the loss is normalised by the whole
-    update's ``total_tokens`` (every process's), so the gradients add up to the update's."""
+    update's ``total_tokens`` (every process's), so the gradients add up to the update's. With
+    ``alignment_weight``, batches that carry word links add the guided-alignment loss."""
     sums: dict[str, Any] = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0, "slots": 0}
     for i, batch in enumerate(batches):
         sync = i == count - 1 or not isinstance(network, DistributedDataParallel)
@@ -34,7 +36,10 @@ def accumulate(
             autocast(),
         ):
             # The token count comes from the host: counting on the device would wait for the GPU.
-            loss, nll, n = network(batch.src, batch.tgt_in, batch.tgt_out, label_smoothing, batch.target_tokens)
+            loss, nll, n = network(
+                batch.src, batch.tgt_in, batch.tgt_out, label_smoothing, batch.target_tokens, batch.alignment,
+                alignment_weight,
+            )  # fmt: skip
             # DDP averages gradients over processes; scaling by W makes that a sum.
             scaled = loss * (world_size / total_tokens)
         scaler.scale(scaled).backward()

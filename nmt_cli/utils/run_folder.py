@@ -116,7 +116,9 @@ class RunFolder:
 
     @contextlib.contextmanager
     def locked(self, log: Callable[[str], None]) -> Iterator[None]:
-        """Hold the folder's lock; a second ``nmt train`` is refused, a dead holder's lock is taken over."""
+        """Hold the folder's lock; a second ``nmt train`` is refused, a dead holder's lock is taken over. A folder
+        made here and left empty (a run refused before it wrote anything) is removed again."""
+        made = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         mine = f"{os.getpid()} {socket.gethostname()}\n"
         while True:
@@ -141,6 +143,9 @@ class RunFolder:
             with contextlib.suppress(OSError):
                 if self.lock_file.read_text() == mine:
                     self.lock_file.unlink()
+            if made:
+                with contextlib.suppress(OSError):  # not empty: the run wrote something, which stays
+                    self.path.rmdir()
 
     def remove_stale_temps(self) -> list[Path]:
         """Delete the temporary files that killed processes left behind (their PID is gone)."""

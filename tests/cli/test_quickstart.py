@@ -56,6 +56,12 @@ def test_quickstart_runs_the_whole_job(tmp_path):
             "decode.beam=2",
             "--set",
             "decode.max_len_b=5",
+            # eflomal would align the 35k pairs (half a minute); tests/integration/test_guided_alignment.py
+            # runs the guided path on a slice
+            "--set",
+            "data.align=false",
+            "--set",
+            "train.guided_alignment=0",
         ],
     )
     assert result.exit_code == 0, result.output

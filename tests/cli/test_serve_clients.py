@@ -1,9 +1,9 @@
 """``nmt serve`` against the LibreTranslate client libraries people install, and a fuzz of hostile bodies.
 
-A real ``nmt serve`` process on loopback; ``libretranslatepy`` 2.1.4 and ``libretranslate-aio`` 0.1.3
-(dev extra) call it exactly as they call LibreTranslate: form-encoded bodies, ``auto``, alternatives,
-an api_key given and ignored, languages, detect, settings, files. Then a few thousand random and
-structured-hostile JSON, form and multipart bodies: no answer is a 5xx, the server stays up and
+A real ``nmt serve`` process on loopback; ``libretranslatepy`` 2.1.4, ``libretranslate-aio`` 0.1.3 and
+``deep-translator`` 1.11.4 (dev extra) call it exactly as they call LibreTranslate: form-encoded bodies, the
+query string, ``auto``, alternatives, an api_key given and ignored, languages, detect, settings, files. Then a
+few thousand random and structured-hostile JSON, form and multipart bodies: no answer is a 5xx, the server stays up and
 ``/metrics`` counts every response.
 """
 
@@ -184,6 +184,39 @@ def _hostile_bodies(rng: random.Random, line: str) -> list[tuple[str, bytes | di
             form = {k: v if isinstance(v, str) else json.dumps(v) for k, v in body_fields.items()}
             cases.append(("form", form, rng.choice(["/translate", "/detect", "/translate_file"])))
     return cases
+
+
+def test_deep_translator_sends_its_fields_in_the_query_string(server, expected, tmp_path):
+    deep_translator = pytest.importorskip("deep_translator", reason="deep-translator is in the dev extra")
+    url = server[1].rstrip("/") + "/"
+    lines = list(expected)
+    client = deep_translator.LibreTranslator(source="en", target="de", api_key="ignored", custom_url=url)
+    assert client.translate(lines[0]) == expected[lines[0]][0]
+    assert client.translate_batch(lines) == [expected[line][0] for line in lines]
+    document = tmp_path / "lines.txt"
+    document.write_text(lines[1], encoding="utf-8")
+    assert client.translate_file(str(document)) == expected[lines[1]][0]
+    auto = deep_translator.LibreTranslator(source="auto", target="de", api_key="ignored", custom_url=url)
+    assert auto.translate(lines[2]) == expected[lines[2]][0]
+    # the body's fields win over the query string's; a JSON body is read alone, as LibreTranslate reads it
+    form = httpx.post(url + "translate?target=fr&q=ignored", data={"q": lines[0], "source": "en", "target": "de"})
+    assert form.status_code == 200 and form.json()["translatedText"] == expected[lines[0]][0]
+    empty = httpx.post(url + "translate")
+    assert empty.status_code == 400 and "JSON" in empty.json()["error"]
+
+
+def test_an_uploaded_decompression_bomb_is_413_naming_the_limit(server):
+    import zipfile
+
+    url = server[1].rstrip("/")
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/document.xml", b"<w:p><w:r><w:t>boom</w:t></w:r></w:p>" * 100_000)  # 3.7 MB
+    assert len(packed.getvalue()) < 20_000  # under the body limit: only the unpacking is too much
+    answer = httpx.post(
+        url + "/translate_file", files={"file": ("bomb.docx", packed.getvalue())}, data={"source": "en", "target": "de"}
+    )
+    assert answer.status_code == 413 and "--max-unpack-ratio" in answer.json()["error"]
 
 
 def test_json_sent_as_a_form_is_told_to_name_its_content_type(server):

@@ -85,3 +85,19 @@ def test_an_html_page_comes_back_with_its_markup_and_each_block_translated(overf
     paragraphs = [line for line in out.splitlines() if line.startswith("<p>")]
     for paragraph, expected in zip(paragraphs, plain[:6]):
         assert strip(paragraph).split() == expected.split()
+
+
+def test_keep_tags_keeps_the_named_elements_as_written(overfit, tmp_path):
+    run, src, _ = overfit
+    line = f"<keyword>{src[0]}</keyword> and <b>{src[1]}</b>"
+    kept = nmt("translate", "-m", str(run), "--markup", "--keep-tags", "keyword", stdin=line + "\n")
+    assert kept.returncode == 0, kept.stderr
+    assert f"<keyword>{src[0]}</keyword>" in kept.stdout and "<b>" in kept.stdout
+    page = tmp_path / "page.html"
+    page.write_text(f"<html><body><p><keyword>{src[0]}</keyword> {src[1]}</p></body></html>\n", encoding="utf-8")
+    out = tmp_path / "out.html"
+    done = nmt("translate", "-m", str(run), "-i", str(page), "-o", str(out), "--keep-tags", "keyword")
+    assert done.returncode == 0, done.stderr
+    assert f"<keyword>{src[0]}</keyword>" in out.read_text(encoding="utf-8")
+    bad = nmt("translate", "-m", str(run), "--markup", "--keep-tags", "a b", stdin="x\n")
+    assert bad.returncode != 0 and "--keep-tags: 'a b' is not an element name" in bad.stderr

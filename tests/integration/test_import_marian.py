@@ -143,6 +143,11 @@ def test_what_nmt_cannot_read_is_one_line(marian_folder, tmp_path):
         ({"scale_embedding": False}, "scale_embedding is False"),
         ({"activation_function": "tanh"}, "activation_function 'tanh'"),
         ({"model_type": "bart"}, "model_type is 'bart'"),
+        # a config that disagrees with its weights or its vocabulary, before anything is built
+        ({"d_model": 64}, "but d_model 64 and d_ff 64 give it"),
+        ({"encoder_ffn_dim": 32, "decoder_ffn_dim": 32}, "but d_model 32 and d_ff 32 give it"),
+        ({"vocab_size": config["vocab_size"] + 1}, "the config and the vocabulary disagree"),
+        ({"encoder_attention_heads": 3, "decoder_attention_heads": 3}, "(3, config.json) do not divide d_model (32)"),
     ):
         (broken / "config.json").write_text(json.dumps({**config, **change}))
         result = CliRunner().invoke(app, ["import", "hf", str(broken), "-o", str(tmp_path / "out")])

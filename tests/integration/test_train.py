@@ -272,3 +272,38 @@ def test_repulsive_heads_train_and_head_similarity_is_logged_at_validation(prepa
     assert similarity and all(0.0 < s <= 1.0 for s in similarity)
     assert any("heads alike" in m for m in messages)
     assert all(math.isfinite(r["loss"]) for r in records if "loss" in r)
+
+
+def test_a_resumed_run_forgets_the_records_after_its_checkpoint(tmp_path):
+    """After a failed or interrupted save the run wrote records past its last checkpoint; resuming writes them
+    again, so they are dropped first (and a record cut by a kill mid-write)."""
+    from types import SimpleNamespace
+
+    from nmt_cli.train.reporting import Reporter
+    from nmt_cli.utils.run_folder import RunFolder
+
+    folder = RunFolder(tmp_path)
+    lines = [
+        {"step": 100, "loss": 3.0, "lr": 0.1},
+        {"step": 100, "bleu": 10.0},
+        {"step": 200, "loss": 2.0, "lr": 0.1},
+        {"step": 200, "bleu": 12.0},
+        {"step": 300, "loss": 1.5, "lr": 0.1},
+    ]
+    folder.metrics_file.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"step": 30', encoding="utf-8")
+    reporter = Reporter(folder, False, SimpleNamespace(is_main=True), lambda _m: None)
+    reporter.resumed_at(200, validation_due=True)  # the validation of update 200 runs again
+    kept = [json.loads(line) for line in folder.metrics_file.read_text(encoding="utf-8").splitlines()]
+    assert kept == lines[:3]
+    reporter.resumed_at(100, validation_due=False)
+    assert [json.loads(line) for line in folder.metrics_file.read_text(encoding="utf-8").splitlines()] == lines[:2]
+
+
+def test_a_refused_run_leaves_no_empty_folder(prepared, tmp_path):
+    from dataclasses import replace
+
+    run = tmp_path / "runs" / "refused"
+    recipe = replace(prepared, train=replace(prepared.train, dir=str(run), init_from=str(tmp_path / "no-such-model")))
+    with pytest.raises(NmtError):
+        train(recipe, log=lambda _m: None)
+    assert not run.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 import typer
@@ -28,3 +29,40 @@ def test_a_documented_command_line_parses(page, line):
 
 def test_the_pages_show_command_lines():
     assert len(documented_command_lines()) >= 10
+
+
+DOC_PAGES = sorted((Path(__file__).resolve().parents[2] / "docs").glob("*.md")) + [
+    Path(__file__).resolve().parents[2] / "README.md"
+]
+
+
+def documented_overrides() -> list[tuple[str, str]]:
+    """(page, KEY=VALUE) for every `--set` on the pages, placeholders (N, GPUS, VALUE) left out."""
+    found = []
+    for page in DOC_PAGES:
+        for item in re.findall(r"--set\s+'?([a-z_][\w.]*=[^\s`'\"]*)", page.read_text(encoding="utf-8")):
+            if not re.search(r"[A-Z]{2,}|=N$|=$", item):
+                found.append((page.name, item))
+    return found
+
+
+@pytest.mark.parametrize("page, item", documented_overrides())
+def test_every_documented_override_names_a_key_and_a_value_the_recipe_takes(page, item):
+    from nmt_cli.config import load_recipe
+
+    quickstart = Path(__file__).resolve().parents[2] / "nmt_cli" / "recipes" / "quickstart.yaml"
+    load_recipe(quickstart, [item])  # raises RecipeError naming the key or the value
+
+
+def test_every_route_and_format_a_page_names_exists():
+    from nmt_cli.formats import EXTENSIONS
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    api = (Path(__file__).resolve().parents[2] / "nmt_cli" / "serve" / "api.py").read_text(encoding="utf-8")
+    routes = {re.sub(r"\{\w+\}", "X", r) for r in re.findall(r'@router\.(?:get|post)\("([^"]+)"', api)}
+    page = (docs / "serving.md").read_text(encoding="utf-8")
+    named = {re.sub(r"\{\w+\}|[A-Z]+", "X", r) for r in re.findall(r"`(?:GET|POST) (/[\w/{}]*)`", page)}
+    assert named and named <= routes, named - routes
+    headings = re.findall(r"^## .*", (docs / "formats.md").read_text(encoding="utf-8"), re.M)
+    extensions = {ext for heading in headings for ext in re.findall(r"`(\.\w+)`", heading)}
+    assert extensions and extensions <= set(EXTENSIONS), extensions - set(EXTENSIONS)

@@ -74,3 +74,44 @@ def test_not_a_docx_or_no_python_docx_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "docx", None)
     with pytest.raises(NmtError, match=r"pip install 'nmt-cli\[docx\]'"):
         translate_bytes(document.__code__.co_code, Path("a.docx"), lambda xs: xs, "en", "de")
+
+
+def bomb(member_bytes: int, real_document: bytes | None = None) -> bytes:
+    """A .docx whose word/document.xml unpacks to ``member_bytes`` of one repeated paragraph (packs ~1000x)."""
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        if real_document is not None:
+            with zipfile.ZipFile(io.BytesIO(real_document)) as real:
+                for item in real.infolist():
+                    if item.filename != "word/document.xml":
+                        archive.writestr(item, real.read(item))
+        paragraph = b"<w:p><w:r><w:t>boom</w:t></w:r></w:p>"
+        with archive.open("word/document.xml", "w", force_zip64=True) as member:
+            for _ in range(member_bytes // len(paragraph)):
+                member.write(paragraph)
+    return buffer.getvalue()
+
+
+def test_a_decompression_bomb_is_refused_before_anything_is_unpacked():
+    import tracemalloc
+
+    from nmt_cli.errors import TooLarge
+    from nmt_cli.formats.unpack import UnpackLimits
+
+    data = bomb(64 << 20, document())  # 64 MiB that packs to about 200 KB
+    assert len(data) < 1 << 20
+    tracemalloc.start()
+    with pytest.raises(TooLarge, match=r"unpacks to [\d,]+ times its packed size .*--max-unpack-ratio"):
+        translate_bytes(data, Path("bomb.docx"), lambda s: s, "en", "de")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 * len(data)  # the archive's bytes and its directory, never the unpacked part
+    # a ratio allowed, a size not: the XML parts' cap
+    with pytest.raises(TooLarge, match=r"XML parts unpack to more than 1 MiB .*--max-unpacked-mb"):
+        translate_bytes(data, Path("bomb.docx"), lambda s: s, "en", "de", limits=UnpackLimits(1 << 20, 1e6))
+    # a real document is far under both limits, even tight ones
+    tight = UnpackLimits(1 << 20, 20)
+    out, count = translate_bytes(document(), Path("ok.docx"), lambda s: [t.upper() for t in s], "en", "de", limits=tight)
+    assert count > 0 and docx.Document(io.BytesIO(out)).paragraphs[0].text == "A TITLE HERE"

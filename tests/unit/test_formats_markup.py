@@ -194,3 +194,24 @@ def test_code_paths_and_numbers_are_never_shown_to_the_model():
 def test_end_tags_are_kept_byte_for_byte():
     source = "a <B>bold</B\n> word"
     assert one(source, "ein fettes Wort", "0-0 1-1 2-2") == "ein <B>fettes</B\n> Wort"
+
+
+def test_siblings_written_without_a_space_are_two_words_to_the_model_and_stay_joined():
+    source = "Select <menucascade><uicontrol>File</uicontrol><uicontrol>Open</uicontrol></menucascade> now."
+    assert strip(source) == "Select File Open now."  # not "FileOpen": the model reads two words
+    translated = table({"Select File Open now.": ("SELECT FILE OPEN NOW.", "0-0 1-1 2-2 3-3")})
+    out = translate_fragments([source], translated, "en")[0]
+    assert out == "SELECT <menucascade><uicontrol>FILE</uicontrol><uicontrol>OPEN</uicontrol></menucascade> NOW."
+    # runs that carry their own spaces, and a tag inside a word, are read as written
+    assert strip("<r>Click </r><r>this link</r><r> to go.</r>") == "Click this link to go."
+    assert strip("<b>W</b>ord and <i>x</i><i>.</i>") == "Word and x."
+
+
+def test_keep_tags_makes_more_elements_code():
+    from nmt_cli.formats.markup import kept_as_code
+
+    source = "Press <keyword>Shift</keyword> and <b>go</b>."
+    upper = Sentences(lambda xs: [x.upper() for x in xs])
+    assert translate_fragments([source], upper, "en")[0] == "PRESS <keyword>SHIFT</keyword> AND <b>GO</b>."
+    kept = translate_fragments([source], upper, "en", is_opaque=kept_as_code(frozenset({"keyword"})))[0]
+    assert kept == "PRESS <keyword>Shift</keyword> AND <b>GO</b>."

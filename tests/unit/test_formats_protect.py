@@ -133,3 +133,18 @@ def test_an_ascii_page_without_a_charset_stays_ascii():
     page = b"<html><body><p>Hello world</p></body></html>"
     out, _ = translate_bytes(page, Path("a.html"), lambda xs: ["Grüße „Welt“" for _ in xs], "en", "de")
     assert out.isascii() and "&#" in out.decode()
+
+
+def test_a_tab_inside_a_line_comes_back_as_a_tab():
+    masked = mask("Name:\tValue of %s\t\t(default)")
+    assert "\t" not in masked.text  # the model reads a mask, a word of its own
+    # the model kept the masks, with or without spaces around them, or dropped one
+    for translation in (
+        masked.text.replace("Value of", "Wert von").replace("default", "Standard"),
+        "Name:%d Wert von %s %u(Standard)",
+        "Name: Wert von %s %u (Standard)",
+    ):
+        restored = masked.restore(translation)
+        assert restored.count("\t") == 3 and "\t\t(" in restored and restored.startswith("Name:\t")
+    # a tab at a line break is indentation: left to the format
+    assert mask("first line\n\tsecond line").originals == {}
