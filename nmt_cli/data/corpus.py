@@ -21,22 +21,24 @@ from ..config import CleanConfig
 from ..errors import DataError, TooLarge
 from ..utils.files import open_binary
 from ..utils.text import has_control_characters, replace_control_characters
+from .documents import docids_path
 
 MAX_LINE_BYTES = 1 << 20  # data.max_line_bytes's default
 
 
 @dataclass(frozen=True)
 class CorpusPair:
-    """One parallel corpus: the source and target file of a prefix."""
+    """One parallel corpus: the source and target file of a prefix, and its document ids if it has them."""
 
     src: Path
     tgt: Path
+    docids: Path | None = None  # PREFIX.docids: the document of each pair (data/documents.py)
 
 
 def resolve_corpus(root: str | Path, prefix: str, src_lang: str, tgt_lang: str) -> CorpusPair:
     """Find ``PREFIX.LANG`` or ``PREFIX.LANG.gz`` for both languages under ``root``."""
     base = Path(root) / prefix
-    return CorpusPair(_find(base, src_lang), _find(base, tgt_lang))
+    return CorpusPair(_find(base, src_lang), _find(base, tgt_lang), docids_path(base))
 
 
 def _find(base: Path, lang: str) -> Path:
@@ -224,10 +226,16 @@ class PairCleaner:
     def clean(self, pairs: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
         """Yield the kept, stripped pairs; update the counters as a side effect."""
         for src, tgt in pairs:
-            src, tgt = " ".join(src.split()), " ".join(tgt.split())
-            reason = self.verdict(src, tgt)
-            if reason:
-                self.dropped[reason] += 1
-            else:
-                self.kept += 1
-                yield src, tgt
+            kept = self.keep(src, tgt)
+            if kept is not None:
+                yield kept
+
+    def keep(self, src: str, tgt: str) -> tuple[str, str] | None:
+        """The pair with its whitespace folded, or None where a step drops it (counted)."""
+        src, tgt = " ".join(src.split()), " ".join(tgt.split())
+        reason = self.verdict(src, tgt)
+        if reason:
+            self.dropped[reason] += 1
+            return None
+        self.kept += 1
+        return src, tgt

@@ -35,7 +35,8 @@ from ..version import __version__
 from .align import INSTALL_HINT, align_pieces, aligner_installed
 from .binary import TokenArray, TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
-from .corpus import CorpusPair, PairCleaner, ParallelReader, resolve_corpus
+from .corpus import CorpusPair, HashingReader, PairCleaner, ParallelReader, resolve_corpus
+from .documents import DocumentNumbers, documents_file, save_documents
 from .vocab import SYNTHETIC_TAG, extend_vocab, load_vocab, parent_vocab_blobs, vocab_files
 from .vocab_process import learn_vocab_apart
 
@@ -131,21 +132,22 @@ def _clean_split(
     src_out, tgt_out = text_paths(out, split, recipe)
     is_train = split == "train"
     key = _key(
-        _fingerprint([p for pair in pairs for p in (pair.src, pair.tgt)]),
+        _fingerprint([p for pair in pairs for p in (pair.src, pair.tgt, pair.docids) if p is not None]),
         recipe.data.encoding_errors,
         recipe_to_dict(recipe)["data"]["clean"] if is_train else "strip",
         TEXT_RULES,
         *([sorted(recipe.data.synthetic)] if is_train and recipe.data.tag_synthetic else []),
     )
-    cached = _cached(out, f"clean.{split}", key, [src_out, tgt_out], force)
+    cached = _cached(out, f"clean.{split}", key, [src_out, tgt_out, documents_file(out / split)], force)
     if cached is not None:
         log(f"[skip] {split}: cleaned text is up to date ({cached['kept']:,} pairs)")
         return cached
     cleaner = PairCleaner(recipe.data.clean)
     tagged = _tagged_corpora(recipe) if is_train else set()
     read, hashes = 0, {}
+    documents = DocumentNumbers()
     with atomic_open(src_out, "w", encoding="utf-8") as fs, atomic_open(tgt_out, "w", encoding="utf-8") as ft:
-        for pair in pairs:
+        for index, pair in enumerate(pairs):
             reader = ParallelReader(pair, recipe.data.encoding_errors, recipe.data.max_line_bytes)
             stream = tqdm(
                 reader,
@@ -155,14 +157,16 @@ def _clean_split(
                 leave=False,
                 file=sys.stderr,
             )
-            if is_train:
-                kept = cleaner.clean(stream)
-            else:
-                kept = ((s.strip(), t.strip()) for s, t in stream)
             tag = SYNTHETIC_TAG + " " if pair in tagged else ""
-            for src, tgt in kept:
-                fs.write(tag + src + "\n")
-                ft.write(tgt + "\n")
+            for (src, tgt), document in zip(stream, _document_ids(pair)):
+                kept = cleaner.keep(src, tgt) if is_train else (src.strip(), tgt.strip())
+                if kept is None:
+                    continue
+                fs.write(tag + kept[0] + "\n")
+                ft.write(kept[1] + "\n")
+                documents.add(None if document is None else (index, document))
+            if pair.docids is not None:
+                _check_ids(pair, reader.lines)
             read += reader.lines
             hashes.update(reader.hashes)
             for note in reader.notes():
@@ -170,9 +174,36 @@ def _clean_split(
         n_kept = cleaner.kept if is_train else read
         if n_kept == 0:  # raised inside the with: the empty files are discarded, earlier text stays
             _refuse_empty(split, pairs, read, _drops({"dropped": dict(cleaner.dropped)}))
-    result = {"read": read, "kept": n_kept, "dropped": dict(cleaner.dropped), "sha256": hashes}
+    save_documents(out / split, documents.numbers)
+    result = {
+        "read": read,
+        "kept": n_kept,
+        "dropped": dict(cleaner.dropped),
+        "sha256": hashes,
+        "documents": documents.count,
+    }
     log(f"{split}: read {read:,} pairs, kept {n_kept:,}" + (f" ({_drops(result)})" if is_train else ""))
     return _stamp(out, f"clean.{split}", key, result)
+
+
+def _document_ids(pair: CorpusPair) -> Iterator[str | None]:
+    """The document id of each of the corpus's pairs, in order (None without a ``.docids`` file, and past the
+    file's end: :func:`_check_ids` then says the counts differ)."""
+    if pair.docids is None:
+        return itertools.repeat(None)
+    ids = (line.strip() or None for line in HashingReader(pair.docids, "strict"))
+    return itertools.chain(ids, itertools.repeat(None))
+
+
+def _check_ids(pair: CorpusPair, pairs: int) -> None:
+    """A ``.docids`` file has one non-blank id per pair of its corpus (read again: it is a few bytes a line)."""
+    assert pair.docids is not None
+    ids = HashingReader(pair.docids, "strict")
+    for number, line in enumerate(ids, start=1):
+        if not line.strip():
+            raise DataError(f"{pair.docids}:{number}: a blank document id; every line names the document of its pair")
+    if ids.lines != pairs:
+        raise DataError(f"{pair.docids}: {ids.lines:,} document ids for {pairs:,} pairs; give one id per corpus line")
 
 
 def _tagged_corpora(recipe: Recipe) -> set[CorpusPair]:
@@ -451,6 +482,7 @@ def _metadata(
                 "files": [[str(p.src), str(p.tgt)] for p in splits[name]],
                 "read": cleaned[name]["read"],
                 "kept": cleaned[name]["kept"],
+                "documents": cleaned[name].get("documents", cleaned[name]["kept"]),
                 "dropped": cleaned[name]["dropped"],
                 **{k: v for k, v in encoded[name].items() if k != "histogram"},
             }

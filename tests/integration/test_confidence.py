@@ -70,6 +70,13 @@ def test_calibrate_writes_a_calibrated_copy_beside_the_model(overfit, tmp_path):
     )
     assert "hallucination" in json.loads(flagged.stdout)["flags"]  # learnt flags reach the output
 
+    copies = tmp_path / "copies.de"
+    copies.write_text("\n".join(tgt * 2) + "\n", encoding="utf-8")
+    repeated = nmt("calibrate", "-m", str(run), "--src", str(source), "--ref", str(copies), "--threads", "1",
+                   "-o", str(tmp_path / "copies.pt"))  # fmt: skip
+    said = " ".join((repeated.stdout + repeated.stderr).split())
+    assert repeated.returncode == 0 and "64 of the 128 pairs repeat another pair" in said
+
     short = tmp_path / "short.de"
     short.write_text("\n".join(tgt[:10]) + "\n", encoding="utf-8")
     mismatched = nmt("calibrate", "-m", str(run), "--src", str(source), "--ref", str(short))

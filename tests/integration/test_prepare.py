@@ -235,3 +235,60 @@ def test_a_killed_vocabulary_process_is_a_one_line_error(tmp_path, m30k_slice, m
         quiet(recipe)
     assert_nothing_complete(recipe)
     assert not (recipe.data_dir / "spm.model").exists()
+
+
+def test_a_gzip_bomb_of_one_endless_line_is_refused_without_reading_it_whole(tmp_path):
+    """A corpus line past data.max_line_bytes is refused with its file and line; memory stays near the cap."""
+    import gzip
+    import tracemalloc
+
+    from nmt_cli.data.corpus import HashingReader
+    from nmt_cli.errors import TooLarge
+
+    bomb = tmp_path / "bomb.en.gz"
+    with gzip.open(bomb, "wb") as handle:
+        handle.write(b"a first line\n")
+        for _ in range(256):  # 256 MiB with no line break, 250 KB packed
+            handle.write(b"a" * (1 << 20))
+    assert bomb.stat().st_size < 1 << 20
+    tracemalloc.start()
+    with pytest.raises(TooLarge, match=r"bomb.en.gz:2: a line longer than 1,048,576 bytes .*data.max_line_bytes"):
+        for _ in HashingReader(bomb, "strict"):
+            pass
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 << 20  # the cap and the decompressor's buffers, not the 256 MiB
+
+
+def test_documents_follow_their_pairs_through_cleaning(tmp_path, multi30k):
+    """A .docids file beside a corpus marks its documents; a dropped pair leaves its document whole; a corpus
+    without one holds documents of one pair; a bad ids file is one line naming it."""
+    from nmt_cli.data.documents import load_documents
+
+    en, de = read_lines(multi30k / "train.en.gz", 300), read_lines(multi30k / "train.de.gz", 300)
+    de[5] = ""  # dropped by the cleaning: document "a" goes on around it
+    write_slice(tmp_path / "c", "docs", {"en": en[:200], "de": de[:200]})
+    ids = ["a"] * 10 + ["b"] * 90 + ["a"] * 100  # "a" again later: another document
+    (tmp_path / "c" / "docs.docids").write_text("".join(i + "\n" for i in ids), encoding="utf-8")
+    write_slice(tmp_path / "c", "plain", {"en": en[200:300], "de": de[200:300]})
+    for split in ("val", "test"):
+        write_slice(tmp_path / "c", split, {"en": en[:20], "de": de[:20]})
+    recipe_text = tiny_recipe_yaml(tmp_path / "c", tmp_path / "data", tmp_path / "run").replace(
+        "train: [train]", "train: [docs, plain]"
+    )
+    (tmp_path / "r.yaml").write_text(recipe_text)
+    recipe = load_recipe(tmp_path / "r.yaml", ["data.clean.max_ratio=0"])
+    meta = prepare(recipe, log=lambda _m: None, progress=False)
+    train = meta["splits"]["train"]
+    assert train["sentences"] == 299 and train["documents"] == 3 + 100
+    numbers = load_documents(tmp_path / "data" / "train", train["sentences"])
+    assert list(numbers[:9]) == [0] * 9 and numbers[9] == 1 and numbers[99] == 2 and numbers[198] == 2
+    assert list(numbers[199:]) == list(range(3, 103))  # the corpus without ids: one pair a document
+    assert meta["splits"]["valid"]["documents"] == 20
+
+    (tmp_path / "c" / "docs.docids").write_text("".join(i + "\n" for i in ids[:150]), encoding="utf-8")
+    with pytest.raises(DataError, match=r"docs.docids: 150 document ids for 200 pairs"):
+        prepare(recipe, log=lambda _m: None, progress=False)
+    (tmp_path / "c" / "docs.docids").write_text("".join(i + "\n" for i in ["a"] * 3 + [" "] + ids[4:]), encoding="utf-8")
+    with pytest.raises(DataError, match=r"docs.docids:4: a blank document id"):
+        prepare(recipe, log=lambda _m: None, progress=False)
