@@ -70,12 +70,12 @@ def test_calibrate_writes_a_calibrated_copy_beside_the_model(overfit, tmp_path):
     )
     assert "hallucination" in json.loads(flagged.stdout)["flags"]  # learnt flags reach the output
 
-    copies = tmp_path / "copies.de"
-    copies.write_text("\n".join(tgt * 2) + "\n", encoding="utf-8")
-    repeated = nmt("calibrate", "-m", str(run), "--src", str(source), "--ref", str(copies), "--threads", "1",
-                   "-o", str(tmp_path / "copies.pt"))  # fmt: skip
-    said = " ".join((repeated.stdout + repeated.stderr).split())
-    assert repeated.returncode == 0 and "64 of the 128 pairs repeat another pair" in said
+    one_src, one_ref = tmp_path / "one.en", tmp_path / "one.de"  # ten copies of one pair: said before the fit
+    one_src.write_text((src[0] + "\n") * 10, encoding="utf-8")
+    one_ref.write_text((tgt[0] + "\n") * 10, encoding="utf-8")
+    repeated = nmt("calibrate", "-m", str(run), "--src", str(one_src), "--ref", str(one_ref), "--threads", "1",
+                   "-o", str(tmp_path / "one.pt"))  # fmt: skip
+    assert "9 of the 10 pairs repeat another pair" in " ".join((repeated.stdout + repeated.stderr).split())
 
     short = tmp_path / "short.de"
     short.write_text("\n".join(tgt[:10]) + "\n", encoding="utf-8")
