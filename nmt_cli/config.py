@@ -742,13 +742,5 @@ def _bounds_text(metadata: typing.Mapping[str, Any]) -> str:
 
 
 def field_help(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(key, default, help) for every leaf field: used by ``nmt config --explain``."""
-    rows: list[tuple[str, str, str]] = []
-    hints = typing.get_type_hints(cls)
-    for f in fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
-            rows += field_help(hints[f.name], f"{prefix}{_key_of(f)}.")
-        else:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
-            rows.append((prefix + _key_of(f), repr(default), f.metadata.get("help", "")))
-    return rows
+    """(key, default as YAML, help) for every leaf field: used by ``nmt config --explain``."""
+    return [(row.key, row.default, row.help) for row in key_reference(cls, prefix)]

@@ -24,18 +24,22 @@ def lines_of(src: list[str]) -> list[str]:
     return [src[0], *HOSTILE[:2], src[1], *HOSTILE[2:], src[2]]
 
 
-OPTIONS = [
-    [],
-    ["--confidence"],
-    ["--alignments"],
-    ["--confidence", "--alignments"],
-    ["--nbest", "2", "--beam", "2"],
-    ["--nbest", "2", "--beam", "2", "--confidence", "--alignments"],
+# Every output format with every option that changes the decoding path, and the three together in each format.
+CASES = [
+    ("text", []),
+    ("text", ["--confidence"]),
+    ("text", ["--alignments"]),
+    ("text", ["--nbest", "2", "--beam", "2", "--confidence", "--alignments"]),
+    ("jsonl", ["--confidence"]),
+    ("jsonl", ["--nbest", "2", "--beam", "2", "--confidence", "--alignments"]),
+    ("tsv", ["--alignments"]),
+    ("tsv", ["--nbest", "2", "--beam", "2", "--confidence", "--alignments"]),
 ]
 
 
-@pytest.mark.parametrize("output_format", ["text", "jsonl", "tsv"])
-@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: " ".join(o) or "plain")
+@pytest.mark.parametrize(
+    ("output_format", "options"), CASES, ids=lambda case: " ".join(case) if isinstance(case, list) else case
+)
 def test_every_format_and_option_answers_each_line(overfit, output_format, options, tmp_path):
     run, src, _ = overfit
     lines = lines_of(src)
