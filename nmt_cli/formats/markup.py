@@ -48,6 +48,7 @@ CODE = frozenset(
 TRAILING_PUNCTUATION = re.compile(r"[.,;:!?\u2026)\]}\"'\u00bb\u201d\u2019\u300d\u300f\u3002\u3001\uff01\uff1f]+$")
 LEADING_PUNCTUATION = re.compile(r"^[(\[{\"'\u00ab\u201c\u2018\u300c\u300e\u00bf\u00a1]+")
 ENTITY_AT_END = re.compile(r"&#?\w+;$")
+FIRST_CHARACTER_AFTER_TAGS = re.compile(r"(?:<[^>]*>)*(.)", re.DOTALL)
 # Elements that stand for a break between words: the text on either side is not one word.
 BREAKS = frozenset("br hr".split())
 
@@ -121,7 +122,7 @@ class _Parser(HTMLParser):
         or digit."""
         line, column = self.getpos()
         after = self.line_starts[line - 1] + column + len(start_tag)
-        first = re.compile(r"(?:<[^>]*>)*(.)", re.DOTALL).match(self.source, after)
+        first = FIRST_CHARACTER_AFTER_TAGS.match(self.source, after)
         return first is not None and first.group(1).isalnum()
 
     # -- text ---------------------------------------------------------------------------------------
