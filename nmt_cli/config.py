@@ -188,6 +188,27 @@ class ModelConfig:
     tie_output: bool = _opt(True, "output projection tied to the target embedding")
     output_bias: bool = _opt(False, "a learnt bias on the output logits (MarianMT's final_logits_bias; the paper has none)")
     max_positions: int = _opt(1024, "longest sentence in subword tokens (incl. EOS)", ge=8, le=1 << 20)
+    concat: int = _opt(
+        0,
+        "document context by concatenation: each source sentence is read after the K previous sentences of its "
+        "document, each followed by the piece <brk> (2-to-1; Tiedemann & Scherrer 2017); 0: sentence-level. "
+        "Needs data prepared with documents (a .docids file beside the corpus)",
+        ge=0,
+        le=16,
+    )
+    recurrence: int = _opt(
+        0,
+        "document context by segment-level recurrence (Transformer-XL): every self-attention layer also attends to "
+        "its own keys/values of the previous N sentences of the document, without gradient through them; needs "
+        "model.positions: xl and data prepared with documents; 0: sentence-level",
+        ge=0,
+        le=16,
+    )
+    concat_target: bool = _opt(
+        False,
+        "with model.concat: the target side too starts with the previous sentences' translations (2-to-2); "
+        "the loss counts the current sentence only, and translation forces the model's own earlier output",
+    )
 
     @property
     def n_decoder_layers(self) -> int:
@@ -419,6 +440,12 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
 
     if m.d_model % m.n_heads:
         fail("model.n_heads", f"{m.n_heads} does not divide model.d_model={m.d_model}")
+    if m.recurrence and m.positions != "xl":
+        fail("model.recurrence", "needs model.positions: xl (relative positions that run across the past and the sentence)")
+    if m.recurrence and m.concat:
+        fail("model.recurrence", "and model.concat are two ways to read context; choose one")
+    if m.concat_target and not m.concat:
+        fail("model.concat_target", "needs model.concat: K (the number of previous sentences to read)")
     if m.sinusoids == "fairseq" and m.d_model % 2:
         fail("model.sinusoids", f"fairseq's sinusoids need an even model.d_model (it is {m.d_model})")
     # vocab.from may name two models over one id space (an imported MarianMT's): training checks the pieces

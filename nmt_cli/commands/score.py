@@ -43,6 +43,13 @@ def run(
         "jsonl", "--format", help="With --model: jsonl or tsv (total, per token, normalised by the length penalty)."
     ),
     device: str = typer.Option("auto", "--device", help="With --model: cpu, cuda, cuda:N or auto."),
+    docids: str = typer.Option(
+        None,
+        "--docids",
+        help="With --model and a model trained with model.concat: document ids, one per line; each pair is "
+        "scored after the earlier pairs of its document (its context), as translation reads them.",
+        show_default=False,
+    ),
 ) -> None:
     """Score translations with sacreBLEU (same numbers and signatures as the sacrebleu command), or with
     --model the model's log-probability of each translation."""
@@ -50,8 +57,10 @@ def run(
     from ..score import metrics as m
 
     if models:
-        _forced(models, files, output_format, device)
+        _forced(models, files, output_format, device, docids)
         return
+    if docids is not None:
+        raise NmtError("--docids goes with --model (forced scores in context)")
 
     names = [n.strip().lower() for n in metrics.split(",") if n.strip()]
     if not names:
@@ -104,8 +113,9 @@ def _print_comparison(results: list, files: list[str], as_json: bool) -> None:
         )
 
 
-def _forced(models: list[str], files: list[str], output_format: str, device: str) -> None:
-    """``--model``: one line of scores per (source, hypothesis) pair, in order."""
+def _forced(models: list[str], files: list[str], output_format: str, device: str, docids: str | None) -> None:
+    """``--model``: one line of scores per (source, hypothesis) pair, in order; with ``docids``, each pair in
+    the context of its document's earlier pairs."""
     from ..decode.forced import forced_scores
     from ..decode.translator import load_ensemble
     from ..score.metrics import check_aligned, read_lines
@@ -126,7 +136,21 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
             loaded.tgt_vocab.encode([h.strip() for h in hypotheses], out_type=int),
         )
     )
-    for number, result in enumerate(forced_scores(loaded.model, pairs, loaded.recipe.decode, target), 1):
+    skips = None
+    results = None
+    if docids is not None:
+        ids = read_lines(docids, stdin_text)
+        check_aligned(ids, docids, [sources], [files[0]])
+        if loaded.recipe.model.recurrence:
+            from ..decode.forced import forced_scores_with_pasts
+
+            starts = [i == 0 or ids[i].strip() != ids[i - 1].strip() for i in range(len(ids))]
+            results = forced_scores_with_pasts(loaded.model, pairs, starts, loaded.recipe.decode, target)
+        else:
+            pairs, skips = _in_context(loaded, pairs, ids, docids)
+    if results is None:
+        results = forced_scores(loaded.model, pairs, loaded.recipe.decode, target, skips)
+    for number, result in enumerate(results, 1):
         if output_format == "tsv":
             values = (result.total, result.per_token, result.normalised)
             typer.echo("\t".join("nan" if v is None else f"{v:.4f}" for v in values))
@@ -142,6 +166,20 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
                     }
                 )
             )
+
+
+def _in_context(loaded, pairs, ids: list[str], name: str):
+    """The pairs as a model with document context reads them, and how many target tokens of each are context."""
+    from ..data.context import pairs_in_context
+
+    model = loaded.recipe.model
+    if not model.concat:
+        raise NmtError(
+            f"--docids {name}: this model reads each sentence alone (trained without model.concat or "
+            "model.recurrence); drop --docids"
+        )
+    starts = [i == 0 or ids[i].strip() != ids[i - 1].strip() for i in range(len(ids))]
+    return pairs_in_context(pairs, starts, model, loaded.src_vocab, loaded.tgt_vocab)
 
 
 def _rounded(value: float | None) -> float | None:

@@ -80,6 +80,13 @@ def run(
         "each output starts with its prefix and the search continues from there.",
         show_default=False,
     ),
+    docids: Path = typer.Option(
+        None,
+        "--docids",
+        help="Document ids, one per input line: a model trained with model.concat reads each line after the "
+        "earlier lines of its document (without this file a blank line ends a document).",
+        show_default=False,
+    ),
     alignments: bool = typer.Option(
         False,
         "--alignments",
@@ -226,6 +233,8 @@ def run(
     _check_dependent_options(sampling, {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed})
     if prefix is not None and (not prefix.is_file()):
         raise NmtError(f"--prefix {prefix}: file not found")
+    if docids is not None and (not docids.is_file()):
+        raise NmtError(f"--docids {docids}: file not found")
     if alignment_layer is not None and not alignments:
         raise NmtError("--alignment-layer applies to --alignments; add --alignments")
     asked = {
@@ -261,9 +270,17 @@ def run(
         confidence, chunk_lines,
     )  # fmt: skip
     prefixes = read_lines(prefix) if prefix is not None else None
+    documents = read_lines(docids) if docids is not None else None
+    _check_context_options(translator, documents, chosen_format)
 
     def results(lines: Iterable[str], first: int = 0) -> Iterator[list[Translation]]:
-        return translator.translate(lines, prefixes[first:] if prefixes is not None else None, first)
+        if first and documents is None and input is not None:
+            # a resumed job or a shard starting mid-input: the document's earlier lines are read again first
+            _read_context_before(translator, input, first)
+        ids = documents[first:] if documents is not None else None
+        if first and documents is not None:
+            _read_context_before(translator, input, first, documents)
+        return translator.translate(lines, prefixes[first:] if prefixes is not None else None, first, ids)
 
     def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
         if markup:
@@ -404,6 +421,37 @@ def _check_file_format_options(chosen, input, nbest, alignments, prefix, shard, 
     ):
         if given:
             raise NmtError(f"{flag} applies to line-by-line translation; {input} is translated as a {chosen} file")
+
+
+def _check_context_options(translator, documents: list[str] | None, chosen_format: str) -> None:
+    """--docids goes with line-by-line translation by a model that reads document context."""
+    from ..formats import LINES
+
+    if documents is None:
+        return
+    if chosen_format != LINES:
+        raise NmtError(f"--docids applies to line-by-line translation; a {chosen_format} file is one document")
+    if getattr(translator, "document", None) is None:
+        raise NmtError(
+            "--docids: this model translates each sentence alone (it was not trained with model.concat); drop --docids"
+        )
+
+
+def _read_context_before(translator, input: Path, first: int, documents: list[str] | None = None) -> None:
+    """Before a job goes on at line ``first`` (resumed, or a shard), the model reads the lines before it that
+    its document context covers, as the uninterrupted job did (their translations are left out)."""
+    import dataclasses
+    import itertools
+
+    context = getattr(translator, "document", None)
+    if context is None:
+        return
+    start = max(0, first - context.sentences)
+    with _lines(input) as handle:
+        before = list(itertools.islice(handle, start, first))
+    stats = dataclasses.replace(translator.stats)
+    list(translator.translate(before, None, start, documents[start:first] if documents is not None else None))
+    translator.stats = stats
 
 
 def _check_markup_options(chosen, nbest, alignments, prefix) -> None:

@@ -16,16 +16,23 @@ import numpy as np
 import torch
 
 from .binary import TokenArray
+from .context import Context, with_context
 from .vocab import BOS_ID, EOS_ID, PAD_ID
+
+PreviousPairs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # source (B, S), decoder input (B, T), present (B,)
 
 
 @dataclass
 class ParallelData:
-    """The source and target token arrays of one split, and their word alignments where training is guided."""
+    """The source and target token arrays of one split, their word alignments where training is guided, and
+    the earlier pairs each pair is read with where the model reads document context (``data/context.py``)."""
 
     src: TokenArray
     tgt: TokenArray
     links: TokenArray | None = None  # per pair, (source piece, target piece) positions flattened (data/align.py)
+    context: Context | None = None
+    # model.recurrence: per pair, the first of the previous pairs of its document whose keys/values it attends to
+    previous: np.ndarray | None = None
 
     @classmethod
     def load(cls, data_dir: Path, split: str, src_lang: str, tgt_lang: str, dtypes: tuple[str, str]) -> ParallelData:
@@ -39,8 +46,33 @@ class ParallelData:
 
     @property
     def pair_lengths(self) -> np.ndarray:
-        """max(src, tgt) + 1 (EOS) per pair: the padded width a pair needs."""
-        return np.maximum(self.src.lengths, self.tgt.lengths) + 1
+        """max(src, tgt) + 1 (EOS) per pair, its context included: the padded width a pair needs."""
+        src, tgt = self.src.lengths.astype(np.int64), self.tgt.lengths.astype(np.int64)
+        if self.context is not None:
+            src = src + self.context.widths(src)
+            if self.context.tgt_break is not None:
+                tgt = tgt + self.context.widths(tgt)
+        widths = np.maximum(src, tgt) + 1
+        if self.previous is not None:
+            # the previous pairs are encoded and decoded in the batch too: its padded size is their widest
+            index, own = np.arange(len(widths)), widths
+            for back in range(1, int((index - self.previous).max(initial=0)) + 1):
+                has = index - back >= self.previous
+                widths = np.where(has, np.maximum(widths, np.roll(own, back)), widths)
+        return widths
+
+    def source(self, i: int) -> np.ndarray:
+        """Pair ``i``'s source as the model reads it (its context first, where there is one)."""
+        if self.context is None:
+            return self.src[i]
+        return with_context(self.src, int(self.context.first[i]), i, self.context.src_break)
+
+    def target(self, i: int) -> tuple[np.ndarray, int]:
+        """Pair ``i``'s target as the decoder reads it, and how many of its tokens are context (not scored)."""
+        if self.context is None or self.context.tgt_break is None:
+            return self.tgt[i], 0
+        full = with_context(self.tgt, int(self.context.first[i]), i, self.context.tgt_break)
+        return full, len(full) - len(self.tgt[i])
 
 
 @dataclass(frozen=True)
@@ -55,6 +87,7 @@ class Batch:
     target_tokens: int
     source_tokens: int = 0
     alignment: torch.Tensor | None = None
+    previous: tuple[PreviousPairs, ...] | None = None  # model.recurrence: the rows' previous pairs, oldest first
 
     def to(self, device: torch.device | str) -> Batch:
         device = torch.device(device)
@@ -65,9 +98,11 @@ class Batch:
             return source.to(device, non_blocking=True)
 
         alignment = move(self.alignment) if self.alignment is not None else None
+        previous = tuple(tuple(move(t) for t in pair) for pair in self.previous) if self.previous is not None else None
         return Batch(
-            move(self.src), move(self.tgt_in), move(self.tgt_out), self.target_tokens, self.source_tokens, alignment
-        )
+            move(self.src), move(self.tgt_in), move(self.tgt_out), self.target_tokens, self.source_tokens, alignment,
+            previous,  # type: ignore[arg-type]
+        )  # fmt: skip
 
 
 def make_batches(
@@ -111,21 +146,43 @@ def _pack(members: np.ndarray, pair_lengths: np.ndarray, max_tokens: int) -> lis
 
 def collate(data: ParallelData, indices: np.ndarray) -> Batch:
     """Pad the pairs ``indices`` into a :class:`Batch` (EOS after the source, BOS/EOS around the target)."""
-    srcs = [data.src[i] for i in indices]
-    tgts = [data.tgt[i] for i in indices]
+    srcs = [data.source(i) for i in indices]
+    tgts, skips = zip(*(data.target(i) for i in indices)) if len(indices) else ((), ())
     src = pad_rows([np.append(s, EOS_ID) for s in srcs])
     tgt_in = pad_rows([np.insert(t, 0, BOS_ID) for t in tgts])
-    tgt_out = pad_rows([np.append(t, EOS_ID) for t in tgts])
-    alignment = _alignment(data.links, indices) if data.links is not None else None
-    return Batch(src, tgt_in, tgt_out, int(sum(len(t) + 1 for t in tgts)), int(sum(len(s) + 1 for s in srcs)), alignment)
+    # Context tokens of the target (2-to-2) are read, never scored: PAD leaves them out of the loss.
+    tgt_out = pad_rows([np.append(np.where(np.arange(len(t)) < k, PAD_ID, t), EOS_ID) for t, k in zip(tgts, skips)])
+    scored = int(sum(len(t) + 1 - k for t, k in zip(tgts, skips)))
+    alignment = None
+    if data.links is not None:
+        offsets = [(len(s) - len(data.src[i]), k) for s, i, k in zip(srcs, indices, skips)]
+        alignment = _alignment(data.links, indices, offsets)
+    previous = _previous_pairs(data, indices) if data.previous is not None else None
+    return Batch(src, tgt_in, tgt_out, scored, int(sum(len(s) + 1 for s in srcs)), alignment, previous)
 
 
-def _alignment(links: TokenArray, indices: np.ndarray) -> torch.Tensor:
-    """The links of pairs ``indices`` as (row, target position, source position) rows: (L, 3) int64."""
+def _previous_pairs(data: ParallelData, indices: np.ndarray) -> tuple[PreviousPairs, ...]:
+    """For ``model.recurrence``: per step back (oldest first), the previous pair of each row's document as
+    (source + EOS, BOS + target, present); a row with no pair that far back reads a one-token stand-in,
+    hidden by ``present`` (an empty row would give the attention nothing to normalise over)."""
+    assert data.previous is not None
+    depth = int((indices - data.previous[indices]).max(initial=0))
+    out = []
+    for back in range(depth, 0, -1):
+        present = indices - back >= data.previous[indices]
+        src = pad_rows([np.append(data.src[i - back], EOS_ID) if has else [EOS_ID] for i, has in zip(indices, present)])
+        tgt = pad_rows([np.insert(data.tgt[i - back], 0, BOS_ID) if has else [BOS_ID] for i, has in zip(indices, present)])
+        out.append((src, tgt, torch.from_numpy(present)))
+    return tuple(out)
+
+
+def _alignment(links: TokenArray, indices: np.ndarray, offsets: list[tuple[int, int]]) -> torch.Tensor:
+    """The links of pairs ``indices`` as (row, target position, source position) rows: (L, 3) int64; each
+    pair's positions moved past its context (``offsets``: source and target context lengths)."""
     rows = []
-    for row, i in enumerate(indices):
+    for row, (i, (src_skip, tgt_skip)) in enumerate(zip(indices, offsets)):
         pairs = links[i].astype(np.int64).reshape(-1, 2)  # (source, target)
-        rows.append(np.column_stack([np.full(len(pairs), row), pairs[:, 1], pairs[:, 0]]))
+        rows.append(np.column_stack([np.full(len(pairs), row), pairs[:, 1] + tgt_skip, pairs[:, 0] + src_skip]))
     return torch.from_numpy(np.concatenate(rows) if rows else np.zeros((0, 3), np.int64))
 
 
@@ -139,7 +196,7 @@ def pad_rows(rows: Sequence[np.ndarray | list[int]]) -> torch.Tensor:
 
 
 def target_tokens(data: ParallelData, indices: np.ndarray) -> int:
-    """Target tokens (with EOS) of a batch, from the stored lengths alone."""
+    """Scored target tokens (with EOS) of a batch, from the stored lengths alone (context is never scored)."""
     return int(data.tgt.lengths[indices].sum() + len(indices))
 
 

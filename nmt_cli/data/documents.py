@@ -55,10 +55,21 @@ def documents_file(prefix: Path) -> Path:
     return prefix.with_name(prefix.name + ".docs.npy")
 
 
+def document_ids_file(prefix: Path) -> Path:
+    return prefix.with_name(prefix.name + ".docs.txt")
+
+
 def save_documents(prefix: Path, numbers: list[int]) -> None:
-    """``PREFIX.docs.npy``, written atomically."""
+    """``PREFIX.docs.npy``, written atomically; where some document holds several pairs, also ``PREFIX
+    .docs.txt`` (the same numbers as text, one a line, for ``nmt translate --docids`` and ``nmt score --docids``)."""
     with atomic_path(documents_file(prefix)) as tmp, open(tmp, "wb") as handle:
         np.save(handle, np.asarray(numbers, dtype=np.int64))
+    text = document_ids_file(prefix)
+    if numbers and numbers[-1] + 1 < len(numbers):
+        with atomic_path(text) as tmp:
+            tmp.write_text("".join(f"{n}\n" for n in numbers), encoding="utf-8")
+    else:
+        text.unlink(missing_ok=True)
 
 
 def load_documents(prefix: Path, pairs: int) -> np.ndarray:

@@ -37,7 +37,7 @@ from .binary import TokenArray, TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, HashingReader, PairCleaner, ParallelReader, resolve_corpus
 from .documents import DocumentNumbers, documents_file, save_documents
-from .vocab import SYNTHETIC_TAG, extend_vocab, load_vocab, parent_vocab_blobs, vocab_files
+from .vocab import DOC_BREAK, SYNTHETIC_TAG, extend_vocab, load_vocab, parent_vocab_blobs, vocab_files
 from .vocab_process import learn_vocab_apart
 
 META_VERSION = 1
@@ -241,6 +241,8 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
     if v.from_:
         return _reuse_vocab(recipe, out, (src_name, tgt_name), train, force, log)
     symbols = [SYNTHETIC_TAG] if d.tag_synthetic else []
+    if train.get("documents", train["kept"]) < train["kept"]:  # documents of several pairs: model.concat's break
+        symbols.append(DOC_BREAK)
     key = _key(
         train["sha256"],
         train["kept"],

@@ -25,6 +25,7 @@ from .word_counts import WordCounts, count_words
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SYNTHETIC_TAG = "<BT>"  # data.tag_synthetic: first source token of synthetic pairs, one vocabulary piece
+DOC_BREAK = "<brk>"  # model.concat: ends each context sentence; one piece of vocabularies learnt from documents
 
 
 def vocab_files(src_lang: str, tgt_lang: str, joint: bool) -> tuple[str, str]:

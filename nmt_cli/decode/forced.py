@@ -17,6 +17,7 @@ import torch
 from ..config import DecodeConfig
 from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
+from ..model.recurrence import Kept, SentencePast, batch_pasts, sentence_pasts
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
 from .search import length_penalty
@@ -37,25 +38,31 @@ class PairScore:
 
 @torch.inference_mode()
 def forced_scores(
-    model: Transformer | Ensemble, pairs: list[tuple[list[int], list[int]]], config: DecodeConfig, device: torch.device
+    model: Transformer | Ensemble,
+    pairs: list[tuple[list[int], list[int]]],
+    config: DecodeConfig,
+    device: torch.device,
+    skips: list[int] | None = None,
 ) -> list[PairScore]:
-    """Scores of ``pairs`` of (source ids, target ids), both without EOS, in order.
+    """Scores of ``pairs`` of (source ids, target ids), both without EOS, in order; with ``skips``, the first
+    that many target tokens of each pair are context (document context, ``data/context.py``): read, not scored.
 
     A source longer than the model allows is truncated as translation does; a target that does not
     fit the model's positions gets ``total=None``.
     """
+    skipped = skips if skips is not None else [0] * len(pairs)
     limit = model.config.max_positions - 1  # room for the EOS (source) and the BOS (target)
     results: list[PairScore | None] = [None] * len(pairs)
     scorable = []
     for i, (_, target) in enumerate(pairs):
         if len(target) > limit:
-            results[i] = PairScore(None, len(target) + 1, None)
+            results[i] = PairScore(None, len(target) + 1 - skipped[i], None)
         else:
             scorable.append(i)
     for batch in _batches(scorable, pairs, config.batch_tokens):
         src = pad_rows([pairs[i][0][:limit] + [EOS_ID] for i in batch]).to(device)
         tgt_in = pad_rows([[BOS_ID] + pairs[i][1] for i in batch]).to(device)
-        tgt_out = pad_rows([pairs[i][1] + [EOS_ID] for i in batch]).to(device)
+        tgt_out = pad_rows([[PAD_ID] * skipped[i] + pairs[i][1][skipped[i] :] + [EOS_ID] for i in batch]).to(device)
         memory, src_mask = model.encode(src)
         if isinstance(model, Ensemble):
             assert isinstance(memory, list)
@@ -65,11 +72,76 @@ def forced_scores(
             assert isinstance(memory, torch.Tensor)
             chosen = _target_log_probs(model, model.decode(tgt_in, memory, src_mask), tgt_out)
         for i, total in zip(batch, chosen.sum(dim=1).tolist()):
-            tokens = len(pairs[i][1]) + 1
+            tokens = len(pairs[i][1]) + 1 - skipped[i]
             results[i] = PairScore(
                 total, tokens, total / float(length_penalty(float(tokens), config)) if math.isfinite(total) else total
             )
     return results  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def forced_scores_with_pasts(
+    model: Transformer,
+    pairs: list[tuple[list[int], list[int]]],
+    starts: list[bool],
+    config: DecodeConfig,
+    device: torch.device,
+) -> list[PairScore]:
+    """:func:`forced_scores` for a model with segment-level recurrence (``model.recurrence``): each pair of a
+    document (``starts[i]``: pair i begins one) read with the keys/values its document's previous pairs left,
+    as translation reads them, the given targets standing for the chosen translations. The documents go a
+    pair of each at a time."""
+    limit = model.config.max_positions - 1
+    documents: list[list[int]] = []
+    for i, start in enumerate(starts):
+        if start or not documents:
+            documents.append([])
+        documents[-1].append(i)
+    histories: list[list[SentencePast]] = [[] for _ in documents]
+    results: list[PairScore | None] = [None] * len(pairs)
+    for turn in range(max((len(d) for d in documents), default=0)):
+        wave = [(n, d[turn]) for n, d in enumerate(documents) if turn < len(d)]
+        rows = max(1, config.batch_tokens // (limit + 1))  # a batch's rows, each as long as the model allows
+        for first in range(0, len(wave), rows):
+            part = wave[first : first + rows]
+            for (n, i), (score, past) in zip(part, _scores_with_pasts(model, pairs, part, histories, config, device)):
+                results[i] = score
+                histories[n] = (histories[n] + [past])[-model.config.recurrence :]
+    return results  # type: ignore[return-value]
+
+
+def _scores_with_pasts(
+    model: Transformer,
+    pairs: list[tuple[list[int], list[int]]],
+    part: list[tuple[int, int]],
+    histories: list[list[SentencePast]],
+    config: DecodeConfig,
+    device: torch.device,
+) -> list[tuple[PairScore, SentencePast]]:
+    """One batch of a wave: each pair (document n, pair i) scored with its document's history as its past,
+    and what it leaves the next pair."""
+    limit = model.config.max_positions - 1
+    sources = [pairs[i][0][:limit] + [EOS_ID] for _, i in part]
+    targets = [[BOS_ID] + pairs[i][1][:limit] for _, i in part]
+    pasts = [histories[n] for n, _ in part]
+    like = model.output.weight
+    src = pad_rows(sources).to(device)
+    kept_encoder: Kept = []
+    kept_decoder: Kept = []
+    memory, src_mask = model.encode(src, batch_pasts(pasts, "encoder", len(model.encoder), like), kept_encoder)
+    tgt_in = pad_rows(targets).to(device)
+    tgt_out = pad_rows([t[1:] + [EOS_ID] for t in targets]).to(device)
+    hidden = model.decode(tgt_in, memory, src_mask, batch_pasts(pasts, "decoder", len(model.decoder), like), kept_decoder)
+    totals = _target_log_probs(model, hidden, tgt_out).sum(dim=1).tolist()
+    left = sentence_pasts(kept_encoder, kept_decoder, [len(s) for s in sources], [len(t) for t in targets])
+    out = []
+    for (_, i), total, past in zip(part, totals, left):
+        tokens = len(pairs[i][1]) + 1
+        if len(pairs[i][1]) > limit:
+            out.append((PairScore(None, tokens, None), past))
+            continue
+        out.append((PairScore(total, tokens, total / float(length_penalty(float(tokens), config))), past))
+    return out
 
 
 # Rows of logits normalised at a time: a whole batch's (B, T, V) log-probabilities are hundreds of MB at
@@ -110,4 +182,4 @@ def _batches(indices: list[int], pairs: list[tuple[list[int], list[int]]], batch
         yield batch
 
 
-__all__ = ["PairScore", "forced_scores"]
+__all__ = ["PairScore", "forced_scores", "forced_scores_with_pasts"]

@@ -17,14 +17,15 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
+from ..model.recurrence import Past
 from ..model.transformer import Transformer
 from .search import (
     Hypothesis,
-    decoder_steps,
     length_penalty,
     mask_specials,
     max_output_lengths,
     prefix_tokens,
+    search_steps,
     with_room_for,
 )
 
@@ -39,16 +40,19 @@ def sample(
     nbest: int = 1,
     generator: torch.Generator | None = None,
     prefix: Tensor | None = None,
+    encoded: tuple[Tensor, Tensor] | None = None,
+    past: list[Past] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Up to ``nbest`` distinct samples per sentence of ``src``, best score first."""
+    """Up to ``nbest`` distinct samples per sentence of ``src``, best score first (``encoded`` and ``past``
+    as :func:`.search.search` takes them)."""
     device = src.device
     rows_per_sentence = nbest * OVERSAMPLE if nbest > 1 else 1
-    memory, src_mask = model.encode(src)
+    memory, src_mask = encoded if encoded is not None else model.encode(src)
     max_len = with_room_for(
         prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions
     )  # (n_sent,)
     width = int(max_len.max()) + 1
-    steps = decoder_steps(model, memory, src_mask, config, True, rows_per_sentence, width)
+    steps = search_steps(model, memory, src_mask, config, True, rows_per_sentence, width, past)
     n_sent = src.size(0)
     rows = n_sent * rows_per_sentence
     steps.select(torch.arange(n_sent, device=device).repeat_interleave(rows_per_sentence), None)

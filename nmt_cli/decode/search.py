@@ -23,6 +23,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..inference.step import IncrementalDecoder
+from ..model.recurrence import Past
 from ..model.transformer import Transformer
 from .ensemble import Ensemble, EnsembleSteps
 from .static_steps import StaticSteps, supports_static_steps
@@ -43,10 +44,10 @@ class Hypothesis:
 class CachedSteps:
     """Incremental decoding: one new token per row per call, past keys/values cached."""
 
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None) -> None:
         self.model = model
         self.decoder = IncrementalDecoder(model)
-        self.state = self.decoder.start(memory, src_mask)  # beams share their sentence's row
+        self.state = self.decoder.start(memory, src_mask, past=past)  # beams share their sentence's row
 
     def __call__(self, tokens: Tensor) -> Tensor:
         return self.decoder.logits(tokens, self.state).float()  # (N, V) logits
@@ -142,6 +143,23 @@ def decoder_steps(
     if config.cuda_graphs and memory.device.type == "cuda" and supports_static_steps(model):
         return StaticSteps(model, memory, src_mask, rows_per_sentence, max_steps, use_graph=True)
     return CachedSteps(model, memory, src_mask)
+
+
+def search_steps(
+    model: Transformer,
+    memory: Tensor,
+    src_mask: Tensor,
+    config: DecodeConfig,
+    cached: bool,
+    rows_per_sentence: int,
+    max_steps: int,
+    past: list[Past] | None,
+) -> CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps:
+    """:func:`decoder_steps`, or with a decoder ``past`` (``model.recurrence``: one model, no graph) cached
+    steps that start from it."""
+    if past is not None:
+        return CachedSteps(model, memory, src_mask, past)
+    return decoder_steps(model, memory, src_mask, config, cached, rows_per_sentence, max_steps)
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -249,16 +267,17 @@ def greedy_search(
     cached: bool = True,
     prefix: Tensor | None = None,
     encoded: tuple[Tensor, Tensor] | None = None,
+    past: list[Past] | None = None,
 ) -> list[list[Hypothesis]]:
     """The most probable token at every step, until EOS or the length limit (``encoded``: ``model.encode(src)``
-    when the caller has it already).
+    when the caller has it already; ``past``: the decoder's past, ``model.recurrence``).
 
     Outputs and scores stay on the device until the end: reading a finished row back at once
     would make the host wait for the GPU at every sentence.
     """
     memory, src_mask = encoded if encoded is not None else model.encode(src)
     max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions)
-    steps = decoder_steps(model, memory, src_mask, config, cached, 1, int(max_len.max()) + 1)
+    steps = search_steps(model, memory, src_mask, config, cached, 1, int(max_len.max()) + 1, past)
     n = src.size(0)
     device = src.device
     alive = torch.arange(n, device=device)  # original index of each open row
@@ -302,9 +321,10 @@ def beam_search(
     cached: bool = True,
     prefix: Tensor | None = None,
     encoded: tuple[Tensor, Tensor] | None = None,
+    past: list[Past] | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; returns the ``nbest`` best finished hypotheses of each sentence (``encoded``:
-    ``model.encode(src)`` when the caller has it already).
+    ``model.encode(src)`` when the caller has it already; ``past``: the decoder's past, ``model.recurrence``).
 
     Every step extends each open hypothesis by one token, keeps the 2K best candidates of
     each sentence, moves those ending in EOS (among the K best) to the sentence's finished
@@ -319,7 +339,7 @@ def beam_search(
         prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions
     )  # (n_sent,)
     width = int(max_len.max()) + 1  # room for the tokens and the EOS
-    steps = decoder_steps(model, memory, src_mask, config, cached, k, width)
+    steps = search_steps(model, memory, src_mask, config, cached, k, width, past)
 
     # The first step runs one row per sentence (all its hypotheses would be the same BOS);
     # ``select`` then fans each sentence out to its K best continuations.
@@ -505,11 +525,13 @@ def search(
     nbest: int = 1,
     prefix: Tensor | None = None,
     encoded: tuple[Tensor, Tensor] | None = None,
+    past: list[Past] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Greedy search when the beam is 1, else beam search; outputs start with ``prefix`` (n, P) if given."""
+    """Greedy search when the beam is 1, else beam search; outputs start with ``prefix`` (n, P) if given;
+    ``past`` is the decoder's (``model.recurrence``; ``encoded`` then read the encoder's)."""
     if config.beam == 1:
-        return greedy_search(model, src, config, prefix=prefix, encoded=encoded)
-    return beam_search(model, src, config, nbest=nbest, prefix=prefix, encoded=encoded)
+        return greedy_search(model, src, config, prefix=prefix, encoded=encoded, past=past)
+    return beam_search(model, src, config, nbest=nbest, prefix=prefix, encoded=encoded, past=past)
 
 
 # --------------------------------------------------------------------------- the plain reference

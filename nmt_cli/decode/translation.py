@@ -54,8 +54,13 @@ class Engine(Protocol):
     max_positions: int  # the longest sequence the model takes (0: not known)
 
     def translate(
-        self, lines: Iterable[str], prefixes: Iterable[str] | None = None, first_line: int = 0
+        self,
+        lines: Iterable[str],
+        prefixes: Iterable[str] | None = None,
+        first_line: int = 0,
+        documents: Iterable[str] | None = None,
     ) -> Iterator[list[Translation]]:
         """For every line its n-best list; ``prefixes``, one per line, start the outputs; ``first_line`` is the
-        index of the first line in the whole input (a resumed job's or a shard's start)."""
+        index of the first line in the whole input (a resumed job's or a shard's start); ``documents``, one id
+        per line, says which lines a model reading document context reads together."""
         ...

@@ -19,11 +19,12 @@ import torch
 
 from ..config import DecodeConfig, Recipe, recipe_from_dict
 from ..data.batches import decoding_batches, pad_rows
-from ..data.vocab import EOS_ID, PAD_ID, load_vocab_bytes
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError, reason
 from ..formats.segments import Sentences
 from ..inference.cpu_linear import prepare_for_cpu_inference
 from ..model.guided import GUIDED_HEAD
+from ..model.recurrence import Kept, SentencePast, batch_pasts, sentence_pasts
 from ..model.transformer import Transformer, build_model
 from ..quality.calibration import Calibration
 from ..utils import torchfile
@@ -31,6 +32,7 @@ from ..utils.text import has_control_characters, replace_control_characters
 from .assess import Assessment, Assessor, teacher_forced
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import cross_attention, parse_pharaoh, pharaoh, word_alignment
+from .context import DocumentContext, DocumentPast
 from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
 from .sampling import sample
@@ -70,6 +72,12 @@ def load_ensemble(
         return loaded[0]
     first = loaded[0]
     for other in loaded[1:]:
+        context = ("concat", "concat_target")
+        if any(getattr(other.recipe.model, k) != getattr(first.recipe.model, k) for k in context):
+            raise NmtError(
+                f"{other.path} and {first.path} read different document context (model.concat); an ensemble's "
+                "models must read the same input"
+            )
         for side in ("src_vocab", "tgt_vocab"):
             if getattr(other, side).serialized_model_proto() != getattr(first, side).serialized_model_proto():
                 raise NmtError(
@@ -138,6 +146,18 @@ def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple
                 f"{origin}: weights do not fit the stored model settings ({key} has shape "
                 f"{tuple(weights[key].shape)}; the recipe's model needs {tuple(expected[key].shape)})"
             )
+
+
+def _document_reader(loaded: LoadedModel, max_positions: int) -> DocumentContext | DocumentPast | None:
+    """How a model reads its document's earlier sentences: by concatenation, by recurrence, or not at all."""
+    model = loaded.recipe.model
+    if model.concat:
+        return DocumentContext.of(model.concat, model.concat_target, loaded.src_vocab, loaded.tgt_vocab, max_positions)
+    if model.recurrence:
+        if isinstance(loaded.model, Ensemble):
+            raise NmtError(f"{loaded.path}: models trained with model.recurrence translate alone, not as an ensemble")
+        return DocumentPast(model.recurrence)
+    return None
 
 
 def chunk_seed(seed: int, chunk_number: int) -> int:
@@ -227,9 +247,17 @@ class Translator:
             alignment_layer_of(first, alignment_layer)  # refuses a layer the decoder does not have
         # assess: each Translation also gets an Assessment (quality/): features, calibrated confidence, flags
         self.assessor = Assessor.of(loaded, config, alignment_layer) if assess else None
+        # a model that reads its document's earlier sentences (model.concat): what it remembers of them
+        self.document = _document_reader(loaded, self.max_positions)
+        self.last_pasts: list[SentencePast | None] = []  # model.recurrence: what the last rows translated left
+        self._previous: tuple[str | None, bool] = (None, True)  # the last line's document id, and whether it was blank
 
     def translate(
-        self, lines: Iterable[str], prefixes: Iterable[str] | None = None, first_line: int = 0
+        self,
+        lines: Iterable[str],
+        prefixes: Iterable[str] | None = None,
+        first_line: int = 0,
+        documents: Iterable[str] | None = None,
     ) -> Iterator[list[Translation]]:
         """Yield, for every input line in order, its n-best list of ``Translation``; each output starts with
         the line's target prefix when ``prefixes`` gives one (an empty prefix: none).
@@ -237,15 +265,21 @@ class Translator:
         ``first_line`` is the index of the first line in the whole input (a chunk boundary, when a job
         resumes or is one shard of several): sampling draws each chunk from a generator seeded by
         ``decode.seed`` and the chunk's number, so a chunk samples the same wherever it is translated.
+
+        A model that reads document context (``model.concat``) reads each line after the earlier lines of its
+        document: ``documents`` gives each line's document id (``--docids``); without it a blank line ends a
+        document. A sentence-level model reads every line alone.
         """
         source = iter(lines)
         starts = iter(prefixes) if prefixes is not None else None
+        ids = iter(documents) if documents is not None else None
         chunk_number = first_line // self.chunk_lines
         while chunk := list(itertools.islice(source, self.chunk_lines)):
             if self.generator is not None:
                 self.generator.manual_seed(chunk_seed(self.config.seed, chunk_number))
             chunk_number += 1
             chunk = [self._clean(line) for line in chunk]
+            beginnings = self._document_starts(chunk, ids)
             chunk_prefixes = None
             if starts is not None:
                 chunk_prefixes = [line.rstrip("\r\n").strip() for line in itertools.islice(starts, len(chunk))]
@@ -254,38 +288,97 @@ class Translator:
                         f"the target prefixes end at line {self.stats.sentences + len(chunk_prefixes)} "
                         "but the input goes on; give one prefix line (empty: none) per input line"
                     )
-            yield from self._translate_chunk(chunk, chunk_prefixes)
+            yield from self._translate_chunk(chunk, chunk_prefixes, beginnings)
+
+    def new_document(self) -> None:
+        """The next line begins a document (each file a format hands over is one)."""
+        self._previous = (None, True)
+
+    def _document_starts(self, chunk: list[str], ids: Iterator[str] | None) -> list[bool]:
+        """Per line of the chunk, whether it begins a document: its id differs from the line before's, or
+        without ids the line before was blank (the first line of the input begins one)."""
+        starts = []
+        for number, line in enumerate(chunk):
+            blank = not line.strip()
+            if ids is None:
+                starts.append(self._previous[1])
+                self._previous = (None, blank)
+                continue
+            document = next(ids, None)
+            if document is None:
+                raise NmtError(
+                    f"the document ids end at line {self.stats.sentences + number} but the input goes on; "
+                    "give one id per input line"
+                )
+            starts.append(document.strip() != self._previous[0])
+            self._previous = (document.strip(), blank)
+        return starts
 
     def sentences(self) -> Sentences:
         """This translator as ``nmt_cli.formats`` wants it (``translate_file``): best translations, with word
         alignments when it was built with ``alignments=True`` (tags then land on the aligned words; without,
         on a monotone alignment)."""
 
+        def in_one_document(lines: list[str]) -> Iterator[list[Translation]]:
+            # a format hands over every sentence of one file, in order: one document, blank lines and all
+            self.new_document()
+            return self.translate(lines, documents=itertools.repeat("file", len(lines)))
+
         def translate(lines: list[str]) -> list[str]:
-            return [hyps[0].text for hyps in self.translate(lines)]
+            return [hyps[0].text for hyps in in_one_document(lines)]
 
         def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-            return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in self.translate(lines)]
+            return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in in_one_document(lines)]
 
         return Sentences(translate, align if self.align_model is not None else None)
 
     def _clean(self, line: str) -> str:
         return clean_source_line(line, self.stats)
 
-    def _translate_chunk(self, lines: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
+    def _translate_chunk(
+        self, lines: list[str], prefixes: list[str] | None = None, documents: list[bool] | None = None
+    ) -> list[list[Translation]]:
         encoded = self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)
         starts = self.loaded.tgt_vocab.encode(prefixes, out_type=int) if prefixes is not None else None
+        if self.document is not None:
+            return self.read_in_context(encoded, starts, documents or [True] * len(lines))
         return self.translate_encoded(encoded, starts)
 
+    def read_in_context(
+        self, encoded: list[list[int]], prefixes: list[list[int]] | None, starts: Sequence[bool]
+    ) -> list[list[Translation]]:
+        """Sentences of documents (source ids) translated in their context (``starts[i]``: sentence i begins a
+        document), by the model's way of reading context."""
+        if isinstance(self.document, DocumentPast):
+            return self.document.translate(self._translate_with_pasts, encoded, prefixes, starts)
+        assert self.document is not None
+        return self.document.translate(self.translate_encoded, encoded, prefixes, starts)
+
+    def _translate_with_pasts(
+        self, encoded: list[list[int]], prefixes: list[list[int]] | None, pasts: list[list[SentencePast]]
+    ) -> tuple[list[list[Translation]], list[SentencePast | None]]:
+        found = self.translate_encoded(encoded, prefixes, pasts=pasts)
+        return found, self.last_pasts
+
     def translate_encoded(
-        self, encoded: list[list[int]], prefixes: list[list[int]] | None = None
+        self,
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None = None,
+        contexts: Sequence[tuple[int, int]] | None = None,
+        pasts: list[list[SentencePast]] | None = None,
     ) -> list[list[Translation]]:
         """The n-best lists of sentences already encoded as source ids (no EOS), in order; ``prefixes``
         are target ids each output must start with.
 
+        With ``contexts`` (document context, ``decode/context.py``), each sentence's source and prefix start with
+        that many tokens of context, which its outputs leave out; alignments and assessments read the sentence
+        and its output alone. With ``pasts`` (``model.recurrence``), each sentence's model reads the keys/values
+        its previous sentences left, and :attr:`last_pasts` then holds what each sentence leaves (None: empty).
+
         Empty sentences give an empty line; too long ones are truncated and counted.
         """
         encoded = list(encoded)
+        contexts = list(contexts) if contexts is not None else None
         empty = EMPTY._replace(alignment="") if self.align_model is not None else EMPTY
         if self.assessor is not None:
             empty = empty._replace(assessment=self.assessor.nothing())
@@ -303,11 +396,23 @@ class Translator:
         batches = list(self._batches(todo, encoded))
         threads = torch.get_num_threads()
         search_all = run_batches(
-            lambda batch: self._search(batch, encoded, prefixes), batches, self._workers_for(batches, threads), threads
+            lambda batch: self._search(batch, encoded, prefixes, pasts),
+            batches,
+            self._workers_for(batches, threads),
+            threads,
         )
-        for batch, (found, memory) in zip(batches, search_all):
-            links = self._alignments(batch, found, encoded, memory) if self.align_model is not None else None
-            assessed = self._assessments(batch, found, encoded, memory) if self.assessor is not None else None
+        read = encoded if contexts is None else [ids[skip:] for ids, (skip, _) in zip(encoded, contexts)]
+        self.last_pasts = [None] * len(encoded)
+        for batch, (found, memory, left) in zip(batches, search_all):
+            if left is not None:
+                for i, past in zip(batch, left):
+                    self.last_pasts[i] = past
+                memory = None  # the encoder output read the past: alignments read the sentence alone
+            if contexts is not None:
+                found = [[Hypothesis(h.tokens[contexts[i][1] :], h.score) for h in hyps] for i, hyps in zip(batch, found)]
+                memory = None  # the search's encoder output read the context too
+            links = self._alignments(batch, found, read, memory) if self.align_model is not None else None
+            assessed = self._assessments(batch, found, read, memory) if self.assessor is not None else None
             for n, (i, hyps) in enumerate(zip(batch, found)):
                 results[i] = [
                     self._detokenize(
@@ -342,27 +447,59 @@ class Translator:
         return aligner.align([encoded[i] for i in batch], found, memory)
 
     def _search(
-        self, batch: list[int], encoded: list[list[int]], prefixes: list[list[int]] | None
-    ) -> tuple[list[list[Hypothesis]], tuple[torch.Tensor, torch.Tensor] | None]:
-        """The n-best hypotheses of the sentences ``batch`` indexes (thread-safe: a worker may run it), and
-        the encoder output when alignments will want it again."""
+        self,
+        batch: list[int],
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None,
+        pasts: list[list[SentencePast]] | None = None,
+    ) -> tuple[list[list[Hypothesis]], tuple[torch.Tensor, torch.Tensor] | None, list[SentencePast] | None]:
+        """The n-best hypotheses of the sentences ``batch`` indexes (thread-safe: a worker may run it), the
+        encoder output when alignments will want it again, and with ``pasts`` what each sentence leaves."""
         src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
         prefix = None
         if prefixes is not None and any(prefixes[i] for i in batch):
             prefix = pad_rows([prefixes[i][: self.max_src] or [PAD_ID] for i in batch]).to(self.device)
+        if pasts is not None:
+            found, left = self.search_with_pasts(src, prefix, [pasts[i] for i in batch])
+            return found, None, left
         if self.config.sampling:
-            return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix), None
+            return sample(self.loaded.model, src, self.config, self.nbest, self.generator, prefix), None, None
         memory = None
         wanted = self.align_model or (self.assessor.model if self.assessor else None)
         if wanted is not None and wanted is self.loaded.model:
             with torch.inference_mode():
                 memory = self.loaded.model.encode(src)
-        return search(self.loaded.model, src, self.config, self.nbest, prefix, memory), memory
+        return search(self.loaded.model, src, self.config, self.nbest, prefix, memory), memory, None
+
+    @torch.inference_mode()
+    def search_with_pasts(
+        self, src: torch.Tensor, prefix: torch.Tensor | None, pasts: list[list[SentencePast]]
+    ) -> tuple[list[list[Hypothesis]], list[SentencePast]]:
+        """``model.recurrence``: the sentences ``src`` searched with their previous sentences' keys/values as
+        every self-attention layer's past, and the keys/values each leaves its successor: its source's, and
+        its best translation's, read once more teacher-forced."""
+        model = self.loaded.model
+        assert isinstance(model, Transformer)
+        like = model.output.weight
+        kept_encoder: Kept = []
+        memory, src_mask = model.encode(src, batch_pasts(pasts, "encoder", len(model.encoder), like), kept_encoder)
+        decoder_past = batch_pasts(pasts, "decoder", len(model.decoder), like)
+        if self.config.sampling:
+            found = sample(model, src, self.config, self.nbest, self.generator, prefix, (memory, src_mask), decoder_past)
+        else:
+            found = search(model, src, self.config, self.nbest, prefix, (memory, src_mask), decoder_past)
+        chosen = [[BOS_ID] + (hyps[0].tokens if hyps else []) for hyps in found]
+        kept_decoder: Kept = []
+        model.decode(pad_rows(chosen).to(src.device), memory, src_mask, decoder_past, kept_decoder)
+        lengths = (src != PAD_ID).sum(dim=1).tolist()
+        return found, sentence_pasts(kept_encoder, kept_decoder, lengths, [len(c) for c in chosen])
 
     def _workers_for(self, batches: list[list[int]], threads: int) -> int:
         """How many of ``batches`` run at once (decode/parallel.py); sampling draws from one generator in
         sequence, so its batches run one at a time."""
         requested = 1 if self.config.sampling else self.config.workers
+        if isinstance(self.document, DocumentPast):
+            requested = 1  # a wave's batches are few, and each sentence's past goes to the next one
         rows = max((len(batch) for batch in batches), default=0) * max(self.config.beam, self.nbest)
         return worker_count(requested, threads, self.device, len(batches), rows)
 

@@ -47,6 +47,11 @@ def _require() -> ModuleType:
 def check_exportable(loaded: LoadedModel) -> None:
     """Raise a one-line error naming the option when CTranslate2 cannot run this model."""
     m = loaded.recipe.model
+    if m.concat or m.recurrence:
+        raise NmtError(
+            f"{loaded.path}: a model that reads document context (model.concat, model.recurrence) runs with nmt's "
+            "own engine only; translate it with `nmt translate` (--engine nmt)"
+        )
     if m.init == "tfixup":
         raise NmtError(
             f"{loaded.path}: model.init=tfixup (no LayerNorm) has no CTranslate2 equivalent; "
@@ -298,10 +303,16 @@ class CTranslate2Translator:
         self.max_positions = 0  # not stored in an exported folder
 
     def translate(
-        self, lines: Iterable[str], prefixes: Iterable[str] | None = None, first_line: int = 0
+        self,
+        lines: Iterable[str],
+        prefixes: Iterable[str] | None = None,
+        first_line: int = 0,
+        documents: Iterable[str] | None = None,
     ) -> Iterator[list[Translation]]:
         if prefixes is not None:
             raise NmtError("target prefixes run with --engine nmt only; drop --engine ctranslate2")
+        if documents is not None:
+            raise NmtError("document context runs with --engine nmt only; drop --engine ctranslate2")
         source = iter(lines)
         while block := [clean_source_line(line, self.stats) for line in itertools.islice(source, self.chunk_lines)]:
             for hyps in self.engine.translate(block, self.config, self.nbest):

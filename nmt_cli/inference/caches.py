@@ -5,6 +5,7 @@ step's keys and values (N, H, 1, d_k), which keys, values and visibility mask do
 attend over?
 
 - :class:`GrowingKeysValues`: one column more per step (beam search, sampling);
+- :class:`PastKeysValues`: growing after the previous sentences' keys/values (``model.recurrence``);
 - :class:`JoinableKeysValues`: growing, and rows may join a running batch, each seeing only the
   columns from its own first step on (continuous batching, ``decode/continuous.py``);
 - :class:`StaticKeysValues`: slots preallocated for the longest output, written at the step's
@@ -21,6 +22,8 @@ from typing import Protocol
 
 import torch
 from torch import Tensor
+
+from ..model.recurrence import Past
 
 
 class KeysValues(Protocol):
@@ -51,6 +54,34 @@ class GrowingKeysValues:
         """Keep and reorder hypothesis ``rows``."""
         if self.keys is not None and self.values is not None:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
+
+
+@dataclass
+class PastKeysValues(GrowingKeysValues):
+    """Growing keys/values that start with a past: the previous sentences' keys/values of one layer
+    (segment-level recurrence, ``model/recurrence.py``), one row per sentence, right-aligned, ``visible``
+    where real. The first step fans them out to its rows (a sentence's hypotheses share its past)."""
+
+    past: Past | None = None
+    visible: Tensor | None = None  # (N, 1, 1, T): the past's real columns and every step's
+
+    def extend(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        if self.keys is None and self.past is not None:
+            rows = keys.size(0) // self.past.keys.size(0)
+            self.keys = self.past.keys.to(keys.dtype).repeat_interleave(rows, dim=0)
+            self.values = self.past.values.to(values.dtype).repeat_interleave(rows, dim=0)
+            self.visible = self.past.visible.repeat_interleave(rows, dim=0)[:, None, None, :]
+            self.past = None
+        keys, values, _ = super().extend(keys, values)
+        if self.visible is not None:
+            step = torch.ones((keys.size(0), 1, 1, 1), dtype=torch.bool, device=keys.device)
+            self.visible = torch.cat([self.visible, step], dim=-1)
+        return keys, values, self.visible
+
+    def select(self, rows: Tensor) -> None:
+        super().select(rows)
+        if self.visible is not None:
+            self.visible = self.visible.index_select(0, rows)
 
 
 @dataclass
@@ -164,6 +195,7 @@ class DecoderState:
 __all__ = [
     "KeysValues",
     "GrowingKeysValues",
+    "PastKeysValues",
     "JoinableKeysValues",
     "StaticKeysValues",
     "MemoryKeysValues",

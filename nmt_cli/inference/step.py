@@ -36,8 +36,17 @@ from ..model.layers import (
     residual_output,
     residual_sum_output,
 )
+from ..model.recurrence import Past
 from ..model.transformer import Transformer
-from .caches import DecoderState, GrowingKeysValues, JoinableKeysValues, KeysValues, LayerCache, MemoryKeysValues
+from .caches import (
+    DecoderState,
+    GrowingKeysValues,
+    JoinableKeysValues,
+    KeysValues,
+    LayerCache,
+    MemoryKeysValues,
+    PastKeysValues,
+)
 from .cpu_linear import InferenceLinear
 
 Product = Callable[[Tensor], Tensor]
@@ -150,15 +159,21 @@ class IncrementalDecoder:
         self.layers = [LayerOperands.of(layer) for layer in model.decoder_layers]
         self.n_heads = model.config.n_heads
 
-    def start(self, memory: Tensor, src_mask: Tensor, joinable: bool = False) -> DecoderState:
+    def start(
+        self, memory: Tensor, src_mask: Tensor, joinable: bool = False, past: list[Past] | None = None
+    ) -> DecoderState:
         """The state before the first step: each layer's encoder keys/values, one row per sentence;
-        ``joinable`` caches for a batch that rows join between steps (``decode/continuous.py``)."""
+        ``joinable`` caches for a batch that rows join between steps (``decode/continuous.py``); ``past``, per
+        layer, the previous sentences' self-attention keys/values (``model.recurrence``)."""
+
+        def self_attention(n: int) -> KeysValues:
+            if past is not None:
+                return PastKeysValues(past=past[n])
+            return JoinableKeysValues() if joinable else GrowingKeysValues()
+
         caches = [
-            LayerCache(
-                JoinableKeysValues() if joinable else GrowingKeysValues(),
-                MemoryKeysValues(*layer.cross_attn.memory_keys_values(memory)),
-            )
-            for layer in self.model.decoder_layers
+            LayerCache(self_attention(n), MemoryKeysValues(*layer.cross_attn.memory_keys_values(memory)))
+            for n, layer in enumerate(self.model.decoder_layers)
         ]
         return DecoderState(src_mask, caches)
 

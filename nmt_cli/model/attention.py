@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from .dropout import apply_dropout
 from .positions import sinusoids
+from .recurrence import Past
 
 
 @dataclass
@@ -277,8 +278,23 @@ class SelfAttention(_Heads):
         self.relative = RelativePositions(self.d_k, config.max_relative_position) if shaw else None
         self.xl = XLPositions(config.d_model, config.n_heads) if config.positions == "xl" else None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        past: Past | None = None,
+        keep: list[tuple[Tensor, Tensor]] | None = None,
+    ) -> Tensor:
+        """Attention of ``x`` (B, T, D) over itself, and over ``past``'s keys/values first where given
+        (segment-level recurrence, ``recurrence.py``: no gradient through them); ``keep`` receives this
+        input's keys and values (detached), for the next sentence's past."""
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))  # each (B, H, T, d_k)
+        if keep is not None:
+            keep.append((k.detach(), v.detach()))
+        if past is not None:
+            mask = past.mask(mask, x.size(0), k.size(2))
+            k, v = torch.cat([past.keys.to(k.dtype), k], dim=2), torch.cat([past.values.to(v.dtype), v], dim=2)
         q, relative, bias = self.position_terms(q, k.size(2))
         context = attention(q, k, v, mask, self._attention_dropout(), causal, relative, bias)  # (B, H, T, d_k)
         return self._merge(context)  # (B, T, D)

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from .attention import CrossAttention, SelfAttention
 from .dropout import Dropout, apply_dropout
+from .recurrence import Kept, Past
 
 Arrangement = Literal["post", "pre", "rezero", "none"]
 
@@ -110,8 +111,10 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        x = self.res_attn(x, lambda h: self.self_attn(h, mask=src_mask))
+    def forward(self, x: Tensor, src_mask: Tensor, past: Past | None = None, keep: Kept | None = None) -> Tensor:
+        """``past``: the previous sentences' keys/values this layer attends to as well (recurrence.py);
+        ``keep`` receives this sentence's."""
+        x = self.res_attn(x, lambda h: self.self_attn(h, mask=src_mask, past=past, keep=keep))
         return self.res_ffn(x, self.ffn)
 
 
@@ -127,13 +130,18 @@ class DecoderLayer(nn.Module):
         self.res_cross = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """``x`` (B, T, D) the embedded shifted target, ``memory`` (B, S, D) the encoder output."""
-        x = self.res_self(x, lambda h: self.self_attn(h, causal=True))
+    def forward(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor, past: Past | None = None, keep: Kept | None = None
+    ) -> Tensor:
+        """``x`` (B, T, D) the embedded shifted target, ``memory`` (B, S, D) the encoder output; ``past`` the
+        previous target sentences' self-attention keys/values (recurrence.py), ``keep`` receives this one's."""
+        x = self.res_self(x, lambda h: self.self_attn(h, causal=True, past=past, keep=keep))
         x = self.res_cross(x, lambda h: self.cross_attn(h, memory, mask=src_mask))
         return self.res_ffn(x, self.ffn)
 
-    def forward_aligned(self, x: Tensor, memory: Tensor, src_mask: Tensor, head: int) -> tuple[Tensor, Tensor]:
+    def forward_aligned(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor, head: int, past: Past | None = None
+    ) -> tuple[Tensor, Tensor]:
         """:meth:`forward`, and the cross-attention weights (B, T, S) of ``head`` (guided alignment)."""
         seen: list[Tensor] = []
 
@@ -141,6 +149,6 @@ class DecoderLayer(nn.Module):
             seen.append(self.cross_attn.head_weights(h, memory, src_mask, head))
             return self.cross_attn(h, memory, mask=src_mask)
 
-        x = self.res_self(x, lambda h: self.self_attn(h, causal=True))
+        x = self.res_self(x, lambda h: self.self_attn(h, causal=True, past=past))
         x = self.res_cross(x, cross)
         return self.res_ffn(x, self.ffn), seen[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import cast
 
 import torch
@@ -24,6 +24,9 @@ from .guided import GUIDED_HEAD, alignment_loss, guided_layer
 from .layers import DecoderLayer, EncoderLayer, Residual
 from .loss import label_smoothed_nll, output_loss
 from .positions import LearnedPositions, SinusoidalPositions
+from .recurrence import Kept, Past, join_pasts, right_aligned
+
+PreviousPairs = tuple[Tensor, Tensor, Tensor]  # a batch's previous pairs: source (B, S), decoder input (B, T), present (B,)
 
 
 class Transformer(nn.Module):
@@ -76,8 +79,10 @@ class Transformer(nn.Module):
 
     # ----------------------------------------------------------------- encoder / decoder
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """Encode ``src`` (B, S) to memory (B, S, D); also return the key mask (B, 1, 1, S).
+    def encode(self, src: Tensor, past: list[Past] | None = None, keep: Kept | None = None) -> tuple[Tensor, Tensor]:
+        """Encode ``src`` (B, S) to memory (B, S, D); also return the key mask (B, 1, 1, S). With ``past`` (per
+        layer, segment-level recurrence: ``recurrence.py``) each layer attends to the previous sentences too;
+        ``keep`` receives each layer's keys/values of ``src``.
 
         At inference on the CPU, sources are encoded in groups of similar length and at most
         ``ENCODE_GROUP_MAX_TOKENS`` positions (:func:`length_groups`), each only as wide as its longest:
@@ -85,8 +90,8 @@ class Transformer(nn.Module):
         default 6,000-token batches) and a group's activations stay in the processor's cache. Memory at
         padded positions then differs (zero beyond a group's width); it is never attended to."""
         src_mask = (src != self.pad_id)[:, None, None, :]
-        if self.training or torch.is_grad_enabled() or src.device.type != "cpu":
-            return self._encode_padded(src, src_mask), src_mask
+        if self.training or torch.is_grad_enabled() or src.device.type != "cpu" or past is not None or keep is not None:
+            return self._encode_padded(src, src_mask, past, keep), src_mask
         positions = torch.arange(1, src.size(1) + 1, device=src.device)
         widths = (src_mask[:, 0, 0] * positions).amax(dim=1).clamp(min=1).tolist()  # up to the last token
         groups = length_groups(widths)
@@ -102,41 +107,71 @@ class Transformer(nn.Module):
         assert memory is not None
         return memory, src_mask
 
-    def _encode_padded(self, src: Tensor, src_mask: Tensor) -> Tensor:
+    def _encode_padded(
+        self, src: Tensor, src_mask: Tensor, past: list[Past] | None = None, keep: Kept | None = None
+    ) -> Tensor:
         x = self._embed(self.src_embed, src)
-        for layer in self.encoder_layers:
-            x = self._run(layer, x, src_mask)
+        for n, layer in enumerate(self.encoder_layers):
+            x = self._run(layer, x, src_mask, past=past[n] if past is not None else None, keep=keep)
         return self.encoder_norm(x)
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """Decoder hidden states (B, T, D) for the whole shifted target (training, scoring)."""
+    def decode(
+        self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None, keep: Kept | None = None
+    ) -> Tensor:
+        """Decoder hidden states (B, T, D) for the whole shifted target (training, scoring); ``past`` and
+        ``keep`` as :meth:`encode`'s, for the decoder's self-attention."""
         x = self._embed(self.tgt_embed, tgt_in)
-        for layer in self.decoder_layers:
-            x = self._run(layer, x, memory, src_mask)
+        for n, layer in enumerate(self.decoder_layers):
+            x = self._run(layer, x, memory, src_mask, past=past[n] if past is not None else None, keep=keep)
         return self.decoder_norm(x)
 
-    def decode_aligned(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
+    def decode_aligned(
+        self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None
+    ) -> tuple[Tensor, Tensor]:
         """:meth:`decode`, and the guided head's cross-attention weights (B, T, S) (guided alignment)."""
         x = self._embed(self.tgt_embed, tgt_in)
         aligning = guided_layer(len(self.decoder))
         weights: Tensor | None = None
         for index, layer in enumerate(self.decoder_layers):
+            layer_past = past[index] if past is not None else None
             if index == aligning:
-                x, weights = self._run_aligned(layer, x, memory, src_mask)
+                x, weights = self._run_aligned(layer, x, memory, src_mask, layer_past)
             else:
-                x = self._run(layer, x, memory, src_mask)
+                x = self._run(layer, x, memory, src_mask, past=layer_past)
         assert weights is not None
         return self.decoder_norm(x), weights
 
-    def _run_aligned(self, layer: DecoderLayer, x: Tensor, memory: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
+    def _run_aligned(
+        self, layer: DecoderLayer, x: Tensor, memory: Tensor, src_mask: Tensor, past: Past | None
+    ) -> tuple[Tensor, Tensor]:
         if self.activation_checkpointing and self.training:
-            return checkpoint(layer.forward_aligned, x, memory, src_mask, GUIDED_HEAD, use_reentrant=False)
-        return layer.forward_aligned(x, memory, src_mask, GUIDED_HEAD)
+            return checkpoint(layer.forward_aligned, x, memory, src_mask, GUIDED_HEAD, past, use_reentrant=False)
+        return layer.forward_aligned(x, memory, src_mask, GUIDED_HEAD, past)
 
-    def _run(self, layer: nn.Module, *args: Tensor) -> Tensor:
+    def _run(self, layer: nn.Module, *args: Tensor, past: Past | None = None, keep: Kept | None = None) -> Tensor:
+        if keep is not None or past is not None:
+            # a layer that keeps its keys/values runs whole: recomputing it would keep them twice
+            if self.activation_checkpointing and self.training and keep is None:
+                return checkpoint(layer, *args, past=past, use_reentrant=False)
+            return layer(*args, past=past, keep=keep)
         if self.activation_checkpointing and self.training:
             return checkpoint(layer, *args, use_reentrant=False)
         return layer(*args)
+
+    def previous_pasts(self, previous: Sequence[PreviousPairs]) -> tuple[list[Past], list[Past]]:
+        """The encoder's and the decoder's pasts (per layer) from the previous pairs of a batch's rows, oldest
+        first, each computed alone and teacher-forced, without gradient (training and validation: the
+        previous sentences' keys/values recomputed under the current weights)."""
+        encoder, decoder = [], []
+        with torch.no_grad():
+            for src, tgt_in, present in previous:
+                kept_encoder: Kept = []
+                kept_decoder: Kept = []
+                memory, src_mask = self.encode(src, keep=kept_encoder)
+                self.decode(tgt_in, memory, src_mask, keep=kept_decoder)
+                encoder.append(right_aligned(kept_encoder, (src != self.pad_id).sum(dim=1), present))
+                decoder.append(right_aligned(kept_decoder, (tgt_in != self.pad_id).sum(dim=1), present))
+        return join_pasts(encoder), join_pasts(decoder)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Unnormalised scores over the target vocabulary: (..., D) -> (..., V)."""
@@ -151,10 +186,12 @@ class Transformer(nn.Module):
         target_tokens: int | None = None,
         alignment: Tensor | None = None,
         alignment_weight: float = 0.0,
+        previous: Sequence[PreviousPairs] | None = None,
     ) -> tuple[Tensor, Tensor, int]:
         """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch; with ``alignment``
         (the batch's word links, :class:`..data.batches.Batch`) and a weight, the loss adds that weight times
-        the guided head's alignment loss (:mod:`.guided`).
+        the guided head's alignment loss (:mod:`.guided`); with ``previous`` (``model.recurrence``), every
+        self-attention layer also attends to those pairs' keys/values (:meth:`previous_pasts`).
 
         Only non-padding positions go through the output projection, which is the most
         expensive matrix product of the model for large vocabularies; the projection and the
@@ -162,12 +199,13 @@ class Transformer(nn.Module):
         the number of non-padding targets when the caller knows it, saves a wait for the GPU:
         selecting an unknown number of positions must first read that number back from it.
         """
-        memory, src_mask = self.encode(src)
+        past_encoder, past_decoder = self.previous_pasts(previous) if previous else (None, None)
+        memory, src_mask = self.encode(src, past_encoder)
         guided = alignment is not None and alignment_weight > 0
         if guided:
-            hidden, head = self.decode_aligned(tgt_in, memory, src_mask)  # (B, T, D), (B, T, S)
+            hidden, head = self.decode_aligned(tgt_in, memory, src_mask, past_decoder)  # (B, T, D), (B, T, S)
         else:
-            hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
+            hidden = self.decode(tgt_in, memory, src_mask, past_decoder)  # (B, T, D)
         keep = (tgt_out != self.pad_id).flatten()  # (B*T,)
         if target_tokens is None:
             target_tokens = int(keep.sum())
@@ -192,9 +230,10 @@ class Transformer(nn.Module):
         target_tokens: int | None = None,
         alignment: Tensor | None = None,
         alignment_weight: float = 0.0,
+        previous: Sequence[PreviousPairs] | None = None,
     ) -> tuple[Tensor, Tensor, int]:
         """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
-        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens, alignment, alignment_weight)
+        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens, alignment, alignment_weight, previous)
 
 
 def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:

@@ -7,10 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import sentencepiece as spm
+
 from ..config import Recipe
 from ..data.align import load_links
 from ..data.batches import ParallelData
 from ..data.binary import TokenArray
+from ..data.context import Context, break_id, context_starts
+from ..data.documents import load_documents
 from ..data.prepare import load_meta, text_paths
 from ..data.vocab import load_vocab
 from ..errors import NmtError
@@ -57,7 +61,26 @@ def load_dataset(recipe: Recipe) -> Dataset:
         valid_refs = text_paths(data_dir, "valid", recipe)[1]
     blobs = {"src": (data_dir / vocab["src_model"]).read_bytes(), "tgt": (data_dir / vocab["tgt_model"]).read_bytes()}
     vocabs = Vocabularies(load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"]))
+    for split, data in (("train", train), ("valid", valid)):
+        if data is not None and recipe.model.concat:
+            data.context = document_context(recipe, data_dir, split, len(data), vocabs.src, vocabs.tgt)
+        if data is not None and recipe.model.recurrence:
+            data.previous = context_starts(load_documents(data_dir / split, len(data)), recipe.model.recurrence)
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
+
+
+def document_context(
+    recipe: Recipe,
+    data_dir: Path,
+    split: str,
+    pairs: int,
+    src_vocab: spm.SentencePieceProcessor,
+    tgt_vocab: spm.SentencePieceProcessor,
+) -> Context:
+    """What ``model.concat`` reads each pair of ``split`` with: its document's earlier pairs (data/context.py)."""
+    breaks = [break_id(v, f"{data_dir}: model.concat") for v in (src_vocab, tgt_vocab)]
+    documents = load_documents(data_dir / split, pairs)
+    return Context.of(documents, recipe.model.concat, breaks[0], breaks[1] if recipe.model.concat_target else None)
 
 
 def _training_links(data_dir: Path, meta: dict[str, Any], pairs: int) -> TokenArray:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 import torch
 
@@ -60,7 +61,14 @@ def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, devi
         return math.nan, math.nan
     for indices in batches:
         batch = collate(data, indices).to(device)
-        loss, nll, n = model.loss(batch.src, batch.tgt_in, batch.tgt_out, recipe.train.label_smoothing, batch.target_tokens)
+        loss, nll, n = model.loss(
+            batch.src,
+            batch.tgt_in,
+            batch.tgt_out,
+            recipe.train.label_smoothing,
+            batch.target_tokens,
+            previous=batch.previous,
+        )
         total_loss += float(loss)
         total_nll += float(nll)
         tokens += n
@@ -76,7 +84,13 @@ def validation_bleu(
     ``nmt translate`` does."""
     loaded = LoadedModel(model, recipe, vocabs.src, vocabs.tgt, Path("(validation)"))
     translator = Translator(loaded, replace(recipe.decode, beam=recipe.train.valid_beam), device)
-    outputs = [hyps[0].text for hyps in translator.translate_encoded([data.src[i].tolist() for i in range(len(data))])]
+    sources = [data.src[i].tolist() for i in range(len(data))]
+    first = data.context.first if data.context is not None else data.previous
+    if translator.document is not None and first is not None:  # document context: in document order, in context
+        found = translator.read_in_context(sources, None, (first == np.arange(len(data))).tolist())
+    else:
+        found = translator.translate_encoded(sources)
+    outputs = [hyps[0].text for hyps in found]
     refs = split_lines(references.read_text(encoding="utf-8"))
     return corpus_bleu(outputs, [refs]).score, translator.stats.truncated
 

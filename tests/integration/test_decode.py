@@ -431,7 +431,6 @@ def test_attention_maps_and_their_picture(loaded, overfit, tmp_path):
 def test_fixed_shape_steps_also_serve_sampling_and_prefixes(loaded, overfit, monkeypatch):
     """On a GPU, sampling and prefixed searches run on the CUDA-graph stepper too: run it eagerly here
     and compare with the cached stepper (same seed, same prefixes)."""
-    from nmt_cli.decode import sampling as sampling_module
     from nmt_cli.decode import search as search_module
     from nmt_cli.decode.static_steps import StaticSteps
 
@@ -448,8 +447,7 @@ def test_fixed_shape_steps_also_serve_sampling_and_prefixes(loaded, overfit, mon
     def fixed_shape(model, memory, src_mask, config, cached, rows_per_sentence, max_steps):
         return StaticSteps(model, memory, src_mask, rows_per_sentence, max_steps, use_graph=False)
 
-    for module in (search_module, sampling_module):
-        monkeypatch.setattr(module, "decoder_steps", fixed_shape)
+    monkeypatch.setattr(search_module, "decoder_steps", fixed_shape)  # sampling's steps come from it too
     got = [list(Translator(loaded, c, nbest=n).translate(lines, p)) for c, n, p in cases]
     for before, after in zip(expected, got):
         assert [[t.text for t in h] for h in after] == [[t.text for t in h] for h in before]

@@ -1,0 +1,193 @@
+"""Translating documents with a model that reads context: by concatenation (``model.concat``, data/context.py) or
+by segment-level recurrence (``model.recurrence``, model/recurrence.py).
+
+Each sentence is read after the previous K sentences of its document, each followed by ``<brk>``, as the model
+was trained. A 2-to-1 model needs only sources, so every sentence of a chunk is translated at once. A 2-to-2
+model (``model.concat_target``) also starts its output with its own translations of those sentences (forced,
+then left out of what it returns), so the sentences of one document are translated in order: the first sentence
+of every document in the chunk, then every second, and so on.
+
+A recurrent model (:class:`DocumentPast`) reads each sentence alone, its layers attending to the keys and values
+they computed for the previous sentences of its document: the encoder's of their sources, the decoder's of the
+translations chosen for them (beam search's best, read once more teacher-forced). So its documents too go a
+sentence of each at a time, and nothing is read twice.
+
+The caller says where documents start (``nmt translate``: after a blank line, or where ``--docids`` changes);
+blank lines are translated as blank and read as no context; the context runs on from one chunk to the next. A
+sentence-level model never comes here, and a document of one sentence reads no context.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import sentencepiece as spm
+
+from ..data.context import break_id, join_context
+from ..model.recurrence import SentencePast
+from .translation import Translation
+
+TranslateEncoded = Callable[
+    [list[list[int]], "list[list[int]] | None", "Sequence[tuple[int, int]] | None"], list[list[Translation]]
+]
+# rows, their prefixes, each row's past sentences -> n-best lists, and what each row leaves the next sentence
+TranslateWithPasts = Callable[
+    [list[list[int]], "list[list[int]] | None", list[list[SentencePast]]],
+    tuple[list[list[Translation]], "list[SentencePast | None]"],
+]
+
+
+@dataclass
+class DocumentContext:
+    """The sentences of the current document a translator remembers: (source ids, translation ids), oldest first."""
+
+    sentences: int
+    src_break: int
+    tgt_break: int | None  # None: the model reads no target context (2-to-1)
+    max_src: int  # longest source the model reads, context included
+    max_prefix: int  # longest target context, leaving room for the translation
+    tgt_vocab: spm.SentencePieceProcessor
+    history: deque[tuple[list[int], list[int]]] = field(default_factory=deque)
+
+    @classmethod
+    def of(
+        cls,
+        sentences: int,
+        target: bool,
+        src_vocab: spm.SentencePieceProcessor,
+        tgt_vocab: spm.SentencePieceProcessor,
+        max_positions: int,
+    ) -> DocumentContext:
+        what = "a model trained with model.concat"
+        tgt_break = break_id(tgt_vocab, what) if target else None
+        return cls(sentences, break_id(src_vocab, what), tgt_break, max_positions - 1, (max_positions - 1) // 2, tgt_vocab)
+
+    def translate(
+        self,
+        translate_encoded: TranslateEncoded,
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None,
+        starts: Sequence[bool],
+    ) -> list[list[Translation]]:
+        """The n-best lists of one chunk's sentences (source ids); ``starts[i]``: sentence i begins a document."""
+        if self.tgt_break is None:
+            return self._sources_only(translate_encoded, encoded, prefixes, starts)
+        return self._in_order(translate_encoded, encoded, prefixes, starts)
+
+    def _sources_only(
+        self,
+        translate_encoded: TranslateEncoded,
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None,
+        starts: Sequence[bool],
+    ) -> list[list[Translation]]:
+        rows, contexts = [], []
+        for ids, start in zip(encoded, starts):
+            if start:
+                self.history.clear()
+            row, skip = join_context([src for src, _ in self.history], ids, self.src_break, self.max_src) if ids else ([], 0)
+            rows.append(row)
+            contexts.append((skip, 0))
+            if ids:
+                self._remember(self.history, ids, [])
+        return translate_encoded(rows, prefixes, contexts)
+
+    def _in_order(
+        self,
+        translate_encoded: TranslateEncoded,
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None,
+        starts: Sequence[bool],
+    ) -> list[list[Translation]]:
+        """2-to-2: each document's sentences in turn, the chunk's documents side by side."""
+        assert self.tgt_break is not None
+        documents = _documents(encoded, starts)
+        histories = [deque[tuple[list[int], list[int]]]() for _ in documents]
+        if documents and not any(starts[: documents[0][0] + 1]):
+            histories[0] = self.history  # the first document began in an earlier chunk
+        results: list[list[Translation]] = [[] for _ in encoded]
+        for turn in range(max((len(d) for d in documents), default=0)):
+            wave = [(n, d[turn]) for n, d in enumerate(documents) if turn < len(d)]
+            rows, forced, contexts = [], [], []
+            for n, i in wave:
+                source, skip = join_context([src for src, _ in histories[n]], encoded[i], self.src_break, self.max_src)
+                start, keep = join_context([tgt for _, tgt in histories[n]], [], self.tgt_break, self.max_prefix)
+                rows.append(source)
+                forced.append(start + (prefixes[i] if prefixes is not None else []))
+                contexts.append((skip, keep))
+            for (n, i), hyps in zip(wave, translate_encoded(rows, forced, contexts)):
+                results[i] = hyps
+                # The translation is read back as the training data's references were: its text encoded afresh.
+                self._remember(histories[n], encoded[i], self.tgt_vocab.encode(hyps[0].text, out_type=int))
+        blank = [i for i, ids in enumerate(encoded) if not ids]
+        if blank:
+            for i, hyps in zip(blank, translate_encoded([[] for _ in blank], None, None)):
+                results[i] = hyps
+        if documents:
+            self.history = histories[-1]
+        elif any(starts):
+            self.history = deque()
+        return results
+
+    def _remember(self, history: deque[tuple[list[int], list[int]]], source: list[int], translation: list[int]) -> None:
+        history.append((source, translation))
+        while len(history) > self.sentences:
+            history.popleft()
+
+
+def _documents(encoded: list[list[int]], starts: Sequence[bool]) -> list[list[int]]:
+    """The chunk's non-blank sentences grouped by document, in order (blank lines belong to none)."""
+    documents: list[list[int]] = []
+    new = True
+    for i, (ids, start) in enumerate(zip(encoded, starts)):
+        new = new or start
+        if ids:
+            if new:
+                documents.append([])
+                new = False
+            documents[-1].append(i)
+    return documents
+
+
+@dataclass
+class DocumentPast:
+    """What a recurrent model remembers of the current document: the last N sentences' keys and values."""
+
+    sentences: int
+    history: deque[SentencePast] = field(default_factory=deque)
+
+    def translate(
+        self,
+        translate_with_pasts: TranslateWithPasts,
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None,
+        starts: Sequence[bool],
+    ) -> list[list[Translation]]:
+        """The n-best lists of one chunk's sentences; ``starts[i]``: sentence i begins a document."""
+        documents = _documents(encoded, starts)
+        histories = [deque[SentencePast]() for _ in documents]
+        if documents and not any(starts[: documents[0][0] + 1]):
+            histories[0] = self.history  # the first document began in an earlier chunk
+        results: list[list[Translation]] = [[] for _ in encoded]
+        for turn in range(max((len(d) for d in documents), default=0)):
+            wave = [(n, d[turn]) for n, d in enumerate(documents) if turn < len(d)]
+            rows = [encoded[i] for _, i in wave]
+            forced = [prefixes[i] for _, i in wave] if prefixes is not None else None
+            found, left = translate_with_pasts(rows, forced, [list(histories[n]) for n, _ in wave])
+            for (n, i), hyps, past in zip(wave, found, left):
+                results[i] = hyps
+                if past is not None:
+                    histories[n].append(past)
+                    while len(histories[n]) > self.sentences:
+                        histories[n].popleft()
+        blank = [i for i, ids in enumerate(encoded) if not ids]
+        if blank:
+            for i, hyps in zip(blank, translate_with_pasts([[] for _ in blank], None, [[] for _ in blank])[0]):
+                results[i] = hyps
+        if documents:
+            self.history = histories[-1]
+        elif any(starts):
+            self.history = deque()
+        return results

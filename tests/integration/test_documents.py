@@ -1,0 +1,163 @@
+"""Documents end to end on real manual pages: a model that reads context (concatenation, recurrence) trains on
+documents, translates them with --docids or blank lines, and scores pairs in and out of context."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from conftest import need, tiny_recipe_yaml
+from typer.testing import CliRunner
+
+from nmt_cli.cli import app
+from nmt_cli.config import load_recipe
+from nmt_cli.data.prepare import prepare
+from nmt_cli.train.loop import train
+
+MANPAGES = Path(__file__).resolve().parents[3] / "shared" / "data" / "manpages"
+runner = CliRunner()
+TEST_START = 50  # the test paragraphs taken: the end of one page, two short ones, the start of a fourth
+
+
+def _lines(name: str, n: int, start: int = 0) -> list[str]:
+    with gzip.open(MANPAGES / f"{name}.gz", "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in itertools.islice(handle, start, start + n)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The first 500 training paragraphs of the EN-DE manual pages (a few pages), and 40 test paragraphs of
+    several pages."""
+    need(MANPAGES)
+    folder = tmp_path_factory.mktemp("manpages")
+    for split, n, start in (("train", 500, 0), ("test", 40, TEST_START)):
+        for suffix in ("en", "de", "docids"):
+            lines = _lines(f"{split}.en-de.{suffix}", n, start)
+            (folder / f"{split}.{suffix}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return folder
+
+
+def _trained(corpus: Path, folder: Path, model: str) -> Path:
+    text = tiny_recipe_yaml(corpus, folder / "data", folder / "run").replace("valid: [val]\n", "valid: [test]\n")
+    text = text.replace("  max_positions: 128\n", f"  max_positions: 512\n  positions: xl\n{model}")
+    (folder / "r.yaml").write_text(text)
+    recipe = load_recipe(folder / "r.yaml", ["train.max_steps=4", "train.save_every=4"])
+    prepare(recipe, log=lambda _m: None, progress=False)
+    train(recipe, resume=None, log=lambda _m: None)
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def concat_model(corpus, tmp_path_factory) -> Path:
+    return _trained(corpus, tmp_path_factory.mktemp("concat"), "  concat: 1\n  concat_target: true\n")
+
+
+@pytest.fixture(scope="module")
+def recurrent_model(corpus, tmp_path_factory) -> Path:
+    return _trained(corpus, tmp_path_factory.mktemp("recurrence"), "  recurrence: 1\n")
+
+
+def _translate(model: Path, *args: str, stdin: str | None = None) -> list[str]:
+    short = ["--max-len-a", "0", "--max-len-b", "8"]  # an untrained model runs to its length limit
+    result = runner.invoke(app, ["translate", "-m", str(model), "--beam", "2", *short, *args], input=stdin)
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
+
+
+def test_prepare_marks_the_documents_and_adds_the_break_piece(concat_model):
+    data = concat_model.parent / "data"
+    ids = (data / "test.docs.txt").read_text().split()
+    assert len(ids) == 40 and 1 < len(set(ids)) < 40
+    from nmt_cli.data.vocab import DOC_BREAK, load_vocab
+
+    assert load_vocab(data / "spm.model").IdToPiece(load_vocab(data / "spm.model").PieceToId(DOC_BREAK)) == DOC_BREAK
+
+
+@pytest.mark.parametrize("which", ["concat_model", "recurrent_model"])
+def test_documents_translate_the_same_by_ids_by_blank_lines_and_across_chunks(which, request, corpus):
+    model = request.getfixturevalue(which)
+    source = corpus / "test.en"
+    ids = corpus / "test.docids"
+    by_ids = _translate(model, "-i", str(source), "--docids", str(ids))
+    assert len(by_ids) == 40
+    assert _translate(model, "-i", str(source), "--docids", str(ids), "--chunk-lines", "7") == by_ids
+    # the same documents as blank-line-separated text: a blank line out for each one in
+    lines, names = source.read_text().splitlines(), ids.read_text().splitlines()
+    text = "".join(("\n" if i and names[i] != names[i - 1] else "") + line + "\n" for i, line in enumerate(lines))
+    out = _translate(model, stdin=text)
+    assert [line for line in out if line] == [line for line in by_ids if line]
+    # each line a document of its own: read without context, as a sentence-level model reads it
+    alone = _translate(model, "-i", str(source), "--docids", str(_numbered(corpus, 40)))
+    first_lines = [i for i in range(40) if i == 0 or names[i] != names[i - 1]]
+    assert [alone[i] for i in first_lines] == [by_ids[i] for i in first_lines]
+
+
+def _numbered(folder: Path, n: int) -> Path:
+    path = folder / "each_alone.docids"
+    path.write_text("".join(f"{i}\n" for i in range(n)))
+    return path
+
+
+def test_recurrence_scores_its_own_translation_in_context_as_the_search_did(recurrent_model, corpus):
+    """Forced scoring in context reads the pasts that translation leaves: greedy search's outputs, sentence by
+    sentence with the previous one's keys/values, score what the search scored them."""
+    from dataclasses import replace
+
+    import torch
+
+    from nmt_cli.data.batches import pad_rows
+    from nmt_cli.data.vocab import EOS_ID
+    from nmt_cli.decode.forced import forced_scores_with_pasts
+    from nmt_cli.decode.translator import Translator, load_model
+
+    loaded = load_model(recurrent_model)
+    config = replace(loaded.recipe.decode, beam=1, max_len_a=0.0, max_len_b=12)
+    translator = Translator(loaded, config)
+    sources = loaded.src_vocab.encode(_lines("test.en-de.en", 6, 60), out_type=int)
+    pasts: list = []
+    pairs, scores = [], []
+    for ids in sources:
+        found, left = translator.search_with_pasts(pad_rows([ids + [EOS_ID]]), None, [pasts])
+        pairs.append((ids, found[0][0].tokens))
+        scores.append(found[0][0].score)
+        pasts = [left[0]]
+    forced = forced_scores_with_pasts(loaded.model, pairs, [True] + [False] * 5, config, torch.device("cpu"))
+    assert [f.normalised for f in forced] == pytest.approx(scores, abs=1e-3)
+    alone = forced_scores_with_pasts(loaded.model, pairs, [True] * 6, config, torch.device("cpu"))
+    assert alone[0].total == pytest.approx(forced[0].total, abs=1e-4)
+    assert any(abs(a.total - f.total) > 1e-3 for a, f in zip(alone[1:], forced[1:]))  # the past is read
+
+
+def test_scores_in_context_differ_only_after_the_first_sentence(concat_model, corpus):
+    source, reference, ids = corpus / "test.en", corpus / "test.de", corpus / "test.docids"
+    in_context = runner.invoke(
+        app, ["score", "--model", str(concat_model), str(source), str(reference), "--docids", str(ids)]
+    )
+    alone = runner.invoke(app, ["score", "--model", str(concat_model), str(source), str(reference)])
+    assert in_context.exit_code == 0 and alone.exit_code == 0, in_context.output + alone.output
+    names = ids.read_text().splitlines()
+    for i, (a, b) in enumerate(zip(in_context.output.splitlines(), alone.output.splitlines())):
+        a, b = json.loads(a), json.loads(b)
+        assert a["tokens"] == b["tokens"]  # the context is read, never scored
+        if i == 0 or names[i] != names[i - 1]:
+            assert a["total"] == pytest.approx(b["total"], abs=1e-3)
+
+
+def test_context_options_refused_where_they_cannot_apply(concat_model, corpus, overfit):
+    ids = corpus / "test.docids"
+    sentence_level = overfit[0]
+    result = runner.invoke(
+        app, ["translate", "-m", str(sentence_level), "-i", str(corpus / "test.en"), "--docids", str(ids)]
+    )
+    assert result.exit_code != 0 and "drop --docids" in result.output
+    short = corpus / "short.docids"
+    short.write_text("a\nb\n")
+    result = runner.invoke(
+        app, ["translate", "-m", str(concat_model), "-i", str(corpus / "test.en"), "--docids", str(short)]
+    )
+    assert result.exit_code != 0 and "document ids end at line" in result.output
+    result = runner.invoke(app, ["export", str(concat_model), str(corpus / "ct2")])
+    assert result.exit_code != 0 and "document context" in result.output

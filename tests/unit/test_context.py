@@ -1,0 +1,148 @@
+"""Document context by concatenation (model.concat): the rows training, scoring and translation read."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+
+from nmt_cli.config import ModelConfig
+from nmt_cli.data.batches import ParallelData, collate
+from nmt_cli.data.context import Context, context_starts, join_context, pairs_in_context
+from nmt_cli.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from nmt_cli.decode.context import DocumentContext
+from nmt_cli.decode.translation import Translation
+
+BRK_SRC, BRK_TGT = 90, 91
+
+
+class Rows:
+    """A TokenArray stand-in: row i is [i*10 + 1 ... i*10 + length]."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.rows = [np.arange(i * 10 + 1, i * 10 + 1 + n, dtype=np.int64) for i, n in enumerate(lengths)]
+        self.lengths = np.array(lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.rows[i]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def test_context_starts_stay_inside_documents():
+    documents = np.array([0, 0, 0, 0, 1, 2, 2])
+    assert context_starts(documents, 2).tolist() == [0, 0, 0, 1, 4, 5, 5]
+    assert context_starts(documents, 1).tolist() == [0, 0, 1, 2, 4, 5, 5]
+    assert context_starts(np.array([], dtype=np.int64), 3).tolist() == []
+
+
+def test_training_rows_read_the_previous_pair_and_score_the_current_one():
+    src, tgt = Rows([2, 3, 1, 2]), Rows([1, 2, 2, 3])
+    documents = np.array([0, 0, 0, 1])
+    two_to_one = ParallelData(src, tgt, context=Context.of(documents, 1, BRK_SRC, None))  # type: ignore[arg-type]
+    batch = collate(two_to_one, np.array([1, 3]))
+    assert batch.src[0].tolist() == [1, 2, BRK_SRC, 11, 12, 13, EOS_ID]  # pair 0, <brk>, pair 1
+    assert batch.src[1].tolist()[:3] == [31, 32, EOS_ID]  # first of its document: no context
+    assert batch.tgt_out[0].tolist() == [11, 12, EOS_ID, PAD_ID]
+    # widths count the context: the padded size batching plans with
+    assert two_to_one.pair_lengths.tolist() == [3, 7, 6, 4]
+
+    two_to_two = ParallelData(src, tgt, context=Context.of(documents, 2, BRK_SRC, BRK_TGT))  # type: ignore[arg-type]
+    batch = collate(two_to_two, np.array([2]))
+    assert batch.src[0].tolist() == [1, 2, BRK_SRC, 11, 12, 13, BRK_SRC, 21, EOS_ID]
+    assert batch.tgt_in[0].tolist() == [BOS_ID, 1, BRK_TGT, 11, 12, BRK_TGT, 21, 22]
+    # the context's positions are padding in the output: the loss counts the current sentence alone
+    assert batch.tgt_out[0].tolist() == [PAD_ID] * 5 + [21, 22, EOS_ID]
+    assert batch.target_tokens == 3
+    assert two_to_two.pair_lengths.tolist() == [3, 7, 9, 4]
+
+
+def test_join_context_drops_the_oldest_sentence_first_never_the_current():
+    assert join_context([[1, 2], [3]], [4, 5], 9, 100) == ([1, 2, 9, 3, 9, 4, 5], 5)
+    assert join_context([[1, 2], [3]], [4, 5], 9, 5) == ([3, 9, 4, 5], 2)
+    assert join_context([[1, 2]], [4, 5, 6, 7], 9, 3) == ([4, 5, 6, 7], 0)
+
+
+def test_scoring_pairs_in_context_matches_training(tmp_path):
+    vocab = _vocab(tmp_path)
+    brk_src = brk_tgt = vocab.PieceToId("<brk>")
+    pairs = [([5, 6], [7]), ([8], [9, 10]), ([11], [12])]
+    model = ModelConfig(concat=1, concat_target=True)
+    rows, skips = pairs_in_context(pairs, [True, False, True], model, vocab, vocab)
+    assert rows[0] == ([5, 6], [7]) and skips[0] == 0
+    assert rows[1] == ([5, 6, brk_src, 8], [7, brk_tgt, 9, 10]) and skips[1] == 2
+    assert rows[2] == ([11], [12]) and skips[2] == 0  # a new document
+
+
+class Recorder:
+    """A translate_encoded stand-in: records what it was asked, answers each row with 'out<last source id>'."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[list[int]], list[list[int]] | None, list[tuple[int, int]] | None]] = []
+
+    def __call__(self, rows, prefixes, contexts):
+        self.calls.append((rows, prefixes, list(contexts) if contexts is not None else None))
+        return [[Translation(f"out{row[-1]}" if row else "", 0.0)] for row in rows]
+
+
+class Vocab:
+    def encode(self, text: str, out_type=int) -> list[int]:
+        return [int(text[3:]) + 1000]
+
+
+def _vocab(tmp_path):
+    import sentencepiece as spm
+
+    text = tmp_path / "t.txt"
+    text.write_text("".join(f"word{i} other{i % 7} thing\n" for i in range(200)))
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(tmp_path / "v"), vocab_size=30, user_defined_symbols=["<brk>"],
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, minloglevel=2,
+    )  # fmt: skip
+    return spm.SentencePieceProcessor(model_file=str(tmp_path / "v.model"))
+
+
+def _context(target: bool, sentences: int = 1) -> DocumentContext:
+    return DocumentContext(sentences, BRK_SRC, BRK_TGT if target else None, 100, 50, Vocab())  # type: ignore[arg-type]
+
+
+def test_two_to_one_reads_the_sources_before_in_one_call_and_across_chunks():
+    context, record = _context(False), Recorder()
+    out = context.translate(record, [[1], [2], [], [3]], None, [True, False, False, True])
+    rows, _, contexts = record.calls[0]
+    assert rows == [[1], [1, BRK_SRC, 2], [], [3]]  # the blank line translates as blank; line 3 begins a document
+    assert contexts == [(0, 0), (2, 0), (0, 0), (0, 0)]
+    assert [hyps[0].text for hyps in out] == ["out1", "out2", "", "out3"]
+    context.translate(record, [[4]], None, [False])  # the next chunk goes on with the document of line 3
+    assert record.calls[-1][0] == [[3, BRK_SRC, 4]]
+
+
+def test_two_to_two_forces_its_own_earlier_translations_one_sentence_of_each_document_at_a_time():
+    context, record = _context(True), Recorder()
+    out = context.translate(record, [[1], [2], [5], [6], [7]], None, [True, False, True, False, False])
+    assert len(record.calls) == 3  # the longest document has three sentences
+    first, second, third = record.calls
+    assert first[0] == [[1], [5]] and first[1] == [[], []]
+    assert second[0] == [[1, BRK_SRC, 2], [5, BRK_SRC, 6]]
+    assert second[1] == [[1001, BRK_TGT], [1005, BRK_TGT]]  # "out1" and "out5" encoded afresh, then <brk>
+    assert second[2] == [(2, 2), (2, 2)]
+    assert third[0] == [[6, BRK_SRC, 7]] and third[1] == [[1006, BRK_TGT]]
+    assert [hyps[0].text for hyps in out] == ["out1", "out2", "out5", "out6", "out7"]
+    assert context.history == deque([([7], [1007])])
+
+
+def test_a_user_prefix_follows_the_forced_context():
+    context, record = _context(True), Recorder()
+    context.translate(record, [[1], [2]], [[], [44]], [True, False])
+    assert record.calls[1][1] == [[1001, BRK_TGT, 44]]
+
+
+@pytest.mark.parametrize("target", [False, True])
+def test_a_document_of_one_sentence_reads_no_context(target):
+    context, record = _context(target, sentences=3), Recorder()
+    context.translate(record, [[1], [2], [3]], None, [True, True, True])
+    for rows, prefixes, contexts in record.calls:
+        assert all(len(row) == 1 for row in rows) and all(c == (0, 0) for c in contexts or [])
+        assert prefixes is None or all(p == [] for p in prefixes)

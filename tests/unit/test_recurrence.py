@@ -1,0 +1,108 @@
+"""Segment-level recurrence (model.recurrence): the past a layer attends to is the previous sentence's own keys
+and values, placed just before the sentence."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from nmt_cli.config import ModelConfig
+from nmt_cli.inference.step import IncrementalDecoder
+from nmt_cli.model.recurrence import Kept, batch_pasts, right_aligned, sentence_pasts
+from nmt_cli.model.transformer import build_model
+
+CONFIG = ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0, positions="xl", recurrence=1)
+
+
+def _model(norm: str = "post"):
+    torch.manual_seed(0)
+    return build_model(dataclasses.replace(CONFIG, norm=norm), 50, 50, 0).eval()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_the_decoder_with_the_previous_sentence_as_past_is_the_decoder_over_both(norm):
+    """Causal attention over [previous; current] in one pass gives the current positions exactly what the
+    current sentence alone gives with the previous one's keys/values as its past: XL's positions are relative,
+    and causal attention leaves the previous positions' states their own."""
+    model = _model(norm)
+    src = torch.tensor([[5, 6, 7, 3]])
+    previous, current = torch.tensor([[2, 8, 9, 10]]), torch.tensor([[11, 12, 13]])
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        whole = model.decode(torch.cat([previous, current], dim=1), memory, mask)[:, previous.size(1) :]
+        kept: Kept = []
+        model.decode(previous, memory, mask, keep=kept)
+        past = right_aligned(kept, torch.tensor([previous.size(1)]), torch.tensor([True]))
+        alone = model.decode(current, memory, mask, past=past)
+    torch.testing.assert_close(alone, whole, rtol=1e-5, atol=1e-5)
+
+
+def test_padding_in_a_batch_of_pasts_changes_nothing():
+    """Rows whose pasts differ in length, batched (right-aligned, padding hidden), read what each reads alone."""
+    model = _model()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    previous = [torch.tensor([[2, 14, 15, 16, 17]]), torch.tensor([[2, 18]])]
+    with torch.no_grad():
+        pasts = []
+        for prev in previous:
+            kept_encoder: Kept = []
+            kept_decoder: Kept = []
+            memory, mask = model.encode(prev, keep=kept_encoder)
+            model.decode(prev, memory, mask, keep=kept_decoder)
+            pasts.extend(sentence_pasts(kept_encoder, kept_decoder, [prev.size(1)], [prev.size(1)]))
+        encoder = batch_pasts([[p] for p in pasts], "encoder", 2, src.float())
+        batched, _ = model.encode(src, past=encoder)
+        for row in range(2):
+            own = batch_pasts([[pasts[row]]], "encoder", 2, src.float())
+            width = int((src[row] != 0).sum())
+            alone, _ = model.encode(src[row : row + 1, :width], past=own)
+            torch.testing.assert_close(batched[row : row + 1, :width], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_a_hidden_past_is_no_past():
+    model = _model()
+    src = torch.tensor([[5, 6, 7, 3]])
+    with torch.no_grad():
+        kept: Kept = []
+        model.encode(torch.tensor([[9, 10, 11, 3]]), keep=kept)
+        hidden = right_aligned(kept, torch.tensor([4]), torch.tensor([False]))
+        torch.testing.assert_close(model.encode(src, past=hidden)[0], model.encode(src)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_incremental_steps_with_a_past_follow_the_whole_sequence():
+    """Beam search's steps read the past from their cache as the whole-sequence decoder reads it."""
+    model = _model()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    tgt_in = torch.tensor([[2, 11, 12, 13], [2, 14, 15, 16]])
+    with torch.no_grad():
+        kept: Kept = []
+        memory, mask = model.encode(src)
+        model.decode(torch.tensor([[2, 20, 21, 22], [2, 23, 0, 0]]), memory, mask, keep=kept)
+        past = right_aligned(kept, torch.tensor([4, 2]), torch.tensor([True, True]))
+        whole = model.decode(tgt_in, memory, mask, past=past)
+        decoder = IncrementalDecoder(model)
+        state = decoder.start(memory, mask, past=past)
+        steps = torch.stack([decoder.hidden(tgt_in[:, t], state) for t in range(tgt_in.size(1))], dim=1)
+    torch.testing.assert_close(steps, whole, rtol=1e-4, atol=1e-4)
+
+
+def test_training_recomputes_the_previous_pairs_without_gradient():
+    from test_context import Rows
+
+    from nmt_cli.data.batches import ParallelData, collate
+
+    model = _model().train()
+    src, tgt = Rows([2, 3, 1]), Rows([2, 2, 1])
+    data = ParallelData(src, tgt, previous=torch.tensor([0, 0, 2]).numpy())  # type: ignore[arg-type]
+    batch = collate(data, torch.tensor([1, 2]).numpy())
+    assert batch.previous is not None and len(batch.previous) == 1
+    prev_src, prev_tgt, present = batch.previous[0]
+    assert prev_src[0].tolist() == [1, 2, 3] and present.tolist() == [True, False]
+    assert prev_tgt[1].tolist()[0] == 2  # the stand-in row a pair without a previous one reads: BOS alone
+    loss, _, _ = model.loss(batch.src % 50, batch.tgt_in % 50, batch.tgt_out % 50, 0.1, previous=[
+        (prev_src % 50, prev_tgt % 50, present)
+    ])  # fmt: skip
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad and p.dim() > 1)
