@@ -34,7 +34,7 @@ from starlette.requests import ClientDisconnect
 from ..decode.assess import Assessment, Assessor
 from ..decode.attention_maps import parse_pharaoh
 from ..decode.search import Hypothesis
-from ..decode.translator import Aligner
+from ..decode.translator import Aligner, Translator
 from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, Sentences, translate_bytes
 from .body import read_fields
@@ -310,6 +310,8 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
     loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
     lines = [text.split("\n") for text in parsed.texts]
     flat = [line.strip() for text_lines in lines for line in text_lines]
+    if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
+        return await asyncio.to_thread(_decode_as_document, parsed, lines, flat)
     todo = [i for i, line in enumerate(flat) if line]
     encoded = loaded.src_vocab.encode([flat[i] for i in todo], out_type=int)
     truncated_flat = [False] * len(flat)
@@ -374,6 +376,8 @@ def _sentences_through_loop(model: ServedModel, block: int = 64) -> Sentences:
     join the model's running batch in blocks, as requests' lines do, so a file never holds the queue alone;
     the alignments are computed in the loop's thread (the model is the loop's alone), as confidence is."""
     loaded, max_src = model.loaded, model.loaded.recipe.model.max_positions - 1
+    if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
+        return _sentences_as_document(model)
     aligner = Aligner(loaded)
 
     def run(sentences: list[str], aligned: bool) -> list[tuple[str, list[tuple[int, int]]]]:
@@ -409,6 +413,44 @@ def _sentences_through_loop(model: ServedModel, block: int = 64) -> Sentences:
         return out
 
     return Sentences(lambda sentences: [text for text, _ in run(sentences, False)], lambda sentences: run(sentences, True))
+
+
+# One document at a time per model: a request's lines are translated in order, each after the ones before it.
+_DOCUMENT_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _decode_as_document(parsed: TranslationRequest, lines: list[list[str]], flat: list[str]) -> Decoded:
+    """A model that reads document context (``model.concat``, ``model.recurrence``) reads a request's lines as
+    one document, in order, with nmt translate's engine rather than the sentence-level decoding loop."""
+    loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
+    translator = Translator(loaded, parsed.config, nbest=parsed.nbest, assess=parsed.confidence)
+    with _DOCUMENT_LOCKS.setdefault(parsed.model.name, threading.Lock()):
+        found = list(translator.translate(flat, documents=["request"] * len(flat)))
+    hypotheses: list[list[Hypothesis]] = [
+        [Hypothesis(loaded.tgt_vocab.encode(t.text, out_type=int), t.score) for t in hyps] if line else []
+        for line, hyps in zip(flat, found)
+    ]
+    assessed = [[t.assessment for t in hyps if t.assessment is not None] if line else [] for line, hyps in zip(flat, found)]
+    truncated = [len(ids) > max_src for ids in loaded.src_vocab.encode(flat, out_type=int)]
+    assessments = _regroup(assessed, lines) if parsed.confidence else None
+    return Decoded(lines, _regroup(hypotheses, lines), _regroup(truncated, lines), assessments)
+
+
+def _sentences_as_document(model: ServedModel) -> Sentences:
+    """A file's or a page's sentences as one document, for a model that reads document context."""
+    translator = Translator(model.loaded, model.loaded.recipe.decode, alignments=True)
+    sentences = translator.sentences()
+    lock = _DOCUMENT_LOCKS.setdefault(model.name, threading.Lock())
+
+    def locked(run: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
+        def call(lines: list[str]) -> Any:
+            with lock:
+                return run(lines)
+
+        return call
+
+    assert sentences.align is not None
+    return Sentences(locked(sentences.translate), locked(sentences.align))
 
 
 def _setter(event: threading.Event) -> Callable[[Job], None]:

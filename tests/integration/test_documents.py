@@ -161,3 +161,26 @@ def test_context_options_refused_where_they_cannot_apply(concat_model, corpus, o
     assert result.exit_code != 0 and "document ids end at line" in result.output
     result = runner.invoke(app, ["export", str(concat_model), str(corpus / "ct2")])
     assert result.exit_code != 0 and "document context" in result.output
+
+
+def test_the_server_reads_a_requests_lines_as_one_document(recurrent_model, corpus, tmp_path):
+    import urllib.request
+
+    from conftest import start_server
+
+    lines = (corpus / "test.en").read_text().splitlines()[6:10]  # four paragraphs, read as one document
+    source = tmp_path / "four.en"
+    source.write_text("".join(line + "\n" for line in lines))
+    ids = tmp_path / "four.docids"
+    ids.write_text("page\n" * 4)
+    result = runner.invoke(app, ["translate", "-m", str(recurrent_model), "-i", str(source), "--docids", str(ids)])
+    assert result.exit_code == 0, result.output
+    process, url, log, _ = start_server(recurrent_model, "--threads", "1", "--log-level", "warning")
+    try:
+        body = json.dumps({"q": lines, "source": "en", "target": "de"}).encode()
+        request = urllib.request.Request(url + "/translate", body, {"Content-Type": "application/json"})
+        answer = json.loads(urllib.request.urlopen(request, timeout=120).read())
+    finally:
+        process.kill()
+        process.wait()
+    assert answer["translatedText"] == result.output.splitlines()
