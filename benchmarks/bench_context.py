@@ -15,6 +15,7 @@ NAME=RUN`` a trained model to score the contrastive pairs with.
   same model; ``pip install 'nmt-cli[align]'``); the figure is, over the occurrences of words repeated within a
   document, the share aligned to the word's most frequent translation in that document. The reference's own figure is
   the ceiling the data sets.
+- **Perplexity** of every ``--model`` on the references, each pair read in its document's context and alone.
 - **Contrastive terms**: a paragraph that repeats a term of the paragraph before it, whose reference translates it
   the same way in both, as one of the term's two usual translations in the training data (eflomal's alignments
   above). The variant puts the other usual translation in its place; a model is right when it scores the
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
@@ -201,6 +203,23 @@ def contrastive(model: Path, src: list[str], ref: list[str], items, work: Path, 
     return result
 
 
+def perplexity(model: Path, src: Path, ref: Path, ids: Path, nmt: list[str]) -> dict[str, float]:
+    """The model's per-token perplexity of the references, in context (``--docids``) and each pair alone."""
+    result: dict[str, float] = {}
+    for reading, extra in (("alone", []), ("in_context", ["--docids", str(ids)])):
+        done = subprocess.run(
+            [*nmt, "score", "--model", str(model), str(src), str(ref), *extra], capture_output=True, text=True
+        )
+        if done.returncode and "drop --docids" in done.stdout + done.stderr:  # a sentence-level model
+            result[reading] = result["alone"]
+            continue
+        done.check_returncode()
+        rows = [json.loads(line) for line in done.stdout.splitlines()]
+        scored = [r for r in rows if r["total"] is not None]
+        result[reading] = round(math.exp(-sum(r["total"] for r in scored) / sum(r["tokens"] for r in scored)), 3)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True)
@@ -236,6 +255,15 @@ def main() -> None:
         report[name]["consistency"] = round(100 * share, 2)
         report[name]["consistency_occurrences"] = pairs
 
+    for name, run in (m.split("=", 1) for m in args.model):
+        ppl = perplexity(
+            Path(run),
+            text / f"{args.split}.{args.src}",
+            text / f"{args.split}.{args.tgt}",
+            args.data / f"{args.split}.docs.txt",
+            args.nmt.split(),
+        )
+        report.setdefault(name, {})["perplexity"] = ppl
     tests = {"terms": term_items(src, ref, ids, lexicon(train, links["train"]))}
     if args.tgt == "de":
         tests["pronouns"] = pronoun_items(src, ref, ids)

@@ -271,7 +271,7 @@ def run(
     )  # fmt: skip
     prefixes = read_lines(prefix) if prefix is not None else None
     documents = read_lines(docids) if docids is not None else None
-    _check_context_options(translator, documents, chosen_format)
+    _check_context_options(translator, documents, chosen_format, input, docids)
 
     def results(lines: Iterable[str], first: int = 0) -> Iterator[list[Translation]]:
         if first and documents is None and input is not None:
@@ -423,8 +423,11 @@ def _check_file_format_options(chosen, input, nbest, alignments, prefix, shard, 
             raise NmtError(f"{flag} applies to line-by-line translation; {input} is translated as a {chosen} file")
 
 
-def _check_context_options(translator, documents: list[str] | None, chosen_format: str) -> None:
-    """--docids goes with line-by-line translation by a model that reads document context."""
+def _check_context_options(
+    translator, documents: list[str] | None, chosen_format: str, input: Path | None, docids: Path | None
+) -> None:
+    """--docids goes with line-by-line translation by a model that reads document context, one id per line
+    (checked before anything is written when the input is a file)."""
     from ..formats import LINES
 
     if documents is None:
@@ -433,8 +436,17 @@ def _check_context_options(translator, documents: list[str] | None, chosen_forma
         raise NmtError(f"--docids applies to line-by-line translation; a {chosen_format} file is one document")
     if getattr(translator, "document", None) is None:
         raise NmtError(
-            "--docids: this model translates each sentence alone (it was not trained with model.concat); drop --docids"
+            "--docids: this model translates each sentence alone (trained without model.concat or "
+            "model.recurrence); drop --docids"
         )
+    if input is not None:
+        with _lines(input) as lines:
+            count = sum(1 for _ in lines)
+        if count != len(documents):
+            raise NmtError(
+                f"--docids {docids}: {len(documents):,} document ids for the {count:,} lines of {input}; "
+                "give one id per input line"
+            )
 
 
 def _read_context_before(translator, input: Path, first: int, documents: list[str] | None = None) -> None:

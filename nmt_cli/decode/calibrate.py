@@ -9,6 +9,7 @@ never over it.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,8 @@ def calibrate_loaded(
     hyps: list[Any] = []
     acceptable: list[bool] = []
     for part in (kept[:probe], kept[probe:]) if probe else (kept,):
-        hyps += [h[0] for h in translator.translate(s for s, _ in part)]  # each line's best Translation
+        # each line's best Translation; each pair read alone (a document of one), whatever context the model reads
+        hyps += [h[0] for h in translator.translate((s for s, _ in part), documents=map(str, itertools.count()))]
         acceptable = [sacrebleu.sentence_chrf(h.text, [ref]).score >= threshold for h, (_, ref) in zip(hyps, kept)]
         if not any(acceptable):
             raise NmtError(
@@ -109,7 +111,7 @@ def _omitted(loaded: LoadedModel, translator: Translator, sources: list[str]) ->
     """Each source of six words or more paired with the translation of its first 60% only: omissions."""
     long_enough = [s for s in sources if len(s.split()) >= 6]
     parts = [" ".join(s.split()[: max(1, int(len(s.split()) * 0.6))]) for s in long_enough]
-    translated = [h[0].text for h in translator.translate(parts)]
+    translated = [h[0].text for h in translator.translate(parts, documents=map(str, itertools.count()))]
     return _paired(loaded, translator, long_enough, translated)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import sentencepiece as spm
 
@@ -102,33 +103,26 @@ class DocumentContext:
         starts: Sequence[bool],
     ) -> list[list[Translation]]:
         """2-to-2: each document's sentences in turn, the chunk's documents side by side."""
-        assert self.tgt_break is not None
-        documents = _documents(encoded, starts)
-        histories = [deque[tuple[list[int], list[int]]]() for _ in documents]
-        if documents and not any(starts[: documents[0][0] + 1]):
-            histories[0] = self.history  # the first document began in an earlier chunk
-        results: list[list[Translation]] = [[] for _ in encoded]
-        for turn in range(max((len(d) for d in documents), default=0)):
-            wave = [(n, d[turn]) for n, d in enumerate(documents) if turn < len(d)]
+        tgt_break = self.tgt_break
+        assert tgt_break is not None
+
+        def step(wave: Wave, histories: list[deque[tuple[list[int], list[int]]]]) -> list[tuple[list[Translation], Any]]:
             rows, forced, contexts = [], [], []
             for n, i in wave:
                 source, skip = join_context([src for src, _ in histories[n]], encoded[i], self.src_break, self.max_src)
-                start, keep = join_context([tgt for _, tgt in histories[n]], [], self.tgt_break, self.max_prefix)
+                start, keep = join_context([tgt for _, tgt in histories[n]], [], tgt_break, self.max_prefix)
                 rows.append(source)
                 forced.append(start + (prefixes[i] if prefixes is not None else []))
                 contexts.append((skip, keep))
-            for (n, i), hyps in zip(wave, translate_encoded(rows, forced, contexts)):
-                results[i] = hyps
-                # The translation is read back as the training data's references were: its text encoded afresh.
-                self._remember(histories[n], encoded[i], self.tgt_vocab.encode(hyps[0].text, out_type=int))
-        blank = [i for i, ids in enumerate(encoded) if not ids]
-        if blank:
-            for i, hyps in zip(blank, translate_encoded([[] for _ in blank], None, None)):
-                results[i] = hyps
-        if documents:
-            self.history = histories[-1]
-        elif any(starts):
-            self.history = deque()
+            # The translation is read back as the training data's references were: its text encoded afresh.
+            return [
+                (hyps, (encoded[i], self.tgt_vocab.encode(hyps[0].text, out_type=int)))
+                for (_, i), hyps in zip(wave, translate_encoded(rows, forced, contexts))
+            ]
+
+        results, self.history = in_document_order(
+            encoded, starts, self.history, self.sentences, step, lambda n: translate_encoded([[]] * n, None, None)
+        )
         return results
 
     def _remember(self, history: deque[tuple[list[int], list[int]]], source: list[int], translation: list[int]) -> None:
@@ -166,28 +160,50 @@ class DocumentPast:
         starts: Sequence[bool],
     ) -> list[list[Translation]]:
         """The n-best lists of one chunk's sentences; ``starts[i]``: sentence i begins a document."""
-        documents = _documents(encoded, starts)
-        histories = [deque[SentencePast]() for _ in documents]
-        if documents and not any(starts[: documents[0][0] + 1]):
-            histories[0] = self.history  # the first document began in an earlier chunk
-        results: list[list[Translation]] = [[] for _ in encoded]
-        for turn in range(max((len(d) for d in documents), default=0)):
-            wave = [(n, d[turn]) for n, d in enumerate(documents) if turn < len(d)]
-            rows = [encoded[i] for _, i in wave]
+
+        def step(wave: Wave, histories: list[deque[SentencePast]]) -> list[tuple[list[Translation], Any]]:
             forced = [prefixes[i] for _, i in wave] if prefixes is not None else None
-            found, left = translate_with_pasts(rows, forced, [list(histories[n]) for n, _ in wave])
-            for (n, i), hyps, past in zip(wave, found, left):
-                results[i] = hyps
-                if past is not None:
-                    histories[n].append(past)
-                    while len(histories[n]) > self.sentences:
-                        histories[n].popleft()
-        blank = [i for i, ids in enumerate(encoded) if not ids]
-        if blank:
-            for i, hyps in zip(blank, translate_with_pasts([[] for _ in blank], None, [[] for _ in blank])[0]):
-                results[i] = hyps
-        if documents:
-            self.history = histories[-1]
-        elif any(starts):
-            self.history = deque()
+            found, left = translate_with_pasts([encoded[i] for _, i in wave], forced, [list(histories[n]) for n, _ in wave])
+            return list(zip(found, left))
+
+        def blank(count: int) -> list[list[Translation]]:
+            return translate_with_pasts([[]] * count, None, [[]] * count)[0]
+
+        results, self.history = in_document_order(encoded, starts, self.history, self.sentences, step, blank)
         return results
+
+
+Wave = list[tuple[int, int]]  # (document number in the chunk, sentence index) of one sentence of each document
+
+
+def in_document_order(
+    encoded: list[list[int]],
+    starts: Sequence[bool],
+    carried: deque[Any],
+    keep: int,
+    step: Callable[[Wave, list[deque[Any]]], list[tuple[list[Translation], Any]]],
+    blank: Callable[[int], list[list[Translation]]],
+) -> tuple[list[list[Translation]], deque[Any]]:
+    """Translate a chunk's documents a sentence of each at a time: ``step`` translates one wave given each
+    document's history (what its last ``keep`` sentences left) and returns, per sentence, its n-best list and what
+    it leaves (None: nothing); ``blank`` translates that many blank lines. ``carried`` is the history of a document
+    that began in an earlier chunk; returns the results and the history the next chunk carries."""
+    documents = _documents(encoded, starts)
+    histories: list[deque[Any]] = [deque() for _ in documents]
+    if documents and not any(starts[: documents[0][0] + 1]):
+        histories[0] = carried  # the first document began in an earlier chunk
+    results: list[list[Translation]] = [[] for _ in encoded]
+    for turn in range(max((len(d) for d in documents), default=0)):
+        wave = [(n, d[turn]) for n, d in enumerate(documents) if turn < len(d)]
+        for (n, i), (hyps, left) in zip(wave, step(wave, histories)):
+            results[i] = hyps
+            if left is not None:
+                histories[n].append(left)
+                while len(histories[n]) > keep:
+                    histories[n].popleft()
+    empty = [i for i, ids in enumerate(encoded) if not ids]
+    for i, hyps in zip(empty, blank(len(empty)) if empty else []):
+        results[i] = hyps
+    if documents:
+        return results, histories[-1]
+    return results, deque() if any(starts) else carried

@@ -91,7 +91,6 @@ def forced_scores_with_pasts(
     document (``starts[i]``: pair i begins one) read with the keys/values its document's previous pairs left,
     as translation reads them, the given targets standing for the chosen translations. The documents go a
     pair of each at a time."""
-    limit = model.config.max_positions - 1
     documents: list[list[int]] = []
     for i, start in enumerate(starts):
         if start or not documents:
@@ -100,10 +99,9 @@ def forced_scores_with_pasts(
     histories: list[list[SentencePast]] = [[] for _ in documents]
     results: list[PairScore | None] = [None] * len(pairs)
     for turn in range(max((len(d) for d in documents), default=0)):
-        wave = [(n, d[turn]) for n, d in enumerate(documents) if turn < len(d)]
-        rows = max(1, config.batch_tokens // (limit + 1))  # a batch's rows, each as long as the model allows
-        for first in range(0, len(wave), rows):
-            part = wave[first : first + rows]
+        document_of = {d[turn]: n for n, d in enumerate(documents) if turn < len(d)}
+        for batch in _batches(list(document_of), pairs, config.batch_tokens):
+            part = [(document_of[i], i) for i in batch]
             for (n, i), (score, past) in zip(part, _scores_with_pasts(model, pairs, part, histories, config, device)):
                 results[i] = score
                 histories[n] = (histories[n] + [past])[-model.config.recurrence :]

@@ -158,7 +158,7 @@ def test_context_options_refused_where_they_cannot_apply(concat_model, corpus, o
     result = runner.invoke(
         app, ["translate", "-m", str(concat_model), "-i", str(corpus / "test.en"), "--docids", str(short)]
     )
-    assert result.exit_code != 0 and "document ids end at line" in result.output
+    assert result.exit_code != 0 and "2 document ids for the 40 lines" in result.output
     result = runner.invoke(app, ["export", str(concat_model), str(corpus / "ct2")])
     assert result.exit_code != 0 and "document context" in result.output
 
@@ -184,3 +184,23 @@ def test_the_server_reads_a_requests_lines_as_one_document(recurrent_model, corp
         process.kill()
         process.wait()
     assert answer["translatedText"] == result.output.splitlines()
+
+
+def test_recurrence_resumes_exactly(recurrent_model):
+    """The past is recomputed from the data each batch: a run stopped at a checkpoint and resumed ends with the
+    weights of a run that went straight through."""
+    import torch
+
+    from nmt_cli.train import checkpoint
+
+    path = recurrent_model.parent / "r.yaml"
+    overrides = ["train.max_steps=4", "train.save_every=2", "train.keep_last=0", "model.dropout=0.1"]
+    straight = load_recipe(path, [*overrides, f"train.dir={recurrent_model.parent / 'straight'}"])
+    train(straight, resume=None, log=lambda _m: None)
+    halves = load_recipe(path, [*overrides, f"train.dir={recurrent_model.parent / 'halves'}", "train.max_steps=2"])
+    train(halves, resume=None, log=lambda _m: None)
+    resumed = load_recipe(path, [*overrides, f"train.dir={recurrent_model.parent / 'halves'}"])
+    train(resumed, resume=True, log=lambda _m: None)
+    a = checkpoint.load(checkpoint.step_path(recurrent_model.parent / "straight", 4))["model"]
+    b = checkpoint.load(checkpoint.step_path(recurrent_model.parent / "halves", 4))["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
