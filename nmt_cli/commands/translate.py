@@ -292,10 +292,18 @@ def run(
     show = progress if progress is not None else output is not None
     show = show and int(os.environ.get("RANK", "0")) == 0
     started = time.perf_counter()
+
+    def one_document(lines: Iterable[str], first: int = 0) -> Iterator[list[Translation]]:
+        """A file's sentences, handed over in one call and in order, read as one document."""
+        if getattr(translator, "document", None) is None:
+            return translator.translate(lines)
+        translator.new_document()  # type: ignore[attr-defined]
+        return translator.translate(lines, documents=_forever("file"))
+
     if chosen_format != LINES:
         assert input is not None
         gettext_options = (fuzzy, retranslate, fuzzy_below if confidence else None)
-        sentences = _sentences(results, aligned, confidence, show)
+        sentences = _sentences(one_document, aligned, confidence, show)
         limits = UnpackLimits(max_unpacked_mb * MIB, max_unpack_ratio)
         count = _translate_document(
             input, output, chosen_format, sentences, translator.languages, gettext_options, limits, kept
@@ -421,6 +429,11 @@ def _check_file_format_options(chosen, input, nbest, alignments, prefix, shard, 
     ):
         if given:
             raise NmtError(f"{flag} applies to line-by-line translation; {input} is translated as a {chosen} file")
+
+
+def _forever(value: str) -> Iterator[str]:
+    while True:
+        yield value
 
 
 def _check_context_options(

@@ -204,3 +204,18 @@ def test_recurrence_resumes_exactly(recurrent_model):
     a = checkpoint.load(checkpoint.step_path(recurrent_model.parent / "straight", 4))["model"]
     b = checkpoint.load(checkpoint.step_path(recurrent_model.parent / "halves", 4))["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+@pytest.mark.parametrize("which", ["concat_model", "recurrent_model"])
+def test_a_file_of_any_format_is_read_as_one_document(which, request, corpus, tmp_path):
+    model = request.getfixturevalue(which)
+    paragraphs = (corpus / "test.en").read_text().splitlines()[10:14]
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n" + "\n\n".join(paragraphs) + "\n", encoding="utf-8")
+    out = tmp_path / "page.de.md"
+    result = runner.invoke(
+        app, ["translate", "-m", str(model), "-i", str(page), "-o", str(out), "--max-len-a", "0", "--max-len-b", "6"]
+    )
+    assert result.exit_code == 0, result.output
+    blocks = out.read_text(encoding="utf-8").strip().split("\n\n")
+    assert len(blocks) == 5 and blocks[0].startswith("# ")
