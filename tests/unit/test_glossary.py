@@ -1,0 +1,105 @@
+"""Glossaries read and checked, and their terms found in sentences."""
+
+from __future__ import annotations
+
+import pytest
+
+from nmt_cli.errors import DataError
+from nmt_cli.terms.glossary import Glossary, read_glossary, read_keep_terms
+from nmt_cli.terms.matching import TermMatcher
+
+
+def _write(tmp_path, name: str, text: str | bytes):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    return path
+
+
+def test_tsv_and_csv_glossaries_with_alternatives_comments_and_repeats(tmp_path):
+    tsv = _write(tmp_path, "g.tsv", "# product terms\nfile\tDatei|Dateien\n\nRepository\tRepository\nfile\tDatei|Dateien\n")
+    glossary = read_glossary(tsv)
+    assert [(t.source, t.targets) for t in glossary.terms] == [
+        ("file", ("Datei", "Dateien")),
+        ("Repository", ("Repository",)),
+    ]
+    csv = _write(tmp_path, "g.csv", 'file system,"Dateisystem"\n"save, then quit",Speichern und beenden\n')
+    assert [t.source for t in read_glossary(csv).terms] == ["file system", "save, then quit"]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("file\tDatei\nfile\tAkte\n", r"g.tsv:2: 'file' is already translated as 'Datei' at .*g.tsv:1"),
+        ("file\t\n", r"g.tsv:1: an empty term"),
+        ("\tDatei\n", r"g.tsv:1: an empty term"),
+        ("file\n", r"g.tsv:1: one column"),
+        ("file\tDatei|\n", r"g.tsv:1: an empty term"),
+    ],
+)
+def test_bad_glossary_lines_are_one_line_naming_file_and_line(tmp_path, text, problem):
+    with pytest.raises(DataError, match=problem):
+        read_glossary(_write(tmp_path, "g.tsv", text))
+
+
+def test_a_glossary_in_another_encoding_is_refused_with_its_line(tmp_path):
+    with pytest.raises(DataError, match=r"g.tsv:2: not UTF-8"):
+        read_glossary(_write(tmp_path, "g.tsv", "file\tDatei\nK\xe4se\tcheese\n".encode("latin-1")))
+
+
+TBX = """<?xml version="1.0" encoding="UTF-8"?>
+<tbx type="TBX-Basic" style="dca" xml:lang="en" xmlns="urn:iso:std:iso:30042:ed-2">
+  <text><body>
+    <conceptEntry id="c1">
+      <langSec xml:lang="en"><termSec><term>file</term></termSec></langSec>
+      <langSec xml:lang="de"><termSec><term>Datei</term></termSec><termSec><term>Dateien</term></termSec></langSec>
+    </conceptEntry>
+    <conceptEntry id="c2">
+      <langSec xml:lang="en-US"><termSec><term>folder</term></termSec><termSec><term>directory</term></termSec></langSec>
+      <langSec xml:lang="de-DE"><termSec><term>Ordner</term></termSec></langSec>
+    </conceptEntry>
+    <conceptEntry id="c3"><langSec xml:lang="en"><termSec><term>orphan</term></termSec></langSec></conceptEntry>
+  </body></text>
+</tbx>
+"""
+
+
+def test_tbx_concepts_map_every_source_term_to_the_target_terms(tmp_path):
+    glossary = read_glossary(_write(tmp_path, "g.tbx", TBX), "en", "de")
+    assert [(t.source, t.targets) for t in glossary.terms] == [
+        ("file", ("Datei", "Dateien")),
+        ("folder", ("Ordner",)),
+        ("directory", ("Ordner",)),
+    ]
+
+
+def test_a_tbx_with_entities_is_refused_without_loading_them(tmp_path):
+    hostile = TBX.replace(
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        '<?xml version="1.0"?><!DOCTYPE tbx [<!ENTITY x SYSTEM "file:///etc/passwd">]>',
+    ).replace("<term>file</term>", "<term>&x;</term>")
+    with pytest.raises(DataError, match=r"g.tbx: declares a DTD or entities"):
+        read_glossary(_write(tmp_path, "g.tbx", hostile), "en", "de")
+
+
+def test_keep_terms_are_names_copied_as_written(tmp_path):
+    keep = read_keep_terms(_write(tmp_path, "keep.txt", "# names\nGitLab\nnmt\n"))
+    assert [(t.source, t.kept) for t in keep.terms] == [("GitLab", True), ("nmt", True)]
+    joined = Glossary.join(read_glossary(_write(tmp_path, "g.tsv", "file\tDatei\n")), keep)
+    assert len(joined) == 3
+    with pytest.raises(DataError, match="already translated"):
+        Glossary.join(keep, read_glossary(_write(tmp_path, "h.tsv", "nmt\tNMT\n")))
+
+
+def test_terms_match_on_word_boundaries_longest_first_case_as_the_term_says(tmp_path):
+    glossary = read_glossary(_write(tmp_path, "g.tsv", "file\tDatei\nfile system\tDateisystem\nRepository\tRepo\n"))
+    matcher = TermMatcher(glossary)
+    text = "Open the File, then the file system; profile and repository and Repository."
+    found = [(text[m.start : m.end], m.term.targets[0]) for m in matcher.find(text)]
+    assert found == [("File", "Datei"), ("file system", "Dateisystem"), ("Repository", "Repo")]
+
+
+def test_no_term_inside_a_placeholder_a_path_a_url_or_an_option(tmp_path):
+    matcher = TermMatcher(read_glossary(_write(tmp_path, "g.tsv", "file\tDatei\nname\tName\n")))
+    text = "Copy /usr/share/file to https://example.org/file with --file and %(name)s, then the file."
+    found = [(m.start, text[m.start : m.end]) for m in matcher.find(text)]
+    assert found == [(len(text) - len("file."), "file")]
