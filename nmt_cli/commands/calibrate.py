@@ -8,7 +8,7 @@ import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import console
+from .common import ThreadsOption, console, device_option, resolve_device
 
 
 def run(
@@ -25,8 +25,8 @@ def run(
     threshold: float = typer.Option(
         50.0, "--threshold", min=0.0, max=100.0, help="The sentence chrF an acceptable translation reaches."
     ),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
-    threads: int = typer.Option(0, "--threads", min=0, max=4096, help="CPU threads (0: all cores)."),
+    device: str = device_option("cpu"),
+    threads: int = ThreadsOption,
 ) -> None:
     """Fit the confidence of `nmt translate --confidence` to your data; writes a new model file, never over the old."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
@@ -55,7 +55,7 @@ def run(
             markup=False,
             soft_wrap=True,
         )
-    report = calibrate(model, sources, references, threshold, device)
+    report = calibrate(model, sources, references, threshold, resolve_device(device))
     write_calibrated(model, report.calibration, output)
     console.print(
         f"calibrated on {report.pairs:,} pairs ({report.acceptable:.0%} acceptable: sentence chrF >= {threshold:g}); "

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from ..config import DecodeConfig, Recipe, load_recipe, option_help, override_section
+from ..errors import NmtError
 
 console = Console(stderr=True, highlight=False)
 
@@ -34,3 +35,30 @@ def with_decoding(config: DecodeConfig, values: dict[str, Any]) -> DecodeConfig:
     recipe's own rules: a bad ``--beam 0`` fails as ``--set decode.beam=0`` does, naming the flag."""
     flags = {name: "--" + name.replace("_", "-") for name in values}
     return override_section(config, values, flags)
+
+
+# Where and how wide a command computes, declared once for every command that takes them.
+ThreadsOption = typer.Option(0, "--threads", min=0, max=4096, help="CPU threads (0: all cores).")
+
+
+def device_option(default: str = "auto", when: str = "") -> Any:
+    """``--device``: cpu, cuda, cuda:N (or auto: a GPU where there is one); ``when`` says when it applies."""
+    choices = "cpu, cuda, cuda:N or auto." if default == "auto" else "cpu, cuda or cuda:N."
+    return typer.Option(default, "--device", help=f"{when}{choices}")
+
+
+def resolve_device(name: str, local_rank: int | None = None) -> Any:
+    """The ``--device`` to run on (a ``torch.device``); under torchrun, ``auto`` and ``cuda`` take the GPU of the
+    local rank."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and local_rank is not None:
+        name = f"cuda:{local_rank % max(torch.cuda.device_count(), 1)}"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NmtError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise NmtError(f"--device: '{name}' is not a device; use cpu, cuda, cuda:N or auto") from None

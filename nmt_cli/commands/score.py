@@ -9,7 +9,7 @@ import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import console
+from .common import console, device_option, resolve_device
 
 
 def run(
@@ -42,7 +42,7 @@ def run(
     output_format: str = typer.Option(
         "jsonl", "--format", help="With --model: jsonl or tsv (total, per token, normalised by the length penalty)."
     ),
-    device: str = typer.Option("auto", "--device", help="With --model: cpu, cuda, cuda:N or auto."),
+    device: str = device_option(when="With --model: "),
     docids: str = typer.Option(
         None,
         "--docids",
@@ -119,7 +119,6 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
     from ..decode.forced import forced_scores
     from ..decode.translator import load_ensemble
     from ..score.metrics import check_aligned, read_lines
-    from .translate import _device
 
     if output_format not in ("jsonl", "tsv"):
         raise NmtError(f"--format: '{output_format}' is not jsonl or tsv")
@@ -128,7 +127,7 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
     stdin_text = sys.stdin.read() if "-" in files else None
     sources, hypotheses = (read_lines(f, stdin_text, _note) for f in files)
     check_aligned(hypotheses, files[1], [sources], [files[0]])
-    target = _device(device)
+    target = resolve_device(device)
     loaded = load_ensemble(models, target)
     pairs = list(
         zip(

@@ -11,7 +11,7 @@ import typer
 from ..config import DecodeConfig
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import decode_option, with_decoding
+from .common import ThreadsOption, decode_option, device_option, resolve_device, with_decoding
 
 
 def run(
@@ -23,8 +23,8 @@ def run(
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    threads: int = typer.Option(0, "--threads", min=0, max=4096, help="CPU threads (0: all cores)."),
+    device: str = device_option(),
+    threads: int = ThreadsOption,
     dtype: str = typer.Option("fp32", "--dtype", help="Weights and arithmetic: fp32, bf16 or fp16."),
     batching: bool = typer.Option(
         True,
@@ -70,7 +70,6 @@ def run(
     from ..serve.server import serve
     from ..utils.allocator import keep_freed_memory
     from ..utils.cpu import check_parallelism
-    from .translate import _device
 
     with_decoding(DecodeConfig(), {"batch_tokens": batch_tokens})  # a bad value fails as the recipe key would
     if dtype not in ("fp32", "bf16", "fp16"):
@@ -89,4 +88,4 @@ def run(
     # uvicorn drains the requests in flight on SIGTERM, then raises it again under the handler it found:
     # the default one, so that a supervisor sees the server ended by SIGTERM (not an error exit).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    serve(models, host, port, _device(device), weights, limits, batch_tokens, max_queue, batching, log_level)
+    serve(models, host, port, resolve_device(device), weights, limits, batch_tokens, max_queue, batching, log_level)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import json
 import os
 import re
 import sys
@@ -17,7 +16,7 @@ import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import console, decode_option, with_decoding
+from .common import ThreadsOption, console, decode_option, device_option, resolve_device, with_decoding
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
     from ..decode.assess import Assessment
@@ -56,8 +55,8 @@ def run(
     batch_tokens: int = decode_option("batch_tokens", "--batch-tokens"),
     batch_size: int = decode_option("batch_size", "--batch-size"),
     workers: int = decode_option("workers", "--workers"),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    threads: int = typer.Option(0, "--threads", min=0, max=4096, help="CPU threads (0: all cores)."),
+    device: str = device_option(),
+    threads: int = ThreadsOption,
     dtype: Precisions | None = typer.Option(
         None,
         "--dtype",
@@ -205,7 +204,8 @@ def run(
     import torch
 
     from ..config import DecodeConfig
-    from ..decode.file_job import Shard
+    from ..decode.file_job import Shard, chosen_shard, job_identity
+    from ..decode.translation import output_lines
     from ..formats import LINES, format_for, needs_alignment
     from ..formats.unpack import MIB, UnpackLimits
     from ..score.metrics import read_lines
@@ -259,11 +259,11 @@ def run(
         _check_markup_options(chosen_format, nbest, alignments, prefix)
     _check_confidence_options(confidence, output_format, sampling, markup, chosen_format)
     aligned = (markup or needs_alignment(chosen_format)) and engine != "ctranslate2"
-    job_shard = _job_shard(shard, input, output)
+    job_shard = chosen_shard(shard, input, output)
     launched = "WORLD_SIZE" in os.environ
     threads = threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(threads)
-    target = _device(device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
+    target = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
 
     translator = _open_engine(
         engine, models, target, dtype, threads, options, length_penalty, nbest, alignments or aligned, alignment_layer,
@@ -287,7 +287,7 @@ def run(
             yield from _markup_lines(lines, first, _sentences(results, aligned), chunk_lines, kept)
             return
         for index, hyps in enumerate(results(lines, first), start=first):
-            yield _format(index, hyps, nbest, output_format, alignments, confidence)
+            yield output_lines(index, hyps, nbest, output_format, alignments, confidence)
 
     show = progress if progress is not None else output is not None
     show = show and int(os.environ.get("RANK", "0")) == 0
@@ -311,7 +311,7 @@ def run(
         if show:
             console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
     elif input is not None and (output is not None or job_shard is not None):
-        identity = _job_identity(
+        identity = job_identity(
             translator.config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines
         )
         identity["settings"].update(markup=markup, confidence=confidence, format=output_format)
@@ -554,47 +554,6 @@ def _translate_document(input, output, chosen, sentences, languages, gettext_opt
     )
 
 
-def _format(index: int, hyps: list[Translation], nbest: int, output_format: str, alignments: bool, confidence: bool) -> str:
-    """One input line's output: its translation (then alignments if asked), or INDEX, SCORE, TEXT lines;
-    with --confidence the confidence and flags too; --format jsonl/tsv: one record per hypothesis."""
-    if output_format == "jsonl":
-        return "".join(
-            json.dumps(_record(index, rank, hyp, alignments, confidence), ensure_ascii=False) + "\n"
-            for rank, hyp in enumerate(hyps)
-        )
-    if output_format == "tsv":
-        return "".join(_tsv(index, rank, hyp, alignments, confidence) for rank, hyp in enumerate(hyps))
-    extra = lambda hyp: ([hyp.alignment or ""] if alignments else []) + (_judged(hyp.assessment) if confidence else [])  # noqa: E731
-    if nbest == 1:
-        return "\t".join([hyps[0].text, *extra(hyps[0])]) + "\n"
-    return "".join("\t".join([str(index), f"{hyp.score:.4f}", hyp.text, *extra(hyp)]) + "\n" for hyp in hyps)
-
-
-def _judged(assessment) -> list[str]:
-    """The confidence (uncalibrated: marked with a ~) and the flags, as text columns."""
-    mark = "" if assessment.confidence is not None else "~"
-    return [f"{mark}{assessment.shown_confidence:.3f}", ",".join(assessment.flags)]
-
-
-def _record(index: int, rank: int, hyp: Translation, alignments: bool, confidence: bool) -> dict:
-    record = {"line": index, "rank": rank, "translation": hyp.text, "score": round(hyp.score, 4)}
-    if confidence:
-        assessment = hyp.assessment
-        assert assessment is not None  # --confidence: the translator assessed every hypothesis
-        record["confidence"] = round(assessment.shown_confidence, 4)
-        record["calibrated"] = assessment.confidence is not None
-        record["flags"] = assessment.flags
-        record["features"] = assessment.features.as_dict()
-    if alignments:
-        record["alignment"] = hyp.alignment
-    return record
-
-
-def _tsv(index: int, rank: int, hyp: Translation, alignments: bool, confidence: bool) -> str:
-    columns = [str(index), str(rank), f"{hyp.score:.4f}", *(_judged(hyp.assessment) if confidence else []), hyp.text]
-    return "\t".join(columns + ([hyp.alignment or ""] if alignments else [])) + "\n"
-
-
 def _check_confidence_options(confidence, output_format, sampling, markup, chosen) -> None:
     if output_format not in ("text", "jsonl", "tsv"):
         raise NmtError(f"--format {output_format}: choose text, jsonl or tsv")
@@ -608,45 +567,6 @@ def _check_confidence_options(confidence, output_format, sampling, markup, chose
         raise NmtError(
             f"--confidence applies to line-by-line translation and gettext catalogues, not {chosen} documents; drop it"
         )
-
-
-def _job_shard(shard: str | None, input: Path | None, output: Path | None):
-    """The shard this process translates: ``--shard``, torchrun's rank, or None for the whole input."""
-    from ..decode.file_job import Shard
-
-    launched = Shard.of_torchrun()
-    if shard is not None and launched is not None:
-        raise NmtError("--shard: under torchrun each process takes the shard of its rank; drop --shard")
-    chosen = Shard.parse(shard) if shard is not None else launched
-    if chosen is not None and input is None:
-        raise NmtError("sharding reads the input twice (lines are counted first); give it with -i FILE, not on stdin")
-    if launched is not None and output is None:
-        raise NmtError("under torchrun the processes' shards are joined into one file: give it with -o FILE")
-    return chosen
-
-
-def _job_identity(config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines) -> dict:
-    """What makes a resumed translation the same job: the models' bytes and every setting that shapes the
-    output (threads, workers and the device do not: they change how fast, not what)."""
-    from dataclasses import asdict
-
-    from ..decode.file_job import file_sha256
-
-    files = [m / ("model.bin" if engine == "ctranslate2" else "model.pt") if m.is_dir() else m for m in models]
-    settings = {k: v for k, v in asdict(config).items() if k not in ("workers", "cuda_graphs")}
-    return {
-        "model": [file_sha256(path) for path in files],
-        "settings": {
-            **settings,
-            "engine": engine,
-            "dtype": dtype,
-            "nbest": nbest,
-            "alignments": alignments,
-            "alignment_layer": alignment_layer,
-            "chunk_lines": chunk_lines,
-        },
-        "prefix": file_sha256(prefix) if prefix is not None else None,
-    }
 
 
 def _run_job(input, output, shard, launched, chunk_lines, identity, texts, restart, show) -> None:
@@ -672,22 +592,6 @@ def _run_job(input, output, shard, launched, chunk_lines, identity, texts, resta
                 soft_wrap=True,
             )
         raise
-
-
-def _device(name: str, local_rank: int | None = None):
-    """The device to translate on; under torchrun, ``auto`` and ``cuda`` take the GPU of the local rank."""
-    import torch
-
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and local_rank is not None:
-        name = f"cuda:{local_rank % max(torch.cuda.device_count(), 1)}"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise NmtError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise NmtError(f"--device: '{name}' is not a device; use cpu, cuda, cuda:N or auto") from None
 
 
 @contextlib.contextmanager

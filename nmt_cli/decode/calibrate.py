@@ -37,7 +37,11 @@ class CalibrationReport:
 
 
 def calibrate(
-    model_path: Path, sources: list[str], references: list[str], threshold: float = 50.0, device: str = "cpu"
+    model_path: Path,
+    sources: list[str],
+    references: list[str],
+    threshold: float = 50.0,
+    device: str | torch.device = "cpu",
 ) -> CalibrationReport:
     """Fit a calibration for the model at ``model_path`` on ``sources`` and their ``references``."""
     if len(sources) != len(references):

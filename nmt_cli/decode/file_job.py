@@ -190,3 +190,48 @@ def _is_complete(part: ResumableOutput) -> bool:
         return False
     part.bytes = stored["bytes"]
     return bool(stored["complete"])
+
+
+def chosen_shard(shard: str | None, input: Path | None, output: Path | None) -> Shard | None:
+    """The shard this process translates: ``--shard``, torchrun's rank, or None for the whole input."""
+    launched = Shard.of_torchrun()
+    if shard is not None and launched is not None:
+        raise NmtError("--shard: under torchrun each process takes the shard of its rank; drop --shard")
+    chosen = Shard.parse(shard) if shard is not None else launched
+    if chosen is not None and input is None:
+        raise NmtError("sharding reads the input twice (lines are counted first); give it with -i FILE, not on stdin")
+    if launched is not None and output is None:
+        raise NmtError("under torchrun the processes' shards are joined into one file: give it with -o FILE")
+    return chosen
+
+
+def job_identity(
+    config: Any,
+    models: list[Path],
+    engine: str,
+    dtype: str | None,
+    nbest: int,
+    alignments: bool,
+    alignment_layer: int | None,
+    prefix: Path | None,
+    chunk_lines: int,
+) -> dict[str, Any]:
+    """What makes a resumed translation the same job: the models' bytes and every setting that shapes the
+    output (threads, workers and the device do not: they change how fast, not what)."""
+    from dataclasses import asdict
+
+    files = [m / ("model.bin" if engine == "ctranslate2" else "model.pt") if m.is_dir() else m for m in models]
+    settings = {k: v for k, v in asdict(config).items() if k not in ("workers", "cuda_graphs")}
+    return {
+        "model": [file_sha256(path) for path in files],
+        "settings": {
+            **settings,
+            "engine": engine,
+            "dtype": dtype,
+            "nbest": nbest,
+            "alignments": alignments,
+            "alignment_layer": alignment_layer,
+            "chunk_lines": chunk_lines,
+        },
+        "prefix": file_sha256(prefix) if prefix is not None else None,
+    }

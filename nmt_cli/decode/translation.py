@@ -11,9 +11,10 @@ reads the names.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from ..config import DecodeConfig
@@ -29,8 +30,58 @@ class Translation(NamedTuple):
     alignment: str | None = None
     assessment: Assessment | None = None
 
+    def record(self, index: int, rank: int, alignments: bool, confidence: bool) -> dict[str, Any]:
+        """``--format jsonl``'s object for this hypothesis of input line ``index``."""
+        record: dict[str, Any] = {"line": index, "rank": rank, "translation": self.text, "score": round(self.score, 4)}
+        if confidence:
+            assessment = self.assessment
+            assert assessment is not None  # --confidence: the translator assessed every hypothesis
+            record["confidence"] = round(assessment.shown_confidence, 4)
+            record["calibrated"] = assessment.confidence is not None
+            record["flags"] = assessment.flags
+            record["features"] = assessment.features.as_dict()
+        if alignments:
+            record["alignment"] = self.alignment
+        return record
+
+    def tsv_row(self, index: int, rank: int, alignments: bool, confidence: bool) -> str:
+        """``--format tsv``'s line: line, rank, score, (confidence, flags), text, (alignment)."""
+        judged = self._judged() if confidence else []
+        columns = [str(index), str(rank), f"{self.score:.4f}", *judged, self.text]
+        return "\t".join(columns + ([self.alignment or ""] if alignments else [])) + "\n"
+
+    def columns(self, alignments: bool, confidence: bool) -> list[str]:
+        """What follows the text in the text format: the alignment, the confidence and flags, as asked."""
+        return ([self.alignment or ""] if alignments else []) + (self._judged() if confidence else [])
+
+    def _judged(self) -> list[str]:
+        """The confidence (uncalibrated: marked with a ~) and the flags, as text columns."""
+        assert self.assessment is not None
+        mark = "" if self.assessment.confidence is not None else "~"
+        return [f"{mark}{self.assessment.shown_confidence:.3f}", ",".join(self.assessment.flags)]
+
 
 EMPTY = Translation("", 0.0)  # an empty input line translates to an empty line
+
+
+def output_lines(
+    index: int, hyps: list[Translation], nbest: int, output_format: str, alignments: bool, confidence: bool
+) -> str:
+    """One input line's output in ``nmt translate``'s ``--format``: its translation (then the alignment, the
+    confidence and flags, as asked), or INDEX, SCORE, TEXT lines for an n-best list; jsonl and tsv: one record
+    per hypothesis."""
+    if output_format == "jsonl":
+        return "".join(
+            json.dumps(hyp.record(index, rank, alignments, confidence), ensure_ascii=False) + "\n"
+            for rank, hyp in enumerate(hyps)
+        )
+    if output_format == "tsv":
+        return "".join(hyp.tsv_row(index, rank, alignments, confidence) for rank, hyp in enumerate(hyps))
+    if nbest == 1:
+        return "\t".join([hyps[0].text, *hyps[0].columns(alignments, confidence)]) + "\n"
+    return "".join(
+        "\t".join([str(index), f"{hyp.score:.4f}", hyp.text, *hyp.columns(alignments, confidence)]) + "\n" for hyp in hyps
+    )
 
 
 @dataclass
