@@ -1,7 +1,7 @@
 """The import layers of docs/architecture.md: every import between two parts of the package goes down.
 
 cli -> commands -> pipeline -> train / export / convert / serve / attention_figure -> decode -> quality -> inference ->
-data / model / score / curves / formats -> config -> utils -> errors -> version. Imports inside functions count too.
+terms -> data / model / score / curves / formats -> config -> utils -> errors -> version. Imports inside functions count too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ LAYER = {
     "score": 3,
     "curves": 3,
     "formats": 3,
+    "terms": 3.1,
     "quality": 3.5,
     "inference": 3.2,
     "config": 2,
