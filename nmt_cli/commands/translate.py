@@ -19,9 +19,7 @@ from ..utils.allocator import bound_kernel_caches
 from .common import ThreadsOption, console, decode_option, device_option, resolve_device, with_decoding
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
-    from ..decode.assess import Assessment
     from ..decode.translation import Engine, Translation
-    from ..formats import Trust
 
 
 Engines = Literal["nmt", "ctranslate2"]
@@ -490,32 +488,14 @@ def _check_markup_options(chosen, nbest, alignments, prefix) -> None:
 
 
 def _sentences(results, aligned: bool, assessed: bool = False, show: bool = False):
-    """This command's engine as ``formats.Sentences``: best translations, with word alignments when ``aligned``,
-    with their confidence and flags when ``assessed`` (--confidence); with a progress bar when ``show`` (a
-    document's sentences go through in one call, which may take minutes)."""
-    from ..decode.attention_maps import parse_pharaoh
-    from ..formats import Sentences
+    """This command's engine as ``formats.Sentences`` (``decode/sentences.py``), with a progress bar when
+    ``show`` (a document's sentences go through in one call, which may take minutes)."""
+    from ..decode.sentences import sentences_of
 
     def found(lines: list[str]) -> Iterator[list[Translation]]:
         return _progress(results(iter(lines)), show and len(lines) > 1, 0, len(lines))
 
-    def assess(lines: list[str]) -> list[tuple[str, Trust]]:
-        return [(hyps[0].text, _trust(hyps[0].assessment)) for hyps in found(lines)]
-
-    def translate(lines: list[str]) -> list[str]:
-        return [hyps[0].text for hyps in found(lines)]
-
-    def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-        return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in found(lines)]
-
-    return Sentences(translate, align if aligned else None, assess if assessed else None)
-
-
-def _trust(assessment: Assessment | None) -> Trust:
-    from ..formats import Trust
-
-    assert assessment is not None  # an assessing translator gives every Translation one
-    return Trust(assessment.shown_confidence, tuple(assessment.flags))
+    return sentences_of(found, aligned, assessed)
 
 
 def _tag_names(text: str) -> frozenset[str]:

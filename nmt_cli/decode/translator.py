@@ -31,12 +31,13 @@ from ..utils import torchfile
 from ..utils.text import has_control_characters, replace_control_characters
 from .assess import Assessment, Assessor, teacher_forced
 from .attention_maps import alignment_layer as alignment_layer_of
-from .attention_maps import cross_attention, parse_pharaoh, pharaoh, word_alignment
+from .attention_maps import cross_attention, pharaoh, word_alignment
 from .context import DocumentContext, DocumentPast
 from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
+from .sentences import sentences_of
 from .translation import EMPTY, Translation, TranslationStats
 
 
@@ -324,13 +325,7 @@ class Translator:
             self.new_document()
             return self.translate(lines, documents=itertools.repeat("file", len(lines)))
 
-        def translate(lines: list[str]) -> list[str]:
-            return [hyps[0].text for hyps in in_one_document(lines)]
-
-        def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
-            return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in in_one_document(lines)]
-
-        return Sentences(translate, align if self.align_model is not None else None)
+        return sentences_of(in_one_document, self.align_model is not None)
 
     def _clean(self, line: str) -> str:
         return clean_source_line(line, self.stats)
