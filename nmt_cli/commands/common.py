@@ -62,3 +62,16 @@ def resolve_device(name: str, local_rank: int | None = None) -> Any:
         return torch.device(name)
     except RuntimeError:
         raise NmtError(f"--device: '{name}' is not a device; use cpu, cuda, cuda:N or auto") from None
+
+
+# --dtype: the torch dtype of the weights and the arithmetic (int8 is CTranslate2's alone)
+WEIGHT_DTYPES = {None: "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def weights_dtype(name: str | None) -> Any:
+    """The ``torch.dtype`` that ``--dtype NAME`` names (None: fp32)."""
+    import torch
+
+    if name not in WEIGHT_DTYPES:
+        raise NmtError(f"--dtype: '{name}' is not fp32, bf16 or fp16")
+    return getattr(torch, WEIGHT_DTYPES[name])

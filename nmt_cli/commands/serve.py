@@ -11,7 +11,7 @@ import typer
 from ..config import DecodeConfig
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import ThreadsOption, decode_option, device_option, resolve_device, with_decoding
+from .common import ThreadsOption, decode_option, device_option, resolve_device, weights_dtype, with_decoding
 
 
 def run(
@@ -72,8 +72,7 @@ def run(
     from ..utils.cpu import check_parallelism
 
     with_decoding(DecodeConfig(), {"batch_tokens": batch_tokens})  # a bad value fails as the recipe key would
-    if dtype not in ("fp32", "bf16", "fp16"):
-        raise NmtError(f"--dtype: '{dtype}' is not fp32, bf16 or fp16")
+    weights = weights_dtype(dtype)  # a bad name fails before anything is loaded
     if log_level not in ("critical", "error", "warning", "info", "debug"):
         raise NmtError(f"--log-level: '{log_level}' is not critical, error, warning, info or debug")
     for path in models:
@@ -82,7 +81,6 @@ def run(
     check_parallelism(threads, "--threads")
     torch.set_num_threads(threads or os.cpu_count() or 1)
     keep_freed_memory()  # each step's buffers reused, not faulted in anew (utils/allocator.py)
-    weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     unpack = UnpackLimits(max_unpacked_mb * MIB, max_unpack_ratio)
     limits = Limits(max_body_bytes=max_body, max_sentences=max_sentences, max_beam=max_beam, unpack=unpack)
     # uvicorn drains the requests in flight on SIGTERM, then raises it again under the handler it found:

@@ -16,7 +16,7 @@ import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import ThreadsOption, console, decode_option, device_option, resolve_device, with_decoding
+from .common import ThreadsOption, console, decode_option, device_option, resolve_device, weights_dtype, with_decoding
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
     from ..decode.translation import Engine, Translation
@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # imported where used: the command line starts without torch
 Engines = Literal["nmt", "ctranslate2"]
 Precisions = Literal["fp32", "bf16", "fp16", "int8"]
 # The same precision names for both engines: ours as torch dtypes, CTranslate2's as its compute types.
-WEIGHTS = {None: "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 COMPUTE_TYPES = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
@@ -202,7 +201,7 @@ def run(
     import torch
 
     from ..config import DecodeConfig
-    from ..decode.file_job import Shard, chosen_shard, job_identity
+    from ..decode.file_job import Shard, chosen_shard, file_sha256, job_identity
     from ..decode.translation import output_lines
     from ..formats import LINES, format_for, needs_alignment
     from ..formats.unpack import MIB, UnpackLimits
@@ -272,12 +271,10 @@ def run(
     _check_context_options(translator, documents, chosen_format, input, docids)
 
     def results(lines: Iterable[str], first: int = 0) -> Iterator[list[Translation]]:
-        if first and documents is None and input is not None:
+        if first and input is not None:
             # a resumed job or a shard starting mid-input: the document's earlier lines are read again first
-            _read_context_before(translator, input, first)
-        ids = documents[first:] if documents is not None else None
-        if first and documents is not None:
             _read_context_before(translator, input, first, documents)
+        ids = documents[first:] if documents is not None else None
         return translator.translate(lines, prefixes[first:] if prefixes is not None else None, first, ids)
 
     def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
@@ -313,6 +310,8 @@ def run(
             translator.config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines
         )
         identity["settings"].update(markup=markup, confidence=confidence, format=output_format)
+        if docids is not None:  # other documents, another job
+            identity["docids"] = file_sha256(docids)
         _run_job(input, output, job_shard or Shard(), launched, chunk_lines, identity, texts, restart, show)
     else:
         with _lines(input) as lines, _sink(output) as sink:
@@ -337,7 +336,6 @@ def _open_engine(
 ) -> Engine:
     """The engine ``--engine`` names, every choice fixed: model, device, precision, decoding settings (the
     model's recipe, then the options given)."""
-    import torch
 
     if engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine, CTranslate2Translator
@@ -357,7 +355,7 @@ def _open_engine(
     # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs with the
     # allocator as it is, as it would on its own.
     keep_freed_memory()
-    loaded = load_ensemble(models, device, getattr(torch, WEIGHTS[dtype]))
+    loaded = load_ensemble(models, device, weights_dtype(dtype))
     config = with_decoding(loaded.recipe.decode, options)
     translator = Translator(
         loaded,
