@@ -5,25 +5,23 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING
 
 import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
 from .common import ThreadsOption, console, decode_option, device_option, resolve_device, weights_dtype, with_decoding
+from .translate_options import Engines, Plan, Precisions, TranslateOptions
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
     from ..decode.translation import Engine, Translation
 
 
-Engines = Literal["nmt", "ctranslate2"]
-Precisions = Literal["fp32", "bf16", "fp16", "int8"]
 # The same precision names for both engines: ours as torch dtypes, CTranslate2's as its compute types.
 COMPUTE_TYPES = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
@@ -79,8 +77,9 @@ def run(
     docids: Path = typer.Option(
         None,
         "--docids",
-        help="Document ids, one per input line: a model trained with model.concat reads each line after the "
-        "earlier lines of its document (without this file a blank line ends a document).",
+        help="Document ids, one per input line: a model that reads document context (model.recurrence, "
+        "model.concat) reads each line after the earlier lines of its document (without this file a blank line "
+        "ends a document).",
         show_default=False,
     ),
     alignments: bool = typer.Option(
@@ -198,77 +197,41 @@ def run(
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
+    decoding = dict(
+        beam=beam, alpha=alpha, length_penalty=length_penalty, stop=stop, max_len_a=max_len_a, max_len_b=max_len_b,
+        batch_tokens=batch_tokens, batch_size=batch_size, workers=workers, cuda_graphs=cuda_graphs,
+        sampling=sampling or None, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+    )  # fmt: skip
+    options = TranslateOptions(
+        models, input, output, nbest, device, threads, dtype, engine, prefix, docids, alignments, alignment_layer,
+        sampling, progress, chunk_lines, shard, restart, file_format, fuzzy, retranslate, fuzzy_below, keep_tags,
+        max_unpacked_mb, max_unpack_ratio, markup, confidence, output_format, decoding,
+    )  # fmt: skip
+    translate_with(options, options.checked())
+
+
+def translate_with(o: TranslateOptions, plan: Plan) -> None:
+    """``nmt translate`` once its options are checked: open the engine, then translate the document, the job
+    (resumable, sharded) or the stream of lines."""
     import torch
 
-    from ..config import DecodeConfig
-    from ..decode.file_job import Shard, chosen_shard, file_sha256, job_identity
+    from ..decode.file_job import Shard, file_sha256, job_identity
     from ..decode.translation import output_lines
-    from ..formats import LINES, format_for, needs_alignment
     from ..formats.unpack import MIB, UnpackLimits
     from ..score.metrics import read_lines
-    from ..utils.cpu import check_parallelism
 
-    options = dict(
-        beam=beam,
-        alpha=alpha,
-        length_penalty=length_penalty,
-        stop=stop,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        batch_tokens=batch_tokens,
-        batch_size=batch_size,
-        workers=workers,
-        cuda_graphs=cuda_graphs,
-        sampling=sampling or None,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-    )
-    with_decoding(DecodeConfig(), options)  # bad values fail now, before a model is loaded
-    kept = _tag_names(keep_tags)
-    _check_dependent_options(sampling, {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed})
-    if prefix is not None and (not prefix.is_file()):
-        raise NmtError(f"--prefix {prefix}: file not found")
-    if docids is not None and (not docids.is_file()):
-        raise NmtError(f"--docids {docids}: file not found")
-    if alignment_layer is not None and not alignments:
-        raise NmtError("--alignment-layer applies to --alignments; add --alignments")
-    asked = {
-        "alignments": alignments,
-        "prefix": prefix is not None,
-        "ensemble": len(models) > 1,
-        "sampling": sampling,
-        "gnmt": length_penalty == "gnmt",
-        "stop": stop not in (None, "beam"),
-        "int8": dtype == "int8",
-        "confidence": confidence,
-    }
-    _check_engine(engine, asked, stop)
-    if input is not None and (not input.exists() or input.is_dir()):
-        raise NmtError(f"{input}: input file not found")
-    _check_output(output, input, models)
-    check_parallelism(threads, "--threads")
-    chosen_format = format_for(input, file_format)
-    if chosen_format != LINES:
-        _check_file_format_options(chosen_format, input, nbest, alignments, prefix, shard, sampling)
-    if markup:
-        _check_markup_options(chosen_format, nbest, alignments, prefix)
-    _check_confidence_options(confidence, output_format, sampling, markup, chosen_format)
-    aligned = (markup or needs_alignment(chosen_format)) and engine != "ctranslate2"
-    job_shard = chosen_shard(shard, input, output)
     launched = "WORLD_SIZE" in os.environ
-    threads = threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    threads = o.cpu_threads()
     torch.set_num_threads(threads)
-    target = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
-
+    target = resolve_device(o.device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
     translator = _open_engine(
-        engine, models, target, dtype, threads, options, length_penalty, nbest, alignments or aligned, alignment_layer,
-        confidence, chunk_lines,
+        o.engine, o.models, target, o.dtype, threads, o.decoding, o.decoding["length_penalty"], o.nbest,
+        o.alignments or plan.aligned, o.alignment_layer, o.confidence, o.chunk_lines,
     )  # fmt: skip
+    input, output, prefix, docids = o.input, o.output, o.prefix, o.docids
     prefixes = read_lines(prefix) if prefix is not None else None
     documents = read_lines(docids) if docids is not None else None
-    _check_context_options(translator, documents, chosen_format, input, docids)
+    _check_context_options(translator, documents, input, docids)
 
     def results(lines: Iterable[str], first: int = 0) -> Iterator[list[Translation]]:
         if first and input is not None:
@@ -278,15 +241,11 @@ def run(
         return translator.translate(lines, prefixes[first:] if prefixes is not None else None, first, ids)
 
     def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
-        if markup:
-            yield from _markup_lines(lines, first, _sentences(results, aligned), chunk_lines, kept)
+        if o.markup:
+            yield from _markup_lines(lines, first, _sentences(results, plan.aligned), o.chunk_lines, plan.kept_tags)
             return
         for index, hyps in enumerate(results(lines, first), start=first):
-            yield output_lines(index, hyps, nbest, output_format, alignments, confidence)
-
-    show = progress if progress is not None else output is not None
-    show = show and int(os.environ.get("RANK", "0")) == 0
-    started = time.perf_counter()
+            yield output_lines(index, hyps, o.nbest, o.output_format, o.alignments, o.confidence)
 
     def one_document(lines: Iterable[str], first: int = 0) -> Iterator[list[Translation]]:
         """A file's sentences, handed over in one call and in order, read as one document."""
@@ -295,24 +254,28 @@ def run(
         translator.new_document()  # type: ignore[attr-defined]
         return translator.translate(lines, documents=_forever("file"))
 
-    if chosen_format != LINES:
+    show = o.progress if o.progress is not None else output is not None
+    show = show and int(os.environ.get("RANK", "0")) == 0
+    started = time.perf_counter()
+    if not plan.line_by_line:
         assert input is not None
-        gettext_options = (fuzzy, retranslate, fuzzy_below if confidence else None)
-        sentences = _sentences(one_document, aligned, confidence, show)
-        limits = UnpackLimits(max_unpacked_mb * MIB, max_unpack_ratio)
+        gettext_options = (o.fuzzy, o.retranslate, o.fuzzy_below if o.confidence else None)
+        sentences = _sentences(one_document, plan.aligned, o.confidence, show)
+        limits = UnpackLimits(o.max_unpacked_mb * MIB, o.max_unpack_ratio)
         count = _translate_document(
-            input, output, chosen_format, sentences, translator.languages, gettext_options, limits, kept
+            input, output, plan.file_format, sentences, translator.languages, gettext_options, limits, plan.kept_tags
         )
         if show:
             console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
-    elif input is not None and (output is not None or job_shard is not None):
+    elif input is not None and (output is not None or plan.shard is not None):
         identity = job_identity(
-            translator.config, models, engine, dtype, nbest, alignments, alignment_layer, prefix, chunk_lines
-        )
-        identity["settings"].update(markup=markup, confidence=confidence, format=output_format)
+            translator.config, o.models, o.engine, o.dtype, o.nbest, o.alignments, o.alignment_layer, prefix,
+            o.chunk_lines,
+        )  # fmt: skip
+        identity["settings"].update(markup=o.markup, confidence=o.confidence, format=o.output_format)
         if docids is not None:  # other documents, another job
             identity["docids"] = file_sha256(docids)
-        _run_job(input, output, job_shard or Shard(), launched, chunk_lines, identity, texts, restart, show)
+        _run_job(input, output, plan.shard or Shard(), launched, o.chunk_lines, identity, texts, o.restart, show)
     else:
         with _lines(input) as lines, _sink(output) as sink:
             for text in _progress(texts(lines), show):
@@ -377,72 +340,16 @@ def _open_engine(
     return translator
 
 
-def _check_dependent_options(sampling: bool, sampling_options: dict[str, object]) -> None:
-    given = [name for name, value in sampling_options.items() if value is not None]
-    if given and not sampling:
-        raise NmtError(f"{given[0]} applies to sampling; add --sampling")
-
-
-# What one engine does and the other does not, in one place: capability -> (the engine that has it, the refusal)
-ONLY = {
-    "alignments": ("nmt", "--alignments runs with --engine nmt only; drop --engine ctranslate2"),
-    "prefix": ("nmt", "--prefix runs with --engine nmt only; drop --engine ctranslate2"),
-    "ensemble": ("nmt", "ensembles (-m given more than once) run with --engine nmt only; drop --engine ctranslate2"),
-    "sampling": ("nmt", "--sampling runs with --engine nmt only; drop --engine ctranslate2"),
-    "confidence": ("nmt", "--confidence runs with --engine nmt only (it reads the model's attention); drop one of them"),
-    "gnmt": (
-        "nmt",
-        "--length-penalty gnmt: CTranslate2 normalises scores by |Y|^alpha only; use --length-penalty average "
-        "or --engine nmt",
-    ),
-    "stop": (
-        "nmt",
-        "--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; use --stop beam "
-        "or leave --stop out",
-    ),
-    "int8": ("ctranslate2", "--dtype int8: only with --engine ctranslate2 (our engine computes in fp32, bf16 or fp16)"),
-}
-
-
-def _check_engine(engine: str, asked: dict[str, bool], stop: str | None) -> None:
-    """Refuse, in one line, the first thing asked for that ``engine`` does not do (``ONLY``)."""
-    for capability, wanted in asked.items():
-        owner, refusal = ONLY[capability]
-        if wanted and owner != engine:
-            raise NmtError(refusal.format(stop=stop))
-
-
-def _check_file_format_options(chosen, input, nbest, alignments, prefix, shard, sampling) -> None:
-    """What line-by-line options mean nothing for a document."""
-    if input is None:
-        raise NmtError(f"--file-format {chosen}: give the file with -i (a document is read whole, not from stdin)")
-    for given, flag in (
-        (nbest > 1, "--nbest"),
-        (alignments, "--alignments"),
-        (prefix is not None, "--prefix"),
-        (shard is not None, "--shard"),
-        (sampling, "--sampling"),
-    ):
-        if given:
-            raise NmtError(f"{flag} applies to line-by-line translation; {input} is translated as a {chosen} file")
-
-
 def _forever(value: str) -> Iterator[str]:
     while True:
         yield value
 
 
-def _check_context_options(
-    translator, documents: list[str] | None, chosen_format: str, input: Path | None, docids: Path | None
-) -> None:
-    """--docids goes with line-by-line translation by a model that reads document context, one id per line
-    (checked before anything is written when the input is a file)."""
-    from ..formats import LINES
-
+def _check_context_options(translator, documents: list[str] | None, input: Path | None, docids: Path | None) -> None:
+    """--docids goes with a model that reads document context, one id per input line (checked before anything
+    is written when the input is a file)."""
     if documents is None:
         return
-    if chosen_format != LINES:
-        raise NmtError(f"--docids applies to line-by-line translation; a {chosen_format} file is one document")
     if getattr(translator, "document", None) is None:
         raise NmtError(
             "--docids: this model translates each sentence alone (trained without model.concat or "
@@ -475,16 +382,6 @@ def _read_context_before(translator, input: Path, first: int, documents: list[st
     translator.stats = stats
 
 
-def _check_markup_options(chosen, nbest, alignments, prefix) -> None:
-    from ..formats import LINES
-
-    if chosen != LINES:
-        raise NmtError(f"--markup reads lines; a {chosen} file is translated with its markup already")
-    for given, flag in ((nbest > 1, "--nbest"), (alignments, "--alignments"), (prefix is not None, "--prefix")):
-        if given:
-            raise NmtError(f"{flag} does not go with --markup (the alignment places the tags); drop one of them")
-
-
 def _sentences(results, aligned: bool, assessed: bool = False, show: bool = False):
     """This command's engine as ``formats.Sentences`` (``decode/sentences.py``), with a progress bar when
     ``show`` (a document's sentences go through in one call, which may take minutes)."""
@@ -494,15 +391,6 @@ def _sentences(results, aligned: bool, assessed: bool = False, show: bool = Fals
         return _progress(results(iter(lines)), show and len(lines) > 1, 0, len(lines))
 
     return sentences_of(found, aligned, assessed)
-
-
-def _tag_names(text: str) -> frozenset[str]:
-    """``--keep-tags a,b``: the element names, as the HTML tokenizer names them (lower case)."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    bad = [name for name in names if not re.fullmatch(r"[A-Za-z][\w.:-]*", name)]
-    if bad:
-        raise NmtError(f"--keep-tags: '{bad[0]}' is not an element name; give names separated by commas, e.g. kbd,keyword")
-    return frozenset(name.lower() for name in names) | frozenset(names)
 
 
 def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int, kept: frozenset[str]) -> Iterator[str]:
@@ -530,21 +418,6 @@ def _translate_document(input, output, chosen, sentences, languages, gettext_opt
     return translate_file(
         input, output, sentences, source_language, target_language, chosen, fuzzy, retranslate, fuzzy_below, limits, kept
     )
-
-
-def _check_confidence_options(confidence, output_format, sampling, markup, chosen) -> None:
-    if output_format not in ("text", "jsonl", "tsv"):
-        raise NmtError(f"--format {output_format}: choose text, jsonl or tsv")
-    if not confidence:
-        return
-    if sampling:
-        raise NmtError("--confidence assesses beam search or greedy outputs; drop --sampling")
-    if markup:
-        raise NmtError("--confidence does not go with --markup; drop one of them")
-    if chosen not in ("lines", "po"):
-        raise NmtError(
-            f"--confidence applies to line-by-line translation and gettext catalogues, not {chosen} documents; drop it"
-        )
 
 
 def _run_job(input, output, shard, launched, chunk_lines, identity, texts, restart, show) -> None:
@@ -590,21 +463,6 @@ def _checked(handle: IO[bytes], name: str) -> Iterator[str]:
             yield raw.decode("utf-8")
         except UnicodeDecodeError:
             raise NmtError(f"{name}:{number}: invalid UTF-8; convert the input to UTF-8") from None
-
-
-def _check_output(output: Path | None, input: Path | None, models: list[Path]) -> None:
-    """The output file never replaces the input being read or a model."""
-    if output is None:
-        return
-    if output.is_dir():
-        raise NmtError(f"{output}: is a folder; name the output file")
-    target = output.resolve()
-    read = [input] if input is not None else []
-    for model in models:
-        read += [model, model / "model.pt"] if model.is_dir() else [model]
-    for path in read:
-        if path.exists() and target == path.resolve():
-            raise NmtError(f"{output}: is also what this command reads ({path}); write the output to another file")
 
 
 @contextlib.contextmanager

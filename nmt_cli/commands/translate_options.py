@@ -1,0 +1,204 @@
+"""``nmt translate``'s options as one record, checked against each other before a model is loaded.
+
+Every refusal is one line naming the option and the fix. What the options decide together (the file format,
+whether tags need alignments, the shard to translate, the tags kept as code) comes back as a :class:`Plan`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..errors import NmtError
+
+Engines = Literal["nmt", "ctranslate2"]
+Precisions = Literal["fp32", "bf16", "fp16", "int8"]
+
+
+@dataclass(frozen=True)
+class TranslateOptions:
+    """What the command line gave (None: not given); ``decoding`` holds the ``decode.*`` overrides."""
+
+    models: list[Path]
+    input: Path | None
+    output: Path | None
+    nbest: int
+    device: str
+    threads: int
+    dtype: Precisions | None
+    engine: Engines
+    prefix: Path | None
+    docids: Path | None
+    alignments: bool
+    alignment_layer: int | None
+    sampling: bool
+    progress: bool | None
+    chunk_lines: int
+    shard: str | None
+    restart: bool
+    file_format: str | None
+    fuzzy: bool
+    retranslate: bool
+    fuzzy_below: float
+    keep_tags: str
+    max_unpacked_mb: int
+    max_unpack_ratio: float
+    markup: bool
+    confidence: bool
+    output_format: str
+    decoding: dict[str, Any]
+
+    def checked(self) -> Plan:
+        """Refuse what cannot go together, in one line, before a model is loaded; return what follows."""
+        from ..config import DecodeConfig
+        from ..decode.file_job import chosen_shard
+        from ..formats import LINES, format_for, needs_alignment
+        from ..utils.cpu import check_parallelism
+        from .common import with_decoding
+
+        with_decoding(DecodeConfig(), self.decoding)  # bad values fail now, as --set decode.X would
+        kept = tag_names(self.keep_tags)
+        sampling_options = {
+            f"--{name.replace('_', '-')}": self.decoding[name] for name in ("temperature", "top_k", "top_p", "seed")
+        }
+        given = [flag for flag, value in sampling_options.items() if value is not None]
+        if given and not self.sampling:
+            raise NmtError(f"{given[0]} applies to sampling; add --sampling")
+        for path, flag in ((self.prefix, "--prefix"), (self.docids, "--docids")):
+            if path is not None and not path.is_file():
+                raise NmtError(f"{flag} {path}: file not found")
+        if self.alignment_layer is not None and not self.alignments:
+            raise NmtError("--alignment-layer applies to --alignments; add --alignments")
+        self._check_engine()
+        if self.input is not None and (not self.input.exists() or self.input.is_dir()):
+            raise NmtError(f"{self.input}: input file not found")
+        self._check_output()
+        check_parallelism(self.threads, "--threads")
+        chosen = format_for(self.input, self.file_format)
+        if chosen != LINES:
+            self._check_document_options(chosen)
+        if self.markup:
+            self._check_markup_options(chosen, LINES)
+        self._check_confidence_options(chosen)
+        aligned = (self.markup or needs_alignment(chosen)) and self.engine != "ctranslate2"
+        return Plan(chosen, chosen == LINES, aligned, kept, chosen_shard(self.shard, self.input, self.output))
+
+    def _check_engine(self) -> None:
+        """Refuse, in one line, the first thing asked for that the engine does not do (``ONLY``)."""
+        stop = self.decoding.get("stop")
+        asked = {
+            "alignments": self.alignments,
+            "prefix": self.prefix is not None,
+            "ensemble": len(self.models) > 1,
+            "sampling": self.sampling,
+            "gnmt": self.decoding.get("length_penalty") == "gnmt",
+            "stop": stop not in (None, "beam"),
+            "int8": self.dtype == "int8",
+            "confidence": self.confidence,
+        }
+        for capability, wanted in asked.items():
+            owner, refusal = ONLY[capability]
+            if wanted and owner != self.engine:
+                raise NmtError(refusal.format(stop=stop))
+
+    def _check_output(self) -> None:
+        """The output file never replaces the input being read or a model."""
+        if self.output is None:
+            return
+        if self.output.is_dir():
+            raise NmtError(f"{self.output}: is a folder; name the output file")
+        target = self.output.resolve()
+        read = [self.input] if self.input is not None else []
+        for model in self.models:
+            read += [model, model / "model.pt"] if model.is_dir() else [model]
+        for path in read:
+            if path.exists() and target == path.resolve():
+                raise NmtError(f"{self.output}: is also what this command reads ({path}); write the output to another file")
+
+    def _check_document_options(self, chosen: str) -> None:
+        """What line-by-line options mean nothing for a document."""
+        if self.input is None:
+            raise NmtError(f"--file-format {chosen}: give the file with -i (a document is read whole, not from stdin)")
+        for given, flag in (
+            (self.nbest > 1, "--nbest"),
+            (self.alignments, "--alignments"),
+            (self.prefix is not None, "--prefix"),
+            (self.shard is not None, "--shard"),
+            (self.sampling, "--sampling"),
+            (self.docids is not None, "--docids"),
+        ):
+            if given:
+                raise NmtError(f"{flag} applies to line-by-line translation; {self.input} is translated as a {chosen} file")
+
+    def _check_markup_options(self, chosen: str, lines: str) -> None:
+        if chosen != lines:
+            raise NmtError(f"--markup reads lines; a {chosen} file is translated with its markup already")
+        for given, flag in (
+            (self.nbest > 1, "--nbest"),
+            (self.alignments, "--alignments"),
+            (self.prefix is not None, "--prefix"),
+        ):
+            if given:
+                raise NmtError(f"{flag} does not go with --markup (the alignment places the tags); drop one of them")
+
+    def _check_confidence_options(self, chosen: str) -> None:
+        if self.output_format not in ("text", "jsonl", "tsv"):
+            raise NmtError(f"--format {self.output_format}: choose text, jsonl or tsv")
+        if not self.confidence:
+            return
+        if self.sampling:
+            raise NmtError("--confidence assesses beam search or greedy outputs; drop --sampling")
+        if self.markup:
+            raise NmtError("--confidence does not go with --markup; drop one of them")
+        if chosen not in ("lines", "po"):
+            raise NmtError(
+                f"--confidence applies to line-by-line translation and gettext catalogues, not {chosen} documents; drop it"
+            )
+
+    def cpu_threads(self) -> int:
+        """``--threads``, or this process's share of the cores (torchrun's processes split them)."""
+        return self.threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the options decide together."""
+
+    file_format: str
+    line_by_line: bool
+    aligned: bool  # tags are placed by word alignments (markup, documents with inline markup)
+    kept_tags: frozenset[str]
+    shard: Any  # decode.file_job.Shard, or None: the whole input
+
+
+# What one engine does and the other does not, in one place: capability -> (the engine that has it, the refusal)
+ONLY = {
+    "alignments": ("nmt", "--alignments runs with --engine nmt only; drop --engine ctranslate2"),
+    "prefix": ("nmt", "--prefix runs with --engine nmt only; drop --engine ctranslate2"),
+    "ensemble": ("nmt", "ensembles (-m given more than once) run with --engine nmt only; drop --engine ctranslate2"),
+    "sampling": ("nmt", "--sampling runs with --engine nmt only; drop --engine ctranslate2"),
+    "confidence": ("nmt", "--confidence runs with --engine nmt only (it reads the model's attention); drop one of them"),
+    "gnmt": (
+        "nmt",
+        "--length-penalty gnmt: CTranslate2 normalises scores by |Y|^alpha only; use --length-penalty average "
+        "or --engine nmt",
+    ),
+    "stop": (
+        "nmt",
+        "--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; use --stop beam "
+        "or leave --stop out",
+    ),
+    "int8": ("ctranslate2", "--dtype int8: only with --engine ctranslate2 (our engine computes in fp32, bf16 or fp16)"),
+}
+
+
+def tag_names(text: str) -> frozenset[str]:
+    """``--keep-tags a,b``: the element names, as the HTML tokenizer names them (lower case)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if not re.fullmatch(r"[A-Za-z][\w.:-]*", name)]
+    if bad:
+        raise NmtError(f"--keep-tags: '{bad[0]}' is not an element name; give names separated by commas, e.g. kbd,keyword")
+    return frozenset(name.lower() for name in names) | frozenset(names)
