@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import codecs
-import contextlib
 import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
 from .common import ThreadsOption, console, decode_option, device_option, resolve_device, weights_dtype, with_decoding
+from .lines_io import input_lines, output_sink, report_stats, with_progress
 from .translate_options import Engines, Plan, Precisions, TranslateOptions
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
@@ -277,10 +276,10 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
             identity["docids"] = file_sha256(docids)
         _run_job(input, output, plan.shard or Shard(), launched, o.chunk_lines, identity, texts, o.restart, show)
     else:
-        with _lines(input) as lines, _sink(output) as sink:
-            for text in _progress(texts(lines), show):
+        with input_lines(input) as lines, output_sink(output) as sink:
+            for text in with_progress(texts(lines), show):
                 sink.write(text)
-    _report(translator.stats, time.perf_counter() - started, show, translator.max_positions)
+    report_stats(translator.stats, time.perf_counter() - started, show, translator.max_positions)
 
 
 def _open_engine(
@@ -356,7 +355,7 @@ def _check_context_options(translator, documents: list[str] | None, input: Path 
             "model.recurrence); drop --docids"
         )
     if input is not None:
-        with _lines(input) as lines:
+        with input_lines(input) as lines:
             count = sum(1 for _ in lines)
         if count != len(documents):
             raise NmtError(
@@ -375,7 +374,7 @@ def _read_context_before(translator, input: Path, first: int, documents: list[st
     if context is None:
         return
     start = max(0, first - context.sentences)
-    with _lines(input) as handle:
+    with input_lines(input) as handle:
         before = list(itertools.islice(handle, start, first))
     stats = dataclasses.replace(translator.stats)
     list(translator.translate(before, None, start, documents[start:first] if documents is not None else None))
@@ -388,7 +387,7 @@ def _sentences(results, aligned: bool, assessed: bool = False, show: bool = Fals
     from ..decode.sentences import sentences_of
 
     def found(lines: list[str]) -> Iterator[list[Translation]]:
-        return _progress(results(iter(lines)), show and len(lines) > 1, 0, len(lines))
+        return with_progress(results(iter(lines)), show and len(lines) > 1, 0, len(lines))
 
     return sentences_of(found, aligned, assessed)
 
@@ -432,8 +431,10 @@ def _run_job(input, output, shard, launched, chunk_lines, identity, texts, resta
         source, shard, chunk_lines, {**identity, "input": source.sha256, "input_lines": source.lines}, output, launched
     )
     try:
-        with _lines(input) as lines:
-            job.run(lines, texts, sys.stdout.write, restart, lambda items, done, total: _progress(items, show, done, total))
+        with input_lines(input) as lines:
+            job.run(
+                lines, texts, sys.stdout.write, restart, lambda items, done, total: with_progress(items, show, done, total)
+            )
     except (Interrupted, KeyboardInterrupt):
         if output is not None:
             console.print(
@@ -443,68 +444,3 @@ def _run_job(input, output, shard, launched, chunk_lines, identity, texts, resta
                 soft_wrap=True,
             )
         raise
-
-
-@contextlib.contextmanager
-def _lines(path: Path | None) -> Iterator[Iterator[str]]:
-    if path is None:
-        yield _checked(sys.stdin.buffer, "<stdin>")
-        return
-    with open(path, "rb") as handle:
-        yield _checked(handle, str(path))
-
-
-def _checked(handle: IO[bytes], name: str) -> Iterator[str]:
-    for number, raw in enumerate(handle, start=1):
-        if number == 1 and raw.startswith(codecs.BOM_UTF8):
-            console.print(f"{name}: removed the UTF-8 byte-order mark at the start", markup=False)
-            raw = raw[len(codecs.BOM_UTF8) :]
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise NmtError(f"{name}:{number}: invalid UTF-8; convert the input to UTF-8") from None
-
-
-@contextlib.contextmanager
-def _sink(path: Path | None) -> Iterator[IO[str]]:
-    if path is None:
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    from ..utils.files import atomic_open
-
-    with atomic_open(path, "w", encoding="utf-8") as handle:
-        yield handle
-
-
-def _progress(items: Iterator, show: bool, done: int = 0, total: int | None = None) -> Iterator:
-    if not show:
-        yield from items
-        return
-    from tqdm import tqdm
-
-    yield from tqdm(items, desc="translate", unit=" sent", file=sys.stderr, initial=done, total=total)
-
-
-def _report(stats, seconds: float, show: bool, max_positions: int) -> None:
-    if stats.control_lines:
-        console.print(
-            f"note: {stats.control_lines:,} input line(s) held control characters (NUL, escape, ...), each "
-            "translated as a space",
-            markup=False,
-            soft_wrap=True,
-        )
-    if stats.truncated:
-        console.print(
-            f"warning: {stats.truncated} input line(s) longer than the model's {max_positions - 1} "
-            f"tokens (model.max_positions {max_positions}, EOS included) were truncated",
-            markup=False,
-            soft_wrap=True,
-        )
-    if show:
-        rate = stats.sentences / max(seconds, 1e-9)
-        console.print(
-            f"translated {stats.sentences:,} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
-            f"{stats.output_tokens / max(seconds, 1e-9):.0f} target tokens/s)",
-            markup=False,
-        )
