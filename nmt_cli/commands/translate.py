@@ -223,10 +223,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     threads = o.cpu_threads()
     torch.set_num_threads(threads)
     target = resolve_device(o.device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
-    translator = _open_engine(
-        o.engine, o.models, target, o.dtype, threads, o.decoding, o.decoding["length_penalty"], o.nbest,
-        o.alignments or plan.aligned, o.alignment_layer, o.confidence, o.chunk_lines,
-    )  # fmt: skip
+    translator = _open_engine(o, target, threads, plan.aligned)
     input, output, prefix, docids = o.input, o.output, o.prefix, o.docids
     prefixes = read_lines(prefix) if prefix is not None else None
     documents = read_lines(docids) if docids is not None else None
@@ -282,54 +279,42 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     report_stats(translator.stats, time.perf_counter() - started, show, translator.max_positions)
 
 
-def _open_engine(
-    engine: Engines,
-    models: list[Path],
-    device,
-    dtype: Precisions | None,
-    threads: int,
-    options: dict,
-    length_penalty: str | None,
-    nbest: int,
-    alignments: bool,
-    alignment_layer: int | None,
-    confidence: bool,
-    chunk_lines: int,
-) -> Engine:
+def _open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Engine:
     """The engine ``--engine`` names, every choice fixed: model, device, precision, decoding settings (the
     model's recipe, then the options given)."""
 
-    if engine == "ctranslate2":
+    options, models = o.decoding, o.models
+    if o.engine == "ctranslate2":
         from ..export.ctranslate2 import CTranslate2Engine, CTranslate2Translator
 
         # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
         workers = options["workers"] or 1
-        ct2 = CTranslate2Engine(models[0], device.type, threads, COMPUTE_TYPES[dtype], workers)
+        ct2 = CTranslate2Engine(models[0], device.type, threads, COMPUTE_TYPES[o.dtype], workers)
         config = with_decoding(ct2.decode_config, options)
-        if config.length_penalty == "gnmt" and config.alpha and length_penalty is None:
+        if config.length_penalty == "gnmt" and config.alpha and options["length_penalty"] is None:
             console.print(
                 "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
             )
-        return CTranslate2Translator(ct2, config, nbest, chunk_lines)
+        return CTranslate2Translator(ct2, config, o.nbest, o.chunk_lines)
     from ..decode.translator import Translator, load_ensemble
     from ..utils.allocator import keep_freed_memory
 
     # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs with the
     # allocator as it is, as it would on its own.
     keep_freed_memory()
-    loaded = load_ensemble(models, device, weights_dtype(dtype))
+    loaded = load_ensemble(models, device, weights_dtype(o.dtype))
     config = with_decoding(loaded.recipe.decode, options)
     translator = Translator(
         loaded,
         config,
         device,
-        nbest=nbest,
-        chunk_lines=chunk_lines,
-        alignments=alignments,
-        alignment_layer=alignment_layer,
-        assess=confidence,
+        nbest=o.nbest,
+        chunk_lines=o.chunk_lines,
+        alignments=o.alignments or aligned,
+        alignment_layer=o.alignment_layer,
+        assess=o.confidence,
     )
-    if confidence and loaded.calibration is None:
+    if o.confidence and loaded.calibration is None:
         console.print(
             f"note: {models[0]} has no calibration: confidences are exp(mean token log-probability), "
             'uncalibrated (marked ~ in text, "calibrated": false in jsonl); nmt calibrate fits one',
