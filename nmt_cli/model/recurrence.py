@@ -60,7 +60,8 @@ def sentence_pasts(
     tokens with EOS; decoder inputs with BOS)."""
 
     def rows(kept: Kept, lengths: Sequence[int]) -> list[list[tuple[Tensor, Tensor]]]:
-        return [[(k[b, :, :n], v[b, :, :n]) for k, v in kept] for b, n in enumerate(lengths)]
+        # copies, not views: a view would keep the whole batch's keys/values alive for as long as the document goes on
+        return [[(k[b, :, :n].clone(), v[b, :, :n].clone()) for k, v in kept] for b, n in enumerate(lengths)]
 
     return [SentencePast(e, d) for e, d in zip(rows(encoder, src_lengths), rows(decoder, tgt_lengths))]
 
