@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import need, tiny_recipe_yaml
+from conftest import DATA, need, tiny_recipe_yaml
 from typer.testing import CliRunner
 
 from nmt_cli.cli import app
@@ -17,7 +17,7 @@ from nmt_cli.config import load_recipe
 from nmt_cli.data.prepare import prepare
 from nmt_cli.train.loop import train
 
-MANPAGES = Path(__file__).resolve().parents[3] / "shared" / "data" / "manpages"
+MANPAGES = DATA / "manpages"
 runner = CliRunner()
 TEST_START = 50  # the test paragraphs taken: the end of one page, two short ones, the start of a fourth
 
