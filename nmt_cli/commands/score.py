@@ -139,7 +139,11 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
     results = None
     if docids is not None:
         ids = read_lines(docids, stdin_text)
-        check_aligned(ids, docids, [sources], [files[0]])
+        if len(ids) != len(sources):
+            raise NmtError(
+                f"--docids {docids}: {len(ids):,} document ids for the {len(sources):,} lines of {files[0]}; "
+                "give one id per line"
+            )
         if loaded.recipe.model.recurrence:
             from ..decode.forced import forced_scores_with_pasts
 

@@ -65,7 +65,13 @@ def load_dataset(recipe: Recipe) -> Dataset:
         if data is not None and recipe.model.concat:
             data.context = document_context(recipe, data_dir, split, len(data), vocabs.src, vocabs.tgt)
         if data is not None and recipe.model.recurrence:
-            data.previous = context_starts(load_documents(data_dir / split, len(data)), recipe.model.recurrence)
+            documents = load_documents(data_dir / split, len(data))
+            if split == "train" and len(documents) and documents[-1] + 1 == len(documents):
+                raise NmtError(
+                    f"{data_dir}: model.recurrence reads the previous sentences of a document, but every training pair "
+                    "is a document of its own: put a PREFIX.docids file beside the corpus and re-run `nmt prepare --force`"
+                )
+            data.previous = context_starts(documents, recipe.model.recurrence)
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
 
 
