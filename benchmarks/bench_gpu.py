@@ -183,16 +183,23 @@ def time_ours(trainer, batches, warmup: int, steps: int) -> dict:
         trainer._update([batches[i % len(batches)]])
     sync()
     reset_peak()
-    tokens, flops = 0, 0.0
+    tokens, real, slots, flops = 0, 0, 0, 0.0
     start = time.perf_counter()
     for i in range(warmup, warmup + steps):
         group = [batches[i % len(batches)]]
-        tokens += trainer._update(group)["tokens"]
+        sums = trainer._update(group)
+        tokens += sums["tokens"]
+        real, slots = real + sums["tokens"] + sums["src_tokens"], slots + sums["slots"]
     sync()
     seconds = time.perf_counter() - start
     for i in range(warmup, warmup + steps):
         flops += batch_flops(collate(trainer.data.train, batches[i % len(batches)]), trainer.recipe.model, VOCAB)[0]
-    return {"tgt_tok_s": tokens / seconds, "tflops": flops / seconds / 1e12, "peak_gib": peak_gib()}
+    return {
+        "tgt_tok_s": tokens / seconds,
+        "tflops": flops / seconds / 1e12,
+        "peak_gib": peak_gib(),
+        "padding": 1 - real / max(slots, 1),  # share of the padded batch positions, both sides, that are padding
+    }
 
 
 def time_hf(marian, data, batches, warmup: int, steps: int, label_smoothing: float, model_config) -> dict:
@@ -227,8 +234,15 @@ def time_hf(marian, data, batches, warmup: int, steps: int, label_smoothing: flo
     flops = sum(
         batch_flops(collate(data, batches[i % len(batches)]), model_config, VOCAB)[0] for i in range(warmup, warmup + steps)
     )  # the same useful work as ours: same batches
-    result = {"tgt_tok_s": tokens / seconds, "tflops": flops / seconds / 1e12, "peak_gib": peak_gib()}
-    return result
+    timed = [collate(data, batches[i % len(batches)]) for i in range(warmup, warmup + steps)]
+    real = sum(int((b.src != 0).sum() + (b.tgt_out != 0).sum()) for b in timed)
+    slots = sum(b.src.numel() + b.tgt_out.numel() for b in timed)
+    return {
+        "tgt_tok_s": tokens / seconds,
+        "tflops": flops / seconds / 1e12,
+        "peak_gib": peak_gib(),
+        "padding": 1 - real / max(slots, 1),
+    }
 
 
 def run_train_bench(args: argparse.Namespace) -> None:
@@ -292,6 +306,7 @@ def run_train_bench(args: argparse.Namespace) -> None:
                 "rounds": len(runs),
                 "target tok/s": speed,
                 "peak GiB": max(r["peak_gib"] for r in runs),
+                "padding": statistics.median(r["padding"] for r in runs),
             }
             tflops = statistics.median(r["tflops"] for r in runs)
             row.update(
@@ -490,10 +505,39 @@ def profiled(name: str, work, repeats: int, out: Path | None) -> None:
         f"time; {launches / repeats:.0f} kernel launches per run",
         flush=True,
     )
+    shares = kernel_categories(averages)
+    print(
+        "   GPU time by kind: " + ", ".join(f"{kind} {us / max(kernel_us, 1):.0%}" for kind, us in shares.items()),
+        flush=True,
+    )
     print(averages.table(sort_by="self_device_time_total", row_limit=22, max_name_column_width=60), flush=True)
     print(averages.table(sort_by="self_cpu_time_total", row_limit=8, max_name_column_width=60), flush=True)
     if out is not None:
         prof.export_chrome_trace(str(out / f"trace_{name.replace(' ', '_')}.json"))
+
+
+KERNEL_KINDS = (  # first match wins; names as cuBLAS, cuDNN, PyTorch and Triton kernels carry them on Hopper GPUs
+    ("attention", ("fmha", "flash", "attention", "attn")),
+    ("matrix products", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "sm90_", "sm80_")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("compiled (fused by torch.compile)", ("triton",)),
+    ("normalisation", ("layer_norm", "layernorm", "rms")),
+    ("dropout", ("dropout", "bernoulli", "philox")),
+    ("reductions", ("reduce",)),
+    ("element-wise", ("elementwise", "vectorized", "unrolled", "fill", "copy", "index", "scatter", "gather", "cat")),
+)
+
+
+def kernel_categories(averages) -> dict[str, float]:
+    """GPU microseconds per kind of kernel (matrix products, attention, optimizer, ...), largest first."""
+    totals: dict[str, float] = {}
+    for event in averages:
+        if event.device_type.name != "CUDA" or not event.self_device_time_total:
+            continue
+        name = event.key.lower()
+        kind = next((k for k, marks in KERNEL_KINDS if any(m in name for m in marks)), "other")
+        totals[kind] = totals.get(kind, 0.0) + event.self_device_time_total
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
 def attention_variant(name: str):
@@ -534,14 +578,15 @@ def profile_training(model: str, data: Path, max_tokens: str, args: argparse.Nam
     sys.path.insert(0, str(Path(__file__).parent))
     from hf_peer import to_marian
 
-    trainer = our_trainer(model, data, max_tokens, False)
+    trainer = our_trainer(model, data, max_tokens, args.compile == "on")
     batches = trainer._epoch_batches()
     batches = [batches[i] for i in np.random.default_rng(0).permutation(len(batches))]
     updates = iter(range(10**9))
-    label = f"{model} {max_tokens} tokens"
+    label = f"{model} {max_tokens} tokens{' compiled' if args.compile == 'on' else ''}"
     for variant in args.variants.split(","):
         with attention_variant(variant):
-            time_ours(trainer, batches, 3, 3)  # warm the allocator and the kernels' autotuning
+            warm = time_ours(trainer, batches, 3, 3)  # warm the allocator and the kernels' autotuning
+            print(f"   {label}: padding {warm['padding']:.1%} of the batch positions (both sides)", flush=True)
             profiled(
                 f"nmt {label} {variant} train x{args.updates}",
                 lambda: [trainer._update([batches[next(updates) % 64]]) for _ in range(args.updates)],
@@ -644,6 +689,7 @@ def main() -> None:
     prof.add_argument("--updates", type=int, default=3, help="updates per profiled run")
     prof.add_argument("--variants", default="plain", help="plain,nomask,flash,efficient,cudnn,math (attention)")
     prof.add_argument("--no-peer", dest="peer", action="store_false")
+    prof.add_argument("--compile", default="off", choices=["off", "on"], help="profile train.compile's layers")
     prof.add_argument("--model", help="a trained run folder: also profile decoding with it")
     prof.add_argument("--beam", type=int, default=4)
     prof.add_argument("--batch-size", type=int, default=64)

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = Path(os.environ.get("NMT_TEST_DATA") or ROOT.parent / "shared" / "data")  # the corpora, as the tests read them
 RESULTS = Path(__file__).with_name("results.jsonl")
 WORK = Path(__file__).with_name("work")
 

@@ -301,7 +301,9 @@ class TrainConfig:
         "fp32; bf16 autocast; fp16 with loss scaling (CUDA); auto: bf16 where the hardware computes it "
         "natively (CPUs with AVX512-BF16 or AMX, CUDA devices with bf16), else fp32",
     )
-    compile: bool = _opt(False, "torch.compile the model")
+    compile: bool = _opt(
+        False, "torch.compile each encoder and decoder layer (regional, shapes symbolic): fuses the element-wise work"
+    )
     activation_checkpointing: bool = _opt(False, "recompute layer activations in backward (saves memory)")
     threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0, le=4096)
     device: Literal["auto", "cpu", "cuda"] = _opt("auto", "auto picks CUDA when available")

@@ -19,7 +19,9 @@ from .binary import TokenArray
 from .context import Context, with_context
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
-PreviousPairs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # source (B, S), decoder input (B, T), present (B,)
+# model.recurrence, one step back: source (B, S), decoder input (B, T), decoder output (B, T) (PAD where a row has no
+# pair that far back), present (B,), and the scored target tokens of the present rows (known here, so the GPU is not asked)
+PreviousPairs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]
 
 
 @dataclass
@@ -98,7 +100,9 @@ class Batch:
             return source.to(device, non_blocking=True)
 
         alignment = move(self.alignment) if self.alignment is not None else None
-        previous = tuple(tuple(move(t) for t in pair) for pair in self.previous) if self.previous is not None else None
+        previous = (
+            tuple((*(move(t) for t in pair[:4]), pair[4]) for pair in self.previous) if self.previous is not None else None
+        )
         return Batch(
             move(self.src), move(self.tgt_in), move(self.tgt_out), self.target_tokens, self.source_tokens, alignment,
             previous,  # type: ignore[arg-type]
@@ -163,8 +167,9 @@ def collate(data: ParallelData, indices: np.ndarray) -> Batch:
 
 def _previous_pairs(data: ParallelData, indices: np.ndarray) -> tuple[PreviousPairs, ...]:
     """For ``model.recurrence``: per step back (oldest first), the previous pair of each row's document as
-    (source + EOS, BOS + target, present); a row with no pair that far back reads a one-token stand-in,
-    hidden by ``present`` (an empty row would give the attention nothing to normalise over)."""
+    (source + EOS, BOS + target, target + EOS, present, scored tokens); a row with no pair that far back reads a
+    one-token stand-in, hidden by ``present`` (an empty row would give the attention nothing to normalise over)
+    and never scored."""
     assert data.previous is not None
     depth = int((indices - data.previous[indices]).max(initial=0))
     out = []
@@ -172,7 +177,9 @@ def _previous_pairs(data: ParallelData, indices: np.ndarray) -> tuple[PreviousPa
         present = indices - back >= data.previous[indices]
         src = pad_rows([np.append(data.src[i - back], EOS_ID) if has else [EOS_ID] for i, has in zip(indices, present)])
         tgt = pad_rows([np.insert(data.tgt[i - back], 0, BOS_ID) if has else [BOS_ID] for i, has in zip(indices, present)])
-        out.append((src, tgt, torch.from_numpy(present)))
+        tgt_out = pad_rows([np.append(data.tgt[i - back], EOS_ID) if has else [PAD_ID] for i, has in zip(indices, present)])
+        scored = int(data.tgt.lengths[indices[present] - back].sum() + present.sum())
+        out.append((src, tgt, tgt_out, torch.from_numpy(present), scored))
     return tuple(out)
 
 
@@ -196,8 +203,14 @@ def pad_rows(rows: Sequence[np.ndarray | list[int]]) -> torch.Tensor:
 
 
 def target_tokens(data: ParallelData, indices: np.ndarray) -> int:
-    """Scored target tokens (with EOS) of a batch, from the stored lengths alone (context is never scored)."""
-    return int(data.tgt.lengths[indices].sum() + len(indices))
+    """Scored target tokens (with EOS) of a training batch, from the stored lengths alone: concatenated context is
+    never scored; the previous pairs of ``model.recurrence`` are (training scores every pair it computes)."""
+    count = int(data.tgt.lengths[indices].sum() + len(indices))
+    if data.previous is not None:
+        for back in range(1, int((indices - data.previous[indices]).max(initial=0)) + 1):
+            has = indices[indices - back >= data.previous[indices]] - back
+            count += int(data.tgt.lengths[has].sum() + len(has))
+    return count
 
 
 def decoding_batches(widths: Sequence[int], todo: Sequence[int], batch_size: int, batch_tokens: int) -> Iterator[list[int]]:

@@ -26,7 +26,9 @@ from .loss import label_smoothed_nll, output_loss
 from .positions import LearnedPositions, SinusoidalPositions
 from .recurrence import Kept, Past, join_pasts, right_aligned
 
-PreviousPairs = tuple[Tensor, Tensor, Tensor]  # a batch's previous pairs: source (B, S), decoder input (B, T), present (B,)
+# a batch's previous pairs, one step back: source (B, S), decoder input (B, T), decoder output (B, T; PAD where a row
+# has none), present (B,), scored target tokens
+PreviousPairs = tuple[Tensor, Tensor, Tensor, Tensor, int]
 
 
 class Transformer(nn.Module):
@@ -158,20 +160,43 @@ class Transformer(nn.Module):
             return checkpoint(layer, *args, use_reentrant=False)
         return layer(*args)
 
-    def previous_pasts(self, previous: Sequence[PreviousPairs]) -> tuple[list[Past], list[Past]]:
+    def previous_pasts(
+        self, previous: Sequence[PreviousPairs], epsilon: float = 0.0
+    ) -> tuple[list[Past], list[Past], Tensor | None, Tensor | None]:
         """The encoder's and the decoder's pasts (per layer) from the previous pairs of a batch's rows, oldest
-        first, each computed alone and teacher-forced, without gradient (training and validation: the
-        previous sentences' keys/values recomputed under the current weights)."""
+        first, each computed alone and teacher-forced; the keys/values carry no gradient. In training the
+        previous pairs are trained too, as Transformer-XL trains the segment whose states become the memory:
+        their summed label-smoothed loss and NLL come back (else None, and nothing is kept for a backward pass)."""
         encoder, decoder = [], []
-        with torch.no_grad():
-            for src, tgt_in, present in previous:
+        train = self.training and torch.is_grad_enabled()
+        loss_sum: Tensor | None = None
+        nll_sum: Tensor | None = None
+        with contextlib.nullcontext() if train else torch.no_grad():
+            for src, tgt_in, tgt_out, present, scored in previous:
                 kept_encoder: Kept = []
                 kept_decoder: Kept = []
                 memory, src_mask = self.encode(src, keep=kept_encoder)
-                self.decode(tgt_in, memory, src_mask, keep=kept_decoder)
+                hidden = self.decode(tgt_in, memory, src_mask, keep=kept_decoder)
                 encoder.append(right_aligned(kept_encoder, (src != self.pad_id).sum(dim=1), present))
                 decoder.append(right_aligned(kept_decoder, (tgt_in != self.pad_id).sum(dim=1), present))
-        return join_pasts(encoder), join_pasts(decoder)
+                if train and scored:
+                    loss, nll = self._output_loss(hidden, tgt_out, epsilon, scored)
+                    loss_sum = loss if loss_sum is None else loss_sum + loss
+                    nll_sum = nll if nll_sum is None else nll_sum + nll
+        return join_pasts(encoder), join_pasts(decoder), loss_sum, nll_sum
+
+    def _output_loss(self, hidden: Tensor, tgt_out: Tensor, epsilon: float, target_tokens: int) -> tuple[Tensor, Tensor]:
+        """Summed label-smoothed loss and NLL of the non-padding positions of ``tgt_out`` under decoder states
+        ``hidden`` (B, T, D), of which there are ``target_tokens``. Only those positions go through the output
+        projection, the most expensive matrix product of the model for large vocabularies, fused with the loss
+        block by block (:func:`..model.loss.output_loss`)."""
+        keep = (tgt_out != self.pad_id).flatten()  # (B*T,)
+        positions = keep.nonzero_static(size=target_tokens).squeeze(1)  # (N,), no host read
+        hidden = hidden.flatten(0, 1).index_select(0, positions)  # (N, D)
+        target = tgt_out.flatten().index_select(0, positions)  # (N,)
+        if self.output.bias is not None:  # the fused loss is for the paper's bias-free output: the plain path here
+            return label_smoothed_nll(self.output(hidden), target, epsilon)
+        return output_loss(hidden, self.output.weight, target, epsilon)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Unnormalised scores over the target vocabulary: (..., D) -> (..., V)."""
@@ -193,32 +218,28 @@ class Transformer(nn.Module):
         the guided head's alignment loss (:mod:`.guided`); with ``previous`` (``model.recurrence``), every
         self-attention layer also attends to those pairs' keys/values (:meth:`previous_pasts`).
 
-        Only non-padding positions go through the output projection, which is the most
-        expensive matrix product of the model for large vocabularies; the projection and the
-        loss run fused, block by block (:func:`..model.loss.output_loss`). ``target_tokens``,
-        the number of non-padding targets when the caller knows it, saves a wait for the GPU:
-        selecting an unknown number of positions must first read that number back from it.
+        ``target_tokens``, the number of non-padding targets when the caller knows it, saves a wait for the GPU:
+        selecting an unknown number of positions must first read that number back from it. In training the
+        previous pairs' loss and tokens are counted in (:meth:`previous_pasts`).
         """
-        past_encoder, past_decoder = self.previous_pasts(previous) if previous else (None, None)
+        past_encoder, past_decoder, previous_loss, previous_nll = (
+            self.previous_pasts(previous, epsilon) if previous else (None, None, None, None)
+        )
         memory, src_mask = self.encode(src, past_encoder)
         guided = alignment is not None and alignment_weight > 0
         if guided:
             hidden, head = self.decode_aligned(tgt_in, memory, src_mask, past_decoder)  # (B, T, D), (B, T, S)
         else:
             hidden = self.decode(tgt_in, memory, src_mask, past_decoder)  # (B, T, D)
-        keep = (tgt_out != self.pad_id).flatten()  # (B*T,)
         if target_tokens is None:
-            target_tokens = int(keep.sum())
-        positions = keep.nonzero_static(size=target_tokens).squeeze(1)  # (N,), no host read
-        hidden = hidden.flatten(0, 1).index_select(0, positions)  # (N, D)
-        target = tgt_out.flatten().index_select(0, positions)  # (N,)
-        if self.output.bias is not None:  # the fused loss is for the paper's bias-free output: the plain path here
-            loss, nll = label_smoothed_nll(self.output(hidden), target, epsilon)
-        else:
-            loss, nll = output_loss(hidden, self.output.weight, target, epsilon)
+            target_tokens = int((tgt_out != self.pad_id).sum())
+        loss, nll = self._output_loss(hidden, tgt_out, epsilon, target_tokens)
         if guided:
             assert alignment is not None
             loss = loss + alignment_weight * alignment_loss(head, alignment)
+        if previous_loss is not None and previous_nll is not None and previous:
+            loss, nll = loss + previous_loss, nll + previous_nll
+            target_tokens += sum(pair[4] for pair in previous)
         return loss, nll, target_tokens
 
     def forward(

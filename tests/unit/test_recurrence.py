@@ -88,21 +88,33 @@ def test_incremental_steps_with_a_past_follow_the_whole_sequence():
     torch.testing.assert_close(steps, whole, rtol=1e-4, atol=1e-4)
 
 
-def test_training_recomputes_the_previous_pairs_without_gradient():
+def test_training_trains_the_previous_pairs_and_attends_to_their_detached_keys_values():
     from test_context import Rows
 
-    from nmt_cli.data.batches import ParallelData, collate
+    from nmt_cli.data.batches import ParallelData, collate, target_tokens
 
     model = _model().train()
     src, tgt = Rows([2, 3, 1]), Rows([2, 2, 1])
     data = ParallelData(src, tgt, previous=torch.tensor([0, 0, 2]).numpy())  # type: ignore[arg-type]
-    batch = collate(data, torch.tensor([1, 2]).numpy())
+    indices = torch.tensor([1, 2]).numpy()
+    batch = collate(data, indices)
     assert batch.previous is not None and len(batch.previous) == 1
-    prev_src, prev_tgt, present = batch.previous[0]
+    prev_src, prev_tgt, prev_out, present, scored = batch.previous[0]
     assert prev_src[0].tolist() == [1, 2, 3] and present.tolist() == [True, False]
     assert prev_tgt[1].tolist()[0] == 2  # the stand-in row a pair without a previous one reads: BOS alone
-    loss, _, _ = model.loss(batch.src % 50, batch.tgt_in % 50, batch.tgt_out % 50, 0.1, previous=[
-        (prev_src % 50, prev_tgt % 50, present)
-    ])  # fmt: skip
+    assert prev_out[1].eq(0).all() and scored == 3  # the stand-in is never scored; pair 0: 2 tokens + EOS
+    previous = [(prev_src % 50, prev_tgt % 50, prev_out % 50, present, scored)]
+    model.eval()  # no dropout in the layers, so the three passes below compute the same function
+    model.training = True  # but the model itself trains: the previous pairs are scored
+    loss, _, n = model.loss(batch.src % 50, batch.tgt_in % 50, batch.tgt_out % 50, 0.1, previous=previous)
+    # the update's normaliser counts what the loss counts: both pairs' targets
+    assert n == target_tokens(data, indices) == batch.target_tokens + 3
+    alone, _, _ = model.loss(prev_src[:1] % 50, prev_tgt[:1] % 50, prev_out[:1] % 50, 0.1)
+    with torch.no_grad():
+        model.training = False
+        in_context, _, m = model.loss(batch.src % 50, batch.tgt_in % 50, batch.tgt_out % 50, 0.1, previous=previous)
+    assert m == batch.target_tokens  # validation scores the current pairs only
+    torch.testing.assert_close(loss, alone + in_context, rtol=1e-5, atol=1e-5)
+    model.training = True
     loss.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad and p.dim() > 1)
