@@ -10,8 +10,8 @@ A :class:`Past` is one layer's past for a batch: keys and values (B, H, M, d_k),
 so every row's past ends where its sentence begins) and ``visible`` (B, M) where a column is real. A
 :class:`SentencePast` is what one sentence leaves its successor: per layer, its keys and values without padding.
 The model (``transformer.py``) takes pasts and hands back the present's keys and values when asked to ``keep``
-them; training recomputes the previous sentences' (``train/`` via ``Batch.previous``), translation carries the
-chosen translation's from one sentence to the next (``decode/context.py``).
+them; training computes (and trains) the previous sentences' (``train/`` via ``Batch.previous``), translation
+carries the chosen translation's from one sentence to the next (``decode/context.py``).
 """
 
 from __future__ import annotations
