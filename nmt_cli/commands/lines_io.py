@@ -75,6 +75,16 @@ def report_stats(stats, seconds: float, show: bool, max_positions: int) -> None:
             markup=False,
             soft_wrap=True,
         )
+    failures = getattr(stats, "term_failures", None)
+    if failures:
+        shown = ", ".join(map(str, failures[:10])) + (", ..." if len(failures) > 10 else "")
+        console.print(
+            f"warning: {len(failures):,} of the {stats.term_lines:,} line(s) with glossary terms came out without "
+            f"one of them (lines {shown}): no translation holding every term fitted the length limit "
+            "(--format jsonl lists each line's missing_terms)",
+            markup=False,
+            soft_wrap=True,
+        )
     if show:
         rate = stats.sentences / max(seconds, 1e-9)
         console.print(

@@ -187,6 +187,26 @@ def run(
         help="Give each translation a confidence in [0, 1] (the calibrated probability that it is acceptable, "
         "from one more teacher-forced pass) and flags (truncated, repetition, untranslated).",
     ),
+    glossaries: list[Path] = typer.Option(
+        [],
+        "--glossary",
+        help="Terminology: TSV or CSV (source term, translation, alternatives as A|B) or TBX; every source "
+        "term found (word boundaries, case-insensitive unless it has capitals) gets one of its translations in "
+        "the output. Repeat for several files.",
+        show_default=False,
+    ),
+    keep_terms: list[Path] = typer.Option(
+        [],
+        "--keep-terms",
+        help="Names copied into the translation exactly as written, one a line. Repeat for several files.",
+        show_default=False,
+    ),
+    glossary_mode: str = typer.Option(
+        "hard",
+        "--glossary-mode",
+        help="hard: every term is in the output (constrained beam search; a sentence where none fits the length "
+        "limit is reported); soft: terms are favoured by a score bonus, fluency first.",
+    ),
     output_format: str = typer.Option(
         "text",
         "--format",
@@ -204,7 +224,8 @@ def run(
     options = TranslateOptions(
         models, input, output, nbest, device, threads, dtype, engine, prefix, docids, alignments, alignment_layer,
         sampling, progress, chunk_lines, shard, restart, file_format, fuzzy, retranslate, fuzzy_below, keep_tags,
-        max_unpacked_mb, max_unpack_ratio, markup, confidence, output_format, decoding,
+        max_unpacked_mb, max_unpack_ratio, markup, confidence, output_format, glossaries, keep_terms, glossary_mode,
+        decoding,
     )  # fmt: skip
     translate_with(options, options.checked())
 
@@ -271,6 +292,8 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
         identity["settings"].update(markup=o.markup, confidence=o.confidence, format=o.output_format)
         if docids is not None:  # other documents, another job
             identity["docids"] = file_sha256(docids)
+        if o.glossaries or o.keep_terms:  # other terms, other translations
+            identity["terms"] = [file_sha256(p) for p in [*o.glossaries, *o.keep_terms]] + [o.glossary_mode]
         _run_job(input, output, plan.shard or Shard(), launched, o.chunk_lines, identity, texts, o.restart, show)
     else:
         with input_lines(input) as lines, output_sink(output) as sink:
@@ -313,6 +336,8 @@ def _open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> En
         alignments=o.alignments or aligned,
         alignment_layer=o.alignment_layer,
         assess=o.confidence,
+        glossary=_glossary(o, loaded.recipe.data.src_lang, loaded.recipe.data.tgt_lang),
+        glossary_mode="soft" if o.glossary_mode == "soft" else "hard",
     )
     if o.confidence and loaded.calibration is None:
         console.print(
@@ -322,6 +347,16 @@ def _open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> En
             soft_wrap=True,
         )
     return translator
+
+
+def _glossary(o: TranslateOptions, src_lang: str, tgt_lang: str):  # type: ignore[no-untyped-def]
+    """``--glossary`` and ``--keep-terms`` files read, checked and joined (None: neither given)."""
+    if not (o.glossaries or o.keep_terms):
+        return None
+    from ..terms.glossary import Glossary, read_glossary, read_keep_terms
+
+    read = [read_glossary(p, src_lang, tgt_lang) for p in o.glossaries] + [read_keep_terms(p) for p in o.keep_terms]
+    return Glossary.join(*read)
 
 
 def _forever(value: str) -> Iterator[str]:

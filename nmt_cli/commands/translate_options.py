@@ -49,6 +49,9 @@ class TranslateOptions:
     markup: bool
     confidence: bool
     output_format: str
+    glossaries: list[Path]
+    keep_terms: list[Path]
+    glossary_mode: str
     decoding: dict[str, Any]
 
     def checked(self) -> Plan:
@@ -67,9 +70,12 @@ class TranslateOptions:
         given = [flag for flag, value in sampling_options.items() if value is not None]
         if given and not self.sampling:
             raise NmtError(f"{given[0]} applies to sampling; add --sampling")
-        for path, flag in ((self.prefix, "--prefix"), (self.docids, "--docids")):
+        given_files = [(self.prefix, "--prefix"), (self.docids, "--docids")]
+        given_files += [(p, "--glossary") for p in self.glossaries] + [(p, "--keep-terms") for p in self.keep_terms]
+        for path, flag in given_files:
             if path is not None and not path.is_file():
                 raise NmtError(f"{flag} {path}: file not found")
+        self._check_glossary_options()
         if self.alignment_layer is not None and not self.alignments:
             raise NmtError("--alignment-layer applies to --alignments; add --alignments")
         self._check_engine()
@@ -98,6 +104,7 @@ class TranslateOptions:
             "stop": stop not in (None, "beam"),
             "int8": self.dtype == "int8",
             "confidence": self.confidence,
+            "glossary": bool(self.glossaries or self.keep_terms),
         }
         for capability, wanted in asked.items():
             owner, refusal = ONLY[capability]
@@ -117,6 +124,16 @@ class TranslateOptions:
         for path in read:
             if path.exists() and target == path.resolve():
                 raise NmtError(f"{self.output}: is also what this command reads ({path}); write the output to another file")
+
+    def _check_glossary_options(self) -> None:
+        if self.glossary_mode not in ("hard", "soft"):
+            raise NmtError(f"--glossary-mode {self.glossary_mode}: choose hard or soft")
+        if not (self.glossaries or self.keep_terms):
+            return
+        if self.sampling:
+            raise NmtError("--glossary and --keep-terms steer beam search; drop --sampling")
+        if self.prefix is not None:
+            raise NmtError("--prefix and --glossary (or --keep-terms) together are not supported; drop one of them")
 
     def _check_document_options(self, chosen: str) -> None:
         """What line-by-line options mean nothing for a document."""
@@ -181,6 +198,11 @@ ONLY = {
     "ensemble": ("nmt", "ensembles (-m given more than once) run with --engine nmt only; drop --engine ctranslate2"),
     "sampling": ("nmt", "--sampling runs with --engine nmt only; drop --engine ctranslate2"),
     "confidence": ("nmt", "--confidence runs with --engine nmt only (it reads the model's attention); drop one of them"),
+    "glossary": (
+        "nmt",
+        "--glossary and --keep-terms run with --engine nmt only (CTranslate2 has no constrained search); drop "
+        "--engine ctranslate2",
+    ),
     "gnmt": (
         "nmt",
         "--length-penalty gnmt: CTranslate2 normalises scores by |Y|^alpha only; use --length-penalty average "

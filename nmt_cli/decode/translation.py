@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 
 class Translation(NamedTuple):
     """One hypothesis: its text, its score (the search's: summed log-probability over the length penalty), and
-    where asked for, its Pharaoh word alignment (``alignments=True``) and its assessment (``assess=True``)."""
+    where asked for, its Pharaoh word alignment (``alignments=True``) and its assessment (``assess=True``); with a
+    glossary, ``missing_terms``: the source terms whose translation it lacks (empty: every one is there)."""
 
     text: str
     score: float
     alignment: str | None = None
     assessment: Assessment | None = None
+    missing_terms: tuple[str, ...] | None = None
 
     def record(self, index: int, rank: int, alignments: bool, confidence: bool) -> dict[str, Any]:
         """``--format jsonl``'s object for this hypothesis of input line ``index``."""
@@ -42,6 +44,8 @@ class Translation(NamedTuple):
             record["features"] = assessment.features.as_dict()
         if alignments:
             record["alignment"] = self.alignment
+        if self.missing_terms is not None:
+            record["missing_terms"] = list(self.missing_terms)
         return record
 
     def tsv_row(self, index: int, rank: int, alignments: bool, confidence: bool) -> str:
@@ -94,6 +98,8 @@ class TranslationStats:
     output_tokens: int = 0
     truncated_lines: list[int] = field(default_factory=list)
     control_lines: int = 0  # lines with control characters, each replaced by a space
+    term_lines: int = 0  # lines holding glossary terms
+    term_failures: list[int] = field(default_factory=list)  # lines whose best translation lacks one of them
 
 
 class Engine(Protocol):

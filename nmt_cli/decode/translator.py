@@ -27,11 +27,14 @@ from ..model.guided import GUIDED_HEAD
 from ..model.recurrence import Kept, SentencePast, batch_pasts, sentence_pasts
 from ..model.transformer import Transformer, build_model
 from ..quality.calibration import Calibration
+from ..terms.glossary import Glossary
+from ..terms.matching import TermMatcher
 from ..utils import torchfile
 from ..utils.text import has_control_characters, replace_control_characters
 from .assess import Assessment, Assessor, teacher_forced
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import cross_attention, pharaoh, word_alignment
+from .constrained import Constraint, GlossaryMode, constrained_beam_search
 from .context import DocumentContext, DocumentPast
 from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
@@ -128,6 +131,23 @@ def prepare_for_inference(model: Transformer, dtype: torch.dtype) -> None:
     """Faster products on the CPU in fp32 and bf16 (inference/cpu_linear.py); a loaded model is for inference."""
     if model.output.weight.device.type == "cpu":
         prepare_for_cpu_inference(model, model.output, dtype)
+
+
+# Dynamic beam allocation deals the beam among banks by constraint progress: with one row, the most advanced bank
+# would take it at every step and each term would be forced in at once; greedy search's constrained sentences get
+# this beam (Hu et al. 2019 widen the beam with the number of constraints too).
+CONSTRAINED_MIN_BEAM = 4
+
+
+def _check_glossary_use(loaded: LoadedModel, config: DecodeConfig, reads_documents: bool) -> None:
+    """A glossary needs a search whose hypotheses can be steered: not sampling, not a document model (yet)."""
+    if config.sampling:
+        raise NmtError("--glossary and --keep-terms steer beam search; drop --sampling")
+    if reads_documents:
+        raise NmtError(
+            f"{loaded.path} reads document context (model.concat / model.recurrence); glossaries are applied by "
+            "sentence-level models only so far: translate with a sentence-level model or drop --glossary"
+        )
 
 
 def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple[int, int], origin: Path) -> None:
@@ -227,6 +247,8 @@ class Translator:
         alignments: bool = False,
         alignment_layer: int | None = None,
         assess: bool = False,
+        glossary: Glossary | None = None,
+        glossary_mode: GlossaryMode = "hard",
     ) -> None:
         if nbest > config.beam and not config.sampling:
             raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
@@ -252,6 +274,11 @@ class Translator:
         self.document = _document_reader(loaded, self.max_positions)
         self.last_pasts: list[SentencePast | None] = []  # model.recurrence: what the last rows translated left
         self._previous: tuple[str | None, bool] = (None, True)  # the last line's document id, and whether it was blank
+        # --glossary / --keep-terms: each line's terms become constraints of its search (decode/constrained.py)
+        self.terms = TermMatcher(glossary) if glossary is not None and len(glossary) else None
+        self.glossary_mode = glossary_mode
+        if self.terms is not None:
+            _check_glossary_use(loaded, config, self.document is not None)
 
     def translate(
         self,
@@ -337,7 +364,36 @@ class Translator:
         starts = self.loaded.tgt_vocab.encode(prefixes, out_type=int) if prefixes is not None else None
         if self.document is not None:
             return self.read_in_context(encoded, starts, documents or [True] * len(lines))
+        if self.terms is not None:
+            return self._with_terms(lines, encoded, starts)
         return self.translate_encoded(encoded, starts)
+
+    def _with_terms(
+        self, lines: list[str], encoded: list[list[int]], prefixes: list[list[int]] | None
+    ) -> list[list[Translation]]:
+        """Lines translated with their glossary terms as constraints; each translation says which it lacks."""
+        first = self.stats.sentences
+        constraints = [self.constraints_of(line.strip()) for line in lines]
+        results = self.translate_encoded(encoded, prefixes, constraints=constraints)
+        for number, (wanted, hyps) in enumerate(zip(constraints, results)):
+            if wanted:
+                self.stats.term_lines += 1
+            for rank, hyp in enumerate(hyps):
+                missing = tuple(c.source for c in wanted if not c.met_by(hyp.text))
+                hyps[rank] = hyp._replace(missing_terms=missing)
+            if hyps[0].missing_terms:
+                self.stats.term_failures.append(first + number + 1)
+        return results
+
+    def constraints_of(self, text: str) -> tuple[Constraint, ...]:
+        """The constraints of one source sentence: each glossary term it holds, with its translations as target
+        pieces (a translation is encoded alone, so its first piece begins a word)."""
+        assert self.terms is not None
+        encode = self.loaded.tgt_vocab.encode
+        return tuple(
+            Constraint(tuple(tuple(encode(t, out_type=int)) for t in m.term.targets), m.term.source, m.term.targets)
+            for m in self.terms.find(text)
+        )
 
     def read_in_context(
         self, encoded: list[list[int]], prefixes: list[list[int]] | None, starts: Sequence[bool]
@@ -361,9 +417,10 @@ class Translator:
         prefixes: list[list[int]] | None = None,
         contexts: Sequence[tuple[int, int]] | None = None,
         pasts: list[list[SentencePast]] | None = None,
+        constraints: list[tuple[Constraint, ...]] | None = None,
     ) -> list[list[Translation]]:
         """The n-best lists of sentences already encoded as source ids (no EOS), in order; ``prefixes``
-        are target ids each output must start with.
+        are target ids each output must start with; ``constraints``, per sentence, what its output must hold.
 
         With ``contexts`` (document context, ``decode/context.py``), each sentence's source and prefix start with
         that many tokens of context, which its outputs leave out; alignments and assessments read the sentence
@@ -391,7 +448,7 @@ class Translator:
         batches = list(self._batches(todo, encoded))
         threads = torch.get_num_threads()
         search_all = run_batches(
-            lambda batch: self._search(batch, encoded, prefixes, pasts),
+            lambda batch: self._search(batch, encoded, prefixes, pasts, constraints),
             batches,
             self._workers_for(batches, threads),
             threads,
@@ -447,9 +504,12 @@ class Translator:
         encoded: list[list[int]],
         prefixes: list[list[int]] | None,
         pasts: list[list[SentencePast]] | None = None,
+        constraints: list[tuple[Constraint, ...]] | None = None,
     ) -> tuple[list[list[Hypothesis]], tuple[torch.Tensor, torch.Tensor] | None, list[SentencePast] | None]:
         """The n-best hypotheses of the sentences ``batch`` indexes (thread-safe: a worker may run it), the
         encoder output when alignments will want it again, and with ``pasts`` what each sentence leaves."""
+        if constraints is not None and any(constraints[i] for i in batch):
+            return self._search_constrained(batch, encoded, prefixes, constraints), None, None
         src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
         prefix = None
         if prefixes is not None and any(prefixes[i] for i in batch):
@@ -465,6 +525,34 @@ class Translator:
             with torch.inference_mode():
                 memory = self.loaded.model.encode(src)
         return search(self.loaded.model, src, self.config, self.nbest, prefix, memory), memory, None
+
+    def _search_constrained(
+        self,
+        batch: list[int],
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None,
+        constraints: list[tuple[Constraint, ...]],
+    ) -> list[list[Hypothesis]]:
+        """A batch holding glossary terms: constrained beam search. Its sentences without terms go through the
+        plain beam step on the same logits (their outputs are unconstrained decoding's); under greedy search
+        they are searched apart, greedily, and the rest with a beam of at least ``CONSTRAINED_MIN_BEAM``."""
+        if prefixes is not None and any(prefixes[i] for i in batch):
+            raise NmtError("a target prefix and glossary terms in one sentence are not supported; drop --prefix")
+        if self.config.beam >= CONSTRAINED_MIN_BEAM:
+            src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
+            wanted = [constraints[i] for i in batch]
+            return constrained_beam_search(self.loaded.model, src, self.config, wanted, self.nbest, self.glossary_mode)
+        found: dict[int, list[Hypothesis]] = {}
+        plain = [i for i in batch if not constraints[i]]
+        if plain:
+            found.update(zip(plain, self._search(plain, encoded, None)[0]))
+        bound = [i for i in batch if constraints[i]]
+        src = pad_rows([encoded[i] + [EOS_ID] for i in bound]).to(self.device)
+        config = replace(self.config, beam=CONSTRAINED_MIN_BEAM)
+        wanted = [constraints[i] for i in bound]
+        hyps = constrained_beam_search(self.loaded.model, src, config, wanted, self.nbest, self.glossary_mode)
+        found.update(zip(bound, hyps))
+        return [found[i] for i in batch]
 
     @torch.inference_mode()
     def search_with_pasts(

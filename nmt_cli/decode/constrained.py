@@ -1,0 +1,365 @@
+"""Lexically constrained beam search: every glossary term's translation in the output.
+
+Dynamic beam allocation (Post & Vilar 2018) as Hu et al. (2019) batch it: each hypothesis tracks how far it
+has met its sentence's constraints (:class:`ConstraintState`); each step a sentence's candidates are its rows'
+best tokens *and* every token that starts or continues one of its constraints, all scored from one
+log-softmax; the K survivors are dealt from *banks* -- candidates grouped by how many constraint tokens they
+have met -- the most advanced bank first, one from each bank in turn, so hypotheses that have met more
+constraints stay in the beam while those that met fewer keep the fluent continuations. A hypothesis may end
+only when it has met every constraint; one that reaches the length limit without them ends anyway and the
+caller flags the sentence (``--glossary`` reports it).
+
+A constraint is one term occurrence of the source: one of its translations (``alternatives``, token ids),
+generated whole, is required; two occurrences of a term are two constraints. ``mode="soft"`` keeps the plain
+beam (no banks, ending allowed) and adds ``SOFT_BONUS`` to the score of every token that advances a
+constraint: for users who prefer fluency to the guarantee.
+
+Sentences without constraints go through :func:`.search.beam_step`, the plain search's own step, on the same
+logits, so their outputs are those of unconstrained decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ..config import DecodeConfig
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
+from ..model.transformer import Transformer
+from .ensemble import Ensemble
+from .search import (
+    Hypothesis,
+    RowLogits,
+    beam_step,
+    best_finished,
+    length_penalty,
+    mask_specials,
+    max_output_lengths,
+    search_steps,
+    step_logits,
+)
+
+SOFT_BONUS = 2.0  # log-probability added per constraint token in soft mode: e^2, about 7 times as likely
+ROW_BLOCK = 128  # the plain search's logit blocks on the CPU (RowLogits): the same rows, the same products
+
+GlossaryMode = Literal["hard", "soft"]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One term occurrence's required target: any one of ``alternatives`` (target token ids), whole."""
+
+    alternatives: tuple[tuple[int, ...], ...]
+    source: str = ""  # the source term, for messages
+    targets: tuple[str, ...] = ()  # the alternatives as text: the output is checked for one of them
+
+    def met_by(self, text: str) -> bool:
+        """Whether a translation holds one of the term's translations, beginning a word."""
+        return any(_holds(text, target) for target in self.targets)
+
+    @property
+    def length(self) -> int:
+        """The tokens it takes to meet it (its shortest alternative): its weight in the banks."""
+        return min(len(a) for a in self.alternatives)
+
+
+@dataclass(frozen=True)
+class ConstraintState:
+    """How far one hypothesis has met its sentence's constraints: which are met, and the one under way (its
+    index, -1 for none, and the tokens of it generated so far)."""
+
+    met: tuple[bool, ...]
+    current: int = -1
+    matched: tuple[int, ...] = ()
+
+    @classmethod
+    def start(cls, constraints: tuple[Constraint, ...]) -> ConstraintState:
+        return cls(tuple(False for _ in constraints))
+
+    @property
+    def done(self) -> bool:
+        return all(self.met)
+
+    def progress(self, constraints: tuple[Constraint, ...]) -> int:
+        """Constraint tokens met: whole constraints, and the one under way (its bank)."""
+        whole = sum(c.length for c, met in zip(constraints, self.met) if met)
+        if self.current < 0:
+            return whole
+        return whole + min(len(self.matched), constraints[self.current].length - 1)
+
+    def wanted(self, constraints: tuple[Constraint, ...]) -> set[int]:
+        """The tokens that advance it: the next of the constraint under way, and the first of every unmet one."""
+        tokens = {a[0] for c, met in zip(constraints, self.met) if not met for a in c.alternatives}
+        if self.current >= 0:
+            n = len(self.matched)
+            tokens |= {a[n] for a in constraints[self.current].alternatives if a[:n] == self.matched and len(a) > n}
+        return tokens
+
+    def advance(self, token: int, constraints: tuple[Constraint, ...]) -> ConstraintState:
+        """The state after ``token``: the constraint under way goes on, is met, or is broken off (its tokens
+        then count for nothing and ``token`` may start another)."""
+        if self.current >= 0:
+            matched = (*self.matched, token)
+            going_on = self._follow(self.current, matched, constraints)
+            if going_on is not None:
+                return going_on
+        for index, (constraint, met) in enumerate(zip(constraints, self.met)):
+            if not met and any(a[0] == token for a in constraint.alternatives):
+                return self._follow(index, (token,), constraints) or self
+        return ConstraintState(self.met)
+
+    def _follow(self, index: int, matched: tuple[int, ...], constraints: tuple[Constraint, ...]) -> ConstraintState | None:
+        alternatives = constraints[index].alternatives
+        if any(a == matched for a in alternatives):  # met (a longer alternative may still go on: free text then)
+            return ConstraintState(tuple(m or i == index for i, m in enumerate(self.met)))
+        if any(a[: len(matched)] == matched for a in alternatives):
+            return ConstraintState(self.met, index, matched)
+        return None
+
+
+@dataclass
+class _Sentence:
+    """One open sentence's search in constrained mode: its constraints, and each open row's state."""
+
+    constraints: tuple[Constraint, ...]
+    states: list[ConstraintState]
+    finished: list[tuple[float, list[int]]]  # (normalised score, tokens without EOS), best first
+    unmet: list[tuple[float, list[int]]]  # ended at the length limit without every constraint: the last resort
+
+
+@torch.inference_mode()
+def constrained_beam_search(
+    model: Transformer | Ensemble,
+    src: Tensor,
+    config: DecodeConfig,
+    constraints: list[tuple[Constraint, ...]],
+    nbest: int = 1,
+    mode: GlossaryMode = "hard",
+    encoded: tuple[Tensor, Tensor] | tuple[list[Tensor], Tensor] | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search whose outputs meet each sentence's ``constraints`` (one tuple per row of ``src``; empty:
+    none). Returns each sentence's ``nbest`` best finished hypotheses, as :func:`.search.beam_search` does."""
+    k = config.beam
+    device = src.device
+    n_sent = src.size(0)
+    memory, src_mask = encoded if encoded is not None else model.encode(src)
+    max_len = max_output_lengths(src, config, model.config.max_positions)  # (n_sent,)
+    max_len = torch.maximum(max_len, torch.tensor([_room(c) for c in constraints], device=device)).clamp(
+        max=model.config.max_positions - 1
+    )  # room for every constraint
+    width = int(max_len.max()) + 1
+    steps = search_steps(model, memory, src_mask, config, True, k, width, None)  # type: ignore[arg-type]
+    sent = torch.arange(n_sent, device=device)
+    scores = torch.zeros((n_sent, 1), device=device)
+    history = torch.zeros((n_sent, 0), dtype=torch.long, device=device)
+    tokens = torch.full((n_sent,), BOS_ID, dtype=torch.long, device=device)
+    fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
+    fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
+    searches: dict[int, _Sentence] = {
+        i: _Sentence(c, [ConstraintState.start(c)], [], []) for i, c in enumerate(constraints) if c
+    }
+    max_len_list = max_len.tolist()
+    for t in range(width):
+        n, rows_per_sent = scores.shape
+        open_max_len = max_len[sent]
+        at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent)
+        logits = _whole(step_logits(steps, tokens))  # (n * rows, V), as the plain search's blocks make them
+        sentences = sent.tolist()
+        plain = [p for p, s in enumerate(sentences) if s not in searches]
+        bound = [p for p, s in enumerate(sentences) if s in searches]
+        new_scores = scores.new_full((n, k), float("-inf"))
+        parents = torch.zeros((n, k), dtype=torch.long, device=device)
+        new_tokens = torch.full((n, k), EOS_ID, dtype=torch.long, device=device)
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        if plain:
+            at = torch.tensor(plain, device=device)
+            rows = (at[:, None] * rows_per_sent + torch.arange(rows_per_sent, device=device)).flatten()
+            chosen = beam_step(
+                logits[rows], scores[at], history[rows], t, open_max_len[at], fin_scores, fin_tokens, sent[at], config,
+                nbest, at_limit[rows] if bool(at_limit[rows].any()) else None,
+            )  # fmt: skip
+            width_k = chosen.scores.size(1)
+            new_scores[at, :width_k], new_tokens[at, :width_k] = chosen.scores, chosen.tokens
+            parents[at, :width_k] = rows[chosen.parents.flatten()].view(len(plain), width_k)
+            done[at] = chosen.done
+        if bound:
+            picks = _constrained_step(
+                logits, scores, history, bound, rows_per_sent, sentences, searches, t, max_len_list, at_limit, config,
+                nbest, mode,
+            )  # fmt: skip
+            for p, (picked, ended) in zip(bound, picks):
+                for column, (score, row, token) in enumerate(picked[:k]):
+                    new_scores[p, column], parents[p, column], new_tokens[p, column] = score, row, token
+                done[p] = ended
+        keep = (~done).nonzero().flatten()
+        if len(keep) == 0:
+            break
+        some_done = len(keep) < n
+        if some_done:
+            sent, new_scores, parents, new_tokens = sent[keep], new_scores[keep], parents[keep], new_tokens[keep]
+        rows = parents.flatten()
+        history = torch.cat([history.index_select(0, rows), new_tokens.reshape(-1, 1)], dim=1)
+        steps.select(rows, sentences=keep if some_done else None)
+        scores, tokens = new_scores, new_tokens.flatten()
+    results = best_finished(fin_scores, fin_tokens, nbest)
+    for i, search in searches.items():
+        ranked = search.finished + search.unmet  # an output without a term only where none has them all
+        results[i] = [Hypothesis(path, score) for score, path in ranked[:nbest]]
+    return results
+
+
+def _holds(text: str, target: str) -> bool:
+    """``target`` in ``text`` where a word begins (a German compound or an inflection may go on after it, as
+    the search, which places the term's word-initial pieces, lets it)."""
+    start = text.find(target)
+    while start >= 0:
+        if start == 0 or not (text[start - 1].isalnum() and target[0].isalnum()):
+            return True
+        start = text.find(target, start + 1)
+    return False
+
+
+def _room(constraints: tuple[Constraint, ...]) -> int:
+    """The output length every constraint needs at least (their longest alternatives, one after another)."""
+    return sum(max(len(a) for a in c.alternatives) for c in constraints)
+
+
+def _whole(logits: Tensor | RowLogits) -> Tensor:
+    """A step's logits as one tensor, made in the plain search's blocks of rows (so each row's are the same)."""
+    if isinstance(logits, Tensor):
+        return logits
+    return torch.cat([logits[slice(start, start + ROW_BLOCK)] for start in range(0, logits.size(0), ROW_BLOCK)])
+
+
+def _constrained_step(
+    logits: Tensor,
+    scores: Tensor,
+    history: Tensor,
+    bound: list[int],
+    rows_per_sent: int,
+    sentences: list[int],
+    searches: dict[int, _Sentence],
+    t: int,
+    max_len: list[int],
+    at_limit: Tensor,
+    config: DecodeConfig,
+    nbest: int,
+    mode: GlossaryMode,
+) -> list[tuple[list[tuple[float, int, int]], bool]]:
+    """One step of the constrained sentences (positions ``bound`` among the open ones): per sentence, its
+    survivors (summed score, row, token), best bank first, and whether it is done. Finished hypotheses go
+    into each sentence's own list."""
+    k = config.beam
+    device = logits.device
+    rows = [p * rows_per_sent + r for p in bound for r in range(rows_per_sent)]
+    index = torch.tensor(rows, device=device)
+    log_probs = mask_specials(logits[index].log_softmax(dim=-1), at_limit[index])  # (R, V)
+    if mode == "hard":  # no ending before every constraint is met, except at the length limit
+        unmet = [
+            not searches[sentences[p]].states[r].done and t < max_len[sentences[p]]
+            for p in bound
+            for r in range(rows_per_sent)
+        ]
+        log_probs[torch.tensor(unmet, device=device), EOS_ID] = float("-inf")
+    top_values, top_tokens = log_probs.topk(min(k, log_probs.size(1)), dim=1)
+    wanted = [
+        sorted(searches[sentences[p]].states[r].wanted(searches[sentences[p]].constraints))
+        for p in bound
+        for r in range(rows_per_sent)
+    ]
+    flat_rows = torch.tensor([i for i, w in enumerate(wanted) for _ in w], dtype=torch.long, device=device)
+    flat_tokens = torch.tensor([tok for w in wanted for tok in w], dtype=torch.long, device=device)
+    wanted_values = log_probs[flat_rows, flat_tokens].tolist() if len(flat_rows) else []
+    totals = scores.view(-1)[index].tolist()
+    top_values_list, top_tokens_list = top_values.tolist(), top_tokens.tolist()
+    out = []
+    flat = iter(wanted_values)
+    for n, p in enumerate(bound):
+        search = searches[sentences[p]]
+        candidates: dict[tuple[int, int], float] = {}
+        for r in range(rows_per_sent):
+            i = n * rows_per_sent + r
+            for value, token in zip(top_values_list[i], top_tokens_list[i]):
+                candidates[(r, token)] = totals[i] + value
+            for token in wanted[i]:
+                candidates[(r, token)] = totals[i] + next(flat)
+        limit = max_len[sentences[p]]
+        out.append(_choose(search, candidates, p * rows_per_sent, history, t, limit, config, nbest, mode))
+    return out
+
+
+def _choose(
+    search: _Sentence,
+    candidates: dict[tuple[int, int], float],
+    first_row: int,
+    history: Tensor,
+    t: int,
+    limit: int,
+    config: DecodeConfig,
+    nbest: int,
+    mode: GlossaryMode,
+) -> tuple[list[tuple[float, int, int]], bool]:
+    """One constrained sentence's survivors from its candidates ((row, token) -> summed score), dealt from the
+    banks (hard) or best first with the bonus (soft); EOS candidates that may end are finished."""
+    k = config.beam
+    banks: dict[int, list[Candidate]] = {}
+    ended: list[tuple[float, int, bool]] = []  # EOS candidates: summed score, row, every constraint met
+    best_open, best_is_eos = float("-inf"), False
+    for (row, token), score in sorted(candidates.items(), key=lambda item: -item[1]):
+        if score == float("-inf"):
+            continue
+        state = search.states[row]
+        if token == EOS_ID:
+            best_is_eos = best_is_eos or best_open == float("-inf")
+            ended.append((score, row, state.done))
+            continue
+        after = state.advance(token, search.constraints)
+        if mode == "soft" and after.progress(search.constraints) > state.progress(search.constraints):
+            score += SOFT_BONUS
+        bank = after.progress(search.constraints) if mode == "hard" else 0
+        banks.setdefault(bank, []).append((score, first_row + row, token, after))
+        best_open = max(best_open, score)
+    for score, row, met in ended[:k]:
+        into = search.finished if met else search.unmet
+        into.append((score / float(length_penalty(float(t + 1), config)), history[first_row + row].tolist()))
+    for kept in (search.finished, search.unmet):
+        kept.sort(key=lambda f: -f[0])
+        del kept[k:]
+    picked = _deal(banks, k)
+    search.states = [state for _, _, _, state in picked]
+    while search.states and len(search.states) < k:  # fewer candidates than rows: pad with dead copies
+        picked.append((float("-inf"), picked[0][1], picked[0][2], picked[0][3]))
+        search.states.append(picked[0][3])
+    done = _done(search, best_open, best_is_eos, nbest, limit, config) or not picked
+    return [(score, row, token) for score, row, token, _ in picked], done
+
+
+Candidate = tuple[float, int, int, ConstraintState]  # summed score, row, token, the state it leads to
+
+
+def _deal(banks: dict[int, list[Candidate]], k: int) -> list[Candidate]:
+    """K candidates from the banks (each sorted best first): the most advanced bank's best, then the next
+    bank's, round after round, until K are chosen (a bank that runs out leaves its turns to the others)."""
+    order = sorted(banks, reverse=True)
+    picked: list[Candidate] = []
+    depth = 0
+    while len(picked) < k and any(depth < len(banks[b]) for b in order):
+        for bank in order:
+            if depth < len(banks[bank]) and len(picked) < k:
+                picked.append(banks[bank][depth])
+        depth += 1
+    return sorted(picked, key=lambda c: -c[0])
+
+
+def _done(search: _Sentence, best_open: float, best_is_eos: bool, nbest: int, limit: int, config: DecodeConfig) -> bool:
+    """The plain search's stopping rule (``DecodeConfig.stop``) over this sentence's finished list (``limit``:
+    its length limit, past which no open hypothesis can grow)."""
+    full = len(search.finished) >= config.beam
+    if config.stop == "beam":
+        return full
+    if config.stop == "top":
+        return full or (best_is_eos and len(search.finished) >= nbest)
+    return full and search.finished[-1][0] >= best_open / float(length_penalty(float(limit + 1), config))

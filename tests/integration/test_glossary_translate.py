@@ -1,0 +1,69 @@
+"""``nmt translate --glossary`` / ``--keep-terms`` on a trained tiny model: every term found comes out in its
+approved translation, lines without terms come out as without a glossary, problems are one line."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from nmt_cli.cli import app
+
+
+def _translate(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["translate", *args])
+    return result.exit_code, result.output
+
+
+def test_glossary_terms_come_out_approved_and_other_lines_unchanged(overfit, tmp_path):
+    run_dir, src, _ = overfit
+    lines = src[:24]
+    with_term = [i for i, line in enumerate(lines) if " man " in f" {line.lower()} "]
+    assert with_term and len(with_term) < len(lines)  # both kinds of line, from the real sentences
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n")
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("# approved terms\nman\tKerl|Kerle\n")
+    code, plain = _translate("-m", str(run_dir), "-i", str(source))
+    assert code == 0
+    code, out = _translate("-m", str(run_dir), "-i", str(source), "--glossary", str(glossary), "--format", "jsonl")
+    assert code == 0, out
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(records) == len(lines)
+    for i, (record, before) in enumerate(zip(records, plain.splitlines())):
+        if i in with_term:
+            assert "Kerl" in record["translation"] and record["missing_terms"] == [], record
+        else:
+            assert record["translation"] == before and record["missing_terms"] == []
+
+
+def test_kept_names_are_copied_as_written(overfit, tmp_path):
+    run_dir, src, _ = overfit
+    keep = tmp_path / "names.txt"
+    keep.write_text("Zorblax\n")
+    result = CliRunner().invoke(
+        app, ["translate", "-m", str(run_dir), "--keep-terms", str(keep)], input=f"{src[0]} Zorblax\n"
+    )
+    assert result.exit_code == 0 and "Zorblax" in result.output, result.output
+
+
+def test_glossary_problems_are_one_line(overfit, tmp_path):
+    run_dir, src, _ = overfit
+    source = tmp_path / "in.txt"
+    source.write_text(src[0] + "\n")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("dog\tHund\ncat\t\n")
+    twice = tmp_path / "twice.tsv"
+    twice.write_text("dog\tHund\ndog\tKöter\n")
+    glossary = tmp_path / "ok.tsv"
+    glossary.write_text("dog\tHund\n")
+    for extra, message in (
+        (["--glossary", str(empty)], f"{empty}:2: an empty term"),
+        (["--glossary", str(twice)], f"{twice}:2: 'dog' is already translated as 'Hund'"),
+        (["--glossary", str(tmp_path / "none.tsv")], "--glossary"),
+        (["--glossary", str(glossary), "--sampling"], "drop --sampling"),
+        (["--glossary", str(glossary), "--glossary-mode", "loose"], "--glossary-mode loose: choose hard or soft"),
+    ):
+        code, out = _translate("-m", str(run_dir), "-i", str(source), *extra)
+        assert code != 0 and message in out and "Traceback" not in out, out
+        assert out.count("\n") == 1, out

@@ -1,0 +1,94 @@
+"""Lexically constrained beam search (decode/constrained.py): every constraint comes out, whole; sentences
+without constraints come out as unconstrained beam search gives them; the states track progress as the paper's
+banks need it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.data.batches import pad_rows
+from nmt_cli.data.vocab import EOS_ID
+from nmt_cli.decode.constrained import Constraint, ConstraintState, constrained_beam_search
+from nmt_cli.decode.search import beam_search
+from nmt_cli.model.transformer import build_model
+
+VOCAB = 40
+
+
+def _model():
+    torch.manual_seed(3)
+    return build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0), VOCAB, VOCAB, 0).eval()
+
+
+def _sources(rows: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 9, (rows,), generator=generator).tolist()
+    return pad_rows([torch.randint(4, VOCAB, (n,), generator=generator).tolist() + [EOS_ID] for n in lengths])
+
+
+def _holds(tokens: list[int], sequence: tuple[int, ...]) -> int:
+    return sum(tuple(tokens[i : i + len(sequence)]) == sequence for i in range(len(tokens) - len(sequence) + 1))
+
+
+def _constraint(*alternatives: tuple[int, ...]) -> Constraint:
+    return Constraint(tuple(alternatives))
+
+
+def test_a_state_follows_a_term_breaks_off_and_starts_another():
+    terms = (_constraint((5, 6, 7)), _constraint((9,), (10, 11)))
+    state = ConstraintState.start(terms)
+    assert state.wanted(terms) == {5, 9, 10} and state.progress(terms) == 0
+    state = state.advance(5, terms).advance(6, terms)
+    assert state.current == 0 and state.progress(terms) == 2 and 7 in state.wanted(terms)
+    broken = state.advance(10, terms)  # off the first term, onto the second's alternative
+    assert broken.current == 1 and broken.matched == (10,) and broken.progress(terms) == 0
+    met = broken.advance(11, terms)
+    assert met.met == (False, True) and met.current == -1 and met.progress(terms) == 1
+    done = met.advance(5, terms).advance(6, terms).advance(7, terms)
+    assert done.done and done.progress(terms) == 4
+    assert ConstraintState.start(terms).advance(4, terms) == ConstraintState.start(terms)
+
+
+@pytest.mark.parametrize("beam", [4, 6])
+def test_every_constraint_comes_out_whole_and_free_sentences_as_without_constraints(beam):
+    model, src = _model(), _sources(6)
+    config = DecodeConfig(beam=beam, max_len_a=1.5, max_len_b=5)
+    wanted = [
+        (_constraint((11, 12, 13)),),
+        (),
+        (_constraint((20,), (21, 22)), _constraint((30, 31))),
+        (),
+        (_constraint((7,)), _constraint((7,))),  # one term twice in the source: twice in the output
+        (_constraint((15, 16)), _constraint((17,)), _constraint((18, 19, 25))),
+    ]
+    plain = beam_search(model, src, config, nbest=2)
+    found = constrained_beam_search(model, src, config, wanted, nbest=2)
+    for constraints, hyps, free in zip(wanted, found, plain):
+        assert len(hyps) == 2
+        if not constraints:
+            assert hyps == free  # tokens and scores, as unconstrained beam search gives them
+            continue
+        needed: dict[tuple[tuple[int, ...], ...], int] = {}
+        for c in constraints:
+            needed[c.alternatives] = needed.get(c.alternatives, 0) + 1
+        met = [all(sum(_holds(h.tokens, a) for a in alts) >= n for alts, n in needed.items()) for h in hyps]
+        assert met[0], hyps[0].tokens
+        assert met == sorted(met, reverse=True)  # a hypothesis without every term only after those with them
+
+
+def test_soft_mode_runs_the_plain_beam_with_a_bonus():
+    model, src = _model(), _sources(3, seed=1)
+    config = DecodeConfig(beam=4)
+    wanted = [(_constraint((11, 12)),), (), (_constraint((20,)),)]
+    found = constrained_beam_search(model, src, config, wanted, mode="soft")
+    plain = beam_search(model, src, config)
+    assert found[1] == plain[1]
+    assert all(len(h) == 1 for h in found)
+
+
+def test_a_translation_holds_a_term_where_a_word_begins():
+    term = Constraint(((1,),), "file", ("Datei", "Dateien"))
+    assert term.met_by("Die Datei.") and term.met_by("Dateiname") and term.met_by("„Dateien“")
+    assert not term.met_by("Die Textdatei") and not term.met_by("Die Akte")
