@@ -20,7 +20,7 @@ logits, so their outputs are those of unconstrained decoding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -122,12 +122,35 @@ class ConstraintState:
 
 @dataclass
 class _Sentence:
-    """One open sentence's search in constrained mode: its constraints, and each open row's state."""
+    """One open sentence's search in constrained mode: its constraints, each open row's state, its finished
+    hypotheses, and what it has worked out about states already (a beam meets the same few again and again)."""
 
     constraints: tuple[Constraint, ...]
     states: list[ConstraintState]
-    finished: list[tuple[float, list[int]]]  # (normalised score, tokens without EOS), best first
-    unmet: list[tuple[float, list[int]]]  # ended at the length limit without every constraint: the last resort
+    finished: list[tuple[float, list[int]]] = field(default_factory=list)  # (normalised score, tokens), best first
+    unmet: list[tuple[float, list[int]]] = field(default_factory=list)  # ended at the limit lacking a constraint
+    _moves: dict[tuple[ConstraintState, int], ConstraintState] = field(default_factory=dict)
+    _progress: dict[ConstraintState, int] = field(default_factory=dict)
+    _wanted: dict[ConstraintState, list[int]] = field(default_factory=dict)
+
+    def wanted(self, state: ConstraintState) -> list[int]:
+        found = self._wanted.get(state)
+        if found is None:
+            found = self._wanted[state] = sorted(state.wanted(self.constraints))
+        return found
+
+    def advance(self, state: ConstraintState, token: int) -> ConstraintState:
+        key = (state, token)
+        after = self._moves.get(key)
+        if after is None:
+            after = self._moves[key] = state.advance(token, self.constraints)
+        return after
+
+    def progress(self, state: ConstraintState) -> int:
+        found = self._progress.get(state)
+        if found is None:
+            found = self._progress[state] = state.progress(self.constraints)
+        return found
 
 
 @torch.inference_mode()
@@ -158,9 +181,7 @@ def constrained_beam_search(
     tokens = torch.full((n_sent,), BOS_ID, dtype=torch.long, device=device)
     fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
     fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
-    searches: dict[int, _Sentence] = {
-        i: _Sentence(c, [ConstraintState.start(c)], [], []) for i, c in enumerate(constraints) if c
-    }
+    searches: dict[int, _Sentence] = {i: _Sentence(c, [ConstraintState.start(c)]) for i, c in enumerate(constraints) if c}
     max_len_list = max_len.tolist()
     for t in range(width):
         n, rows_per_sent = scores.shape
@@ -265,11 +286,7 @@ def _constrained_step(
         ]
         log_probs[torch.tensor(unmet, device=device), EOS_ID] = float("-inf")
     top_values, top_tokens = log_probs.topk(min(k, log_probs.size(1)), dim=1)
-    wanted = [
-        sorted(searches[sentences[p]].states[r].wanted(searches[sentences[p]].constraints))
-        for p in bound
-        for r in range(rows_per_sent)
-    ]
+    wanted = [searches[sentences[p]].wanted(searches[sentences[p]].states[r]) for p in bound for r in range(rows_per_sent)]
     flat_rows = torch.tensor([i for i, w in enumerate(wanted) for _ in w], dtype=torch.long, device=device)
     flat_tokens = torch.tensor([tok for w in wanted for tok in w], dtype=torch.long, device=device)
     wanted_values = log_probs[flat_rows, flat_tokens].tolist() if len(flat_rows) else []
@@ -302,37 +319,38 @@ def _choose(
     nbest: int,
     mode: GlossaryMode,
 ) -> tuple[list[tuple[float, int, int]], bool]:
-    """One constrained sentence's survivors from its candidates ((row, token) -> summed score), dealt from the
-    banks (hard) or best first with the bonus (soft); EOS candidates that may end are finished."""
+    """One constrained sentence's survivors from its candidates ((row, token) -> summed score).
+
+    As the plain search keeps 2K candidates, lets those ending in EOS among the K best finish and carries the K
+    best others on, so here: 2K are dealt from the banks (hard; soft: one bank, the bonus in the scores), the EOS
+    candidates among the first K dealt finish, and the first K others go on."""
     k = config.beam
     banks: dict[int, list[Candidate]] = {}
-    ended: list[tuple[float, int, bool]] = []  # EOS candidates: summed score, row, every constraint met
-    best_open, best_is_eos = float("-inf"), False
     for (row, token), score in sorted(candidates.items(), key=lambda item: -item[1]):
         if score == float("-inf"):
             continue
         state = search.states[row]
-        if token == EOS_ID:
-            best_is_eos = best_is_eos or best_open == float("-inf")
-            ended.append((score, row, state.done))
-            continue
-        after = state.advance(token, search.constraints)
-        if mode == "soft" and after.progress(search.constraints) > state.progress(search.constraints):
+        after = state if token == EOS_ID else search.advance(state, token)
+        progress = search.progress(after)
+        if mode == "soft" and progress > search.progress(state):
             score += SOFT_BONUS
-        bank = after.progress(search.constraints) if mode == "hard" else 0
+        bank = progress if mode == "hard" else 0
         banks.setdefault(bank, []).append((score, first_row + row, token, after))
-        best_open = max(best_open, score)
-    for score, row, met in ended[:k]:
-        into = search.finished if met else search.unmet
-        into.append((score / float(length_penalty(float(t + 1), config)), history[first_row + row].tolist()))
+    dealt = _deal(banks, 2 * k)
+    for score, row, token, state in dealt[:k]:
+        if token == EOS_ID:
+            into = search.finished if state.done else search.unmet  # unmet: only at the length limit
+            into.append((score / float(length_penalty(float(t + 1), config)), history[row].tolist()))
     for kept in (search.finished, search.unmet):
         kept.sort(key=lambda f: -f[0])
         del kept[k:]
-    picked = _deal(banks, k)
+    picked = sorted([c for c in dealt if c[2] != EOS_ID][:k], key=lambda c: -c[0])  # the first K dealt, best first
     search.states = [state for _, _, _, state in picked]
     while search.states and len(search.states) < k:  # fewer candidates than rows: pad with dead copies
         picked.append((float("-inf"), picked[0][1], picked[0][2], picked[0][3]))
         search.states.append(picked[0][3])
+    best_open = picked[0][0] if picked else float("-inf")
+    best_is_eos = bool(dealt) and max(dealt, key=lambda c: c[0])[2] == EOS_ID
     done = _done(search, best_open, best_is_eos, nbest, limit, config) or not picked
     return [(score, row, token) for score, row, token, _ in picked], done
 
@@ -340,18 +358,18 @@ def _choose(
 Candidate = tuple[float, int, int, ConstraintState]  # summed score, row, token, the state it leads to
 
 
-def _deal(banks: dict[int, list[Candidate]], k: int) -> list[Candidate]:
-    """K candidates from the banks (each sorted best first): the most advanced bank's best, then the next
-    bank's, round after round, until K are chosen (a bank that runs out leaves its turns to the others)."""
+def _deal(banks: dict[int, list[Candidate]], count: int) -> list[Candidate]:
+    """``count`` candidates from the banks (each sorted best first), in the order dealt: the most advanced bank's
+    best, then the next bank's, round after round (a bank that runs out leaves its turns to the others)."""
     order = sorted(banks, reverse=True)
-    picked: list[Candidate] = []
+    dealt: list[Candidate] = []
     depth = 0
-    while len(picked) < k and any(depth < len(banks[b]) for b in order):
+    while len(dealt) < count and any(depth < len(banks[b]) for b in order):
         for bank in order:
-            if depth < len(banks[bank]) and len(picked) < k:
-                picked.append(banks[bank][depth])
+            if depth < len(banks[bank]) and len(dealt) < count:
+                dealt.append(banks[bank][depth])
         depth += 1
-    return sorted(picked, key=lambda c: -c[0])
+    return dealt
 
 
 def _done(search: _Sentence, best_open: float, best_is_eos: bool, nbest: int, limit: int, config: DecodeConfig) -> bool:

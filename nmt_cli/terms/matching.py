@@ -1,6 +1,6 @@
 """Which glossary terms a sentence holds, and where.
 
-A source term matches on word boundaries, case-insensitively unless it has capitals of its own ("file" matches
+A source term matches on word boundaries (a hyphen does not end a word), case-insensitively unless it has capitals of its own ("file" matches
 "File" and "FILE"; "Repository" only itself), the longest first where terms overlap ("file system" before
 "file"). Text the model never translates -- placeholders, and the code, paths, URLs, options and numbers that
 ``formats/protect.py`` masks -- holds no term: ``/usr/share/file`` is a path, not the term "file".
@@ -66,4 +66,5 @@ def _alternation(terms: list[Term], flags: int) -> re.Pattern[str] | None:
     if not terms:
         return None
     ordered = sorted((t.source for t in terms), key=len, reverse=True)
-    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(s) for s in ordered) + r")(?!\w)", flags)
+    # a hyphen joins words into one ("cherry-pick" holds no term "cherry"); a term may hold one itself
+    return re.compile(r"(?<![\w-])(?:" + "|".join(re.escape(s) for s in ordered) + r")(?![\w-])", flags)
