@@ -54,6 +54,14 @@ def run(
         help="An uploaded .docx with a part (over 1 MiB) that unpacks to more times its packed size: 413.",
     ),
     log_level: str = typer.Option("info", "--log-level", help="critical, error, warning, info or debug."),
+    glossaries: list[str] = typer.Option(
+        [],
+        "--glossary",
+        metavar="NAME=FILE",
+        help='A glossary requests may name ("glossary": "NAME"): TSV, CSV or TBX as nmt translate reads it; '
+        "FILE alone is named after its file name. Repeat for several. Requests may also send their own pairs.",
+        show_default=False,
+    ),
 ) -> None:
     """Serve models over HTTP: POST /translate (LibreTranslate's API and ours), a web page at /."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
@@ -82,8 +90,33 @@ def run(
     torch.set_num_threads(threads or os.cpu_count() or 1)
     keep_freed_memory()  # each step's buffers reused, not faulted in anew (utils/allocator.py)
     unpack = UnpackLimits(max_unpacked_mb * MIB, max_unpack_ratio)
-    limits = Limits(max_body_bytes=max_body, max_sentences=max_sentences, max_beam=max_beam, unpack=unpack)
+    named = _served_glossaries(glossaries, models)
+    limits = Limits(max_body_bytes=max_body, max_sentences=max_sentences, max_beam=max_beam, unpack=unpack, glossaries=named)
     # uvicorn drains the requests in flight on SIGTERM, then raises it again under the handler it found:
     # the default one, so that a supervisor sees the server ended by SIGTERM (not an error exit).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     serve(models, host, port, resolve_device(device), weights, limits, batch_tokens, max_queue, batching, log_level)
+
+
+def _served_glossaries(given: list[str], models: list[Path]) -> dict:  # type: ignore[type-arg]
+    """``--glossary NAME=FILE`` read and checked before any model loads (a TBX is read for the first model's
+    languages, taken from the recipe beside it)."""
+    from ..config import load_recipe
+    from ..terms.glossary import read_glossary
+
+    named = {}
+    for item in given:
+        name, _, file = item.rpartition("=") if "=" in item else ("", "", item)
+        path = Path(file)
+        name = name or path.stem
+        if not path.is_file():
+            raise NmtError(f"--glossary {item}: {path} not found")
+        if name in named:
+            raise NmtError(f"--glossary {item}: the name '{name}' is taken; give NAME=FILE with another name")
+        languages = ("", "")
+        recipe_file = (models[0] if models[0].is_dir() else models[0].parent) / "recipe.yaml"
+        if recipe_file.is_file():
+            data = load_recipe(recipe_file).data
+            languages = (data.src_lang, data.tgt_lang)
+        named[name] = read_glossary(path, *languages)
+    return named

@@ -37,6 +37,7 @@ from ..decode.search import Hypothesis
 from ..decode.translator import Aligner, Translator
 from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, Sentences, translate_bytes
+from ..terms.glossary import Glossary
 from .body import read_fields
 from .languages import LanguageDetector, language_name
 from .loop import Job, QueueFull, ShuttingDown
@@ -103,6 +104,7 @@ class Decoded:
     hypotheses: list[list[list[Hypothesis]]]  # per text, per line
     truncated: list[list[bool]]
     assessments: list[list[list[Assessment]]] | None = None  # per text, per line, per hypothesis ("confidence")
+    missing_terms: list[list[str]] | None = None  # per text, the glossary terms its best translation lacks
 
 
 def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics) -> FastAPI:
@@ -129,15 +131,15 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
         return SafeJSONResponse({"error": f"internal error ({type(err).__name__}); the server goes on"}, status_code=500)
 
     detector = LanguageDetector(sorted({m.source for m in models} | {m.target for m in models}))
-    app.include_router(_server_routes(models, metrics))
+    app.include_router(_server_routes(models, metrics, limits.glossaries))
     app.include_router(_language_routes(models, limits, detector))
     app.include_router(_file_routes(models, limits))
     app.include_router(_translate_route(models, limits, metrics, detector))
     return app
 
 
-def _server_routes(models: list[ServedModel], metrics: ServerMetrics) -> APIRouter:
-    """The web page, health, the models served and Prometheus metrics."""
+def _server_routes(models: list[ServedModel], metrics: ServerMetrics, glossaries: dict[str, Glossary]) -> APIRouter:
+    """The web page, health, the models and glossaries served and Prometheus metrics."""
     router = APIRouter()
     page = resources.files("nmt_cli.serve").joinpath("page.html").read_text(encoding="utf-8")
 
@@ -152,6 +154,10 @@ def _server_routes(models: list[ServedModel], metrics: ServerMetrics) -> APIRout
     @router.get("/models")
     async def list_models() -> list[dict[str, Any]]:
         return [_describe(model) for model in models]
+
+    @router.get("/glossaries")
+    async def list_glossaries() -> list[dict[str, Any]]:
+        return [{"name": name, "terms": len(glossary)} for name, glossary in sorted(glossaries.items())]
 
     @router.get("/metrics")
     async def prometheus() -> Response:
@@ -310,8 +316,8 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
     loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
     lines = [text.split("\n") for text in parsed.texts]
     flat = [line.strip() for text_lines in lines for line in text_lines]
-    if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
-        return await asyncio.to_thread(_decode_as_document, parsed, lines, flat)
+    if loaded.recipe.model.concat or loaded.recipe.model.recurrence or parsed.glossary is not None:
+        return await asyncio.to_thread(_decode_with_translator, parsed, lines, flat)
     todo = [i for i, line in enumerate(flat) if line]
     encoded = loaded.src_vocab.encode([flat[i] for i in todo], out_type=int)
     truncated_flat = [False] * len(flat)
@@ -415,16 +421,18 @@ def _sentences_through_loop(model: ServedModel, block: int = 64) -> Sentences:
     return Sentences(lambda sentences: [text for text, _ in run(sentences, False)], lambda sentences: run(sentences, True))
 
 
-# One document at a time per model: a request's lines are translated in order, each after the ones before it.
-_DOCUMENT_LOCKS: dict[str, threading.Lock] = {}
+# One request at a time per model on this path: a document's lines are translated in order, each after the ones
+# before it.
+_ENGINE_LOCKS: dict[str, threading.Lock] = {}
 
 
-def _decode_as_document(parsed: TranslationRequest, lines: list[list[str]], flat: list[str]) -> Decoded:
-    """A model that reads document context (``model.concat``, ``model.recurrence``) reads a request's lines as
-    one document, in order, with nmt translate's engine rather than the sentence-level decoding loop."""
+def _decode_with_translator(parsed: TranslationRequest, lines: list[list[str]], flat: list[str]) -> Decoded:
+    """A request with a glossary, or for a model that reads document context (``model.concat``,
+    ``model.recurrence``; a request's lines are then one document, in order), decoded with nmt translate's engine
+    rather than the sentence-level decoding loop."""
     loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
-    translator = Translator(loaded, parsed.config, nbest=parsed.nbest, assess=parsed.confidence)
-    with _DOCUMENT_LOCKS.setdefault(parsed.model.name, threading.Lock()):
+    translator = Translator(loaded, parsed.config, nbest=parsed.nbest, assess=parsed.confidence, glossary=parsed.glossary)
+    with _ENGINE_LOCKS.setdefault(parsed.model.name, threading.Lock()):
         found = list(translator.translate(flat, documents=["request"] * len(flat)))
     hypotheses: list[list[Hypothesis]] = [
         [Hypothesis(loaded.tgt_vocab.encode(t.text, out_type=int), t.score) for t in hyps] if line else []
@@ -433,14 +441,18 @@ def _decode_as_document(parsed: TranslationRequest, lines: list[list[str]], flat
     assessed = [[t.assessment for t in hyps if t.assessment is not None] if line else [] for line, hyps in zip(flat, found)]
     truncated = [len(ids) > max_src for ids in loaded.src_vocab.encode(flat, out_type=int)]
     assessments = _regroup(assessed, lines) if parsed.confidence else None
-    return Decoded(lines, _regroup(hypotheses, lines), _regroup(truncated, lines), assessments)
+    missing = None
+    if parsed.glossary is not None:
+        per_line = [list(hyps[0].missing_terms or ()) if line and hyps else [] for line, hyps in zip(flat, found)]
+        missing = [sorted({t for terms in text for t in terms}) for text in _regroup(per_line, lines)]
+    return Decoded(lines, _regroup(hypotheses, lines), _regroup(truncated, lines), assessments, missing)
 
 
 def _sentences_as_document(model: ServedModel) -> Sentences:
     """A file's or a page's sentences as one document, for a model that reads document context."""
     translator = Translator(model.loaded, model.loaded.recipe.decode, alignments=True)
     sentences = translator.sentences()
-    lock = _DOCUMENT_LOCKS.setdefault(model.name, threading.Lock())
+    lock = _ENGINE_LOCKS.setdefault(model.name, threading.Lock())
 
     def locked(run: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
         def call(lines: list[str]) -> Any:
@@ -535,6 +547,8 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
         if parsed.confidence:  # an addition to LibreTranslate's shape, asked for; its own fields stay as they are
             trust = [{k: a[k] for k in ("confidence", "calibrated", "flags")} for a in (t[0] for t in texts)]
             body["confidence"] = trust[0] if parsed.single else trust
+        if decoded.missing_terms is not None:  # an addition, as "confidence" is
+            body["missingTerms"] = decoded.missing_terms[0] if parsed.single else decoded.missing_terms
         if parsed.ignored:
             body["ignored"] = parsed.ignored
         return body
@@ -547,8 +561,9 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
                 **alternatives[0],
                 "nbest": alternatives,
                 "truncated": any(cut),
+                **({"missing_terms": decoded.missing_terms[n]} if decoded.missing_terms is not None else {}),
             }
-            for alternatives, cut in zip(texts, decoded.truncated)
+            for n, (alternatives, cut) in enumerate(zip(texts, decoded.truncated))
         ],
         "time_ms": round(seconds * 1000, 2),
         **({"ignored": parsed.ignored} if parsed.ignored else {}),

@@ -18,7 +18,9 @@ from typing import Any, Protocol
 
 from ..config import DecodeConfig
 from ..decode.translator import LoadedModel
+from ..errors import DataError
 from ..formats.unpack import UnpackLimits
+from ..terms.glossary import Glossary, glossary_from_pairs
 from ..utils.text import replace_control_characters
 from .loop import DecodingLoop
 
@@ -39,6 +41,8 @@ class Limits:
     max_sentences: int = 128  # lines over all texts of a request
     max_beam: int = 16
     unpack: UnpackLimits = field(default_factory=UnpackLimits)  # how far an uploaded .docx may unpack
+    glossaries: dict[str, Glossary] = field(default_factory=dict)  # the glossaries a request may name (--glossary)
+    max_glossary_terms: int = 1000  # terms a request may bring inline
 
 
 @dataclass
@@ -66,13 +70,16 @@ class TranslationRequest:
     detected: tuple[str, float] | None = None  # "source": "auto": the language found, confidence 0-100
     html: bool = False  # "format": "html": each text is HTML, translated with its markup kept
     confidence: bool = False  # "confidence": true: each translation gets its confidence and flags (decode/assess.py)
+    glossary: Glossary | None = None  # "glossary": terms every translation must use (decode/constrained.py)
     ignored: list[str] = field(default_factory=list)  # fields of the body this request shape does not read
 
 
 # The fields each request shape reads; others are ignored and named in the answer ("ignored").
 # LibreTranslate's api_key and secret are taken and ignored: this server asks for no key.
-LIBRE_FIELDS = frozenset({"q", "source", "target", "format", "alternatives", "api_key", "secret", "confidence"})
-OUR_FIELDS = frozenset({"text", "model", "source", "target", "beam", "nbest", "alpha", "format", "api_key", "confidence"})
+LIBRE_FIELDS = frozenset({"q", "source", "target", "format", "alternatives", "api_key", "secret", "confidence", "glossary"})
+OUR_FIELDS = frozenset(
+    {"text", "model", "source", "target", "beam", "nbest", "alpha", "format", "api_key", "confidence", "glossary"}
+)
 STRING_FIELDS = ("source", "target", "model", "format")
 
 
@@ -111,6 +118,9 @@ def parse_request(
     confidence = _boolean(fields, "confidence", from_form)
     if confidence and html:
         raise BadRequest(400, '"confidence" is given for "format": "text" only; leave it out for HTML')
+    glossary = _glossary(fields.get("glossary"), limits) if "glossary" in fields else None
+    if glossary is not None and html:
+        raise BadRequest(400, '"glossary" applies to "format": "text" so far; leave it out for HTML')
     return TranslationRequest(
         texts,
         single,
@@ -121,8 +131,24 @@ def parse_request(
         detected,
         html=html,
         confidence=confidence,
+        glossary=glossary,
         ignored=[shown(k) for k in ignored],
     )
+
+
+def _glossary(value: Any, limits: Limits) -> Glossary:
+    """A request's "glossary": the name of one loaded at start-up, or its own list of pairs."""
+    if isinstance(value, str):
+        if value not in limits.glossaries:
+            served = ", ".join(sorted(limits.glossaries)) or "none (nmt serve --glossary NAME=FILE loads them)"
+            raise BadRequest(400, f'no glossary named "{shown(value)}"; served: {served}')
+        return limits.glossaries[value]
+    if isinstance(value, list) and len(value) > limits.max_glossary_terms:
+        raise BadRequest(413, f'"glossary" holds more than {limits.max_glossary_terms} terms; send fewer')
+    try:
+        return glossary_from_pairs(value, '"glossary"')
+    except DataError as err:
+        raise BadRequest(400, str(err)) from None
 
 
 class Detector(Protocol):

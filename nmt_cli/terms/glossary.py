@@ -79,6 +79,25 @@ def read_glossary(path: Path, src_lang: str = "", tgt_lang: str = "") -> Glossar
     return Glossary(tuple(seen.values()))
 
 
+def glossary_from_pairs(pairs: object, where: str) -> Glossary:
+    """A glossary given inline (a server request's ``"glossary"``): a list of ``[source, target]`` pairs or of
+    ``{"source": ..., "target": ...}`` objects, the target with alternatives as ``A|B``; checked as files are,
+    each problem naming ``where`` and the entry's number."""
+    if not isinstance(pairs, list):
+        raise DataError(f"{where}: give a list of [source, target] pairs, or the name of a served glossary")
+    seen: dict[str, Term] = {}
+    for number, pair in enumerate(pairs, start=1):
+        if isinstance(pair, dict):
+            pair = [pair.get("source"), pair.get("target")]
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise DataError(f"{where}, entry {number}: give [source, target] (two strings)")
+        source, targets = pair[0].strip(), [t.strip() for t in pair[1].split(ALTERNATIVES)]
+        if not source or not all(targets):
+            raise DataError(f"{where}, entry {number}: an empty term; give the source term and each translation")
+        _add(seen, Term(source, tuple(dict.fromkeys(targets)), f"{where}, entry {number}"))
+    return Glossary(tuple(seen.values()))
+
+
 def read_keep_terms(path: Path) -> Glossary:
     """Names copied exactly: one a line (``#`` starts a comment line)."""
     text = _decoded(_read_bytes(path), path)

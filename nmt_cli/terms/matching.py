@@ -1,9 +1,10 @@
 """Which glossary terms a sentence holds, and where.
 
-A source term matches on word boundaries (a hyphen does not end a word), case-insensitively unless it has capitals of its own ("file" matches
-"File" and "FILE"; "Repository" only itself), the longest first where terms overlap ("file system" before
-"file"). Text the model never translates -- placeholders, and the code, paths, URLs, options and numbers that
-``formats/protect.py`` masks -- holds no term: ``/usr/share/file`` is a path, not the term "file".
+A source term matches on word boundaries (a hyphen does not end a word), case-insensitively unless it has
+capitals of its own ("file" matches "File" and "FILE"; "Repository" only itself), the longest first where terms
+overlap ("file system" before "file"). Text the model never translates -- placeholders, and the code, paths,
+URLs, options and numbers that ``formats/protect.py`` masks -- holds no term: ``/usr/share/file`` is a path,
+not the term "file".
 """
 
 from __future__ import annotations

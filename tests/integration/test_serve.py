@@ -473,3 +473,30 @@ def test_web_page_translates_an_uploaded_catalogue(server, overfit, tmp_path):
         translated = polib.pofile(answer.read().decode("utf-8"))
     (entry,) = translated
     assert translated.metadata["Language"] == "de" and entry.msgstr.count("%s") == 1 and "fuzzy" in entry.flags
+
+
+def test_a_glossary_named_or_sent_steers_the_translation(overfit):
+    """A request's "glossary" (its own pairs, or the name of one served) puts each term's translation in the
+    answer, says which it lacks, and lists the served ones at /glossaries; bad glossaries are 400s."""
+    from fastapi.testclient import TestClient
+
+    from nmt_cli.serve.api import create_app
+    from nmt_cli.serve.metrics import ServerMetrics
+    from nmt_cli.serve.requests import Limits
+    from nmt_cli.serve.server import load_served_models
+    from nmt_cli.terms.glossary import glossary_from_pairs
+
+    run_dir, src, _ = overfit
+    line = next(s for s in src if " man " in f" {s.lower()} ")
+    metrics = ServerMetrics()
+    models = load_served_models([run_dir], torch.device("cpu"), torch.float32, metrics, None, 64, True)
+    served = {"people": glossary_from_pairs([["man", "Kerl"]], "test")}
+    with TestClient(create_app(models, Limits(glossaries=served), metrics)) as client:
+        assert client.get("/glossaries").json() == [{"name": "people", "terms": 1}]
+        by_name = client.post("/translate", json={"text": line, "glossary": "people"}).json()["translations"][0]
+        inline = client.post("/translate", json={"q": line, "source": "en", "target": "de", "glossary": [["man", "Kerl"]]})
+        assert "Kerl" in by_name["text"] and by_name["missing_terms"] == []
+        assert inline.json()["translatedText"] == by_name["text"] and inline.json()["missingTerms"] == []
+        for glossary, words in (("staff", 'no glossary named "staff"; served: people'), ([["man", ""]], "an empty term")):
+            answer = client.post("/translate", json={"text": line, "glossary": glossary})
+            assert answer.status_code == 400 and words in answer.json()["error"], answer.json()
