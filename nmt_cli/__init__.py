@@ -30,6 +30,9 @@ _API = {
     "Translation": "decode.translation",
     "Engine": "decode.translation",
     "forced_scores": "decode.forced",
+    "read_glossary": "terms.glossary",
+    "read_keep_terms": "terms.glossary",
+    "Glossary": "terms.glossary",
     "translate_file": "formats",
     "run_quickstart": "pipeline",
 }

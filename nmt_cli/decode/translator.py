@@ -150,6 +150,20 @@ def _check_glossary_use(loaded: LoadedModel, config: DecodeConfig, reads_documen
         )
 
 
+def _check_term_lengths(glossary: Glossary, loaded: LoadedModel) -> None:
+    """A term whose translation alone takes more pieces than a translation may hold can never be met: refused,
+    naming its file and line (a quarter of the model's length, so the sentence around it has room too)."""
+    limit = max(1, (loaded.recipe.model.max_positions - 1) // 4)
+    for term in glossary.terms:
+        for target in term.targets:
+            pieces = len(loaded.tgt_vocab.encode(target, out_type=int))
+            if pieces > limit:
+                raise NmtError(
+                    f"{term.where}: the translation of '{term.source}' takes {pieces} pieces, more than a "
+                    f"quarter of what this model translates at once ({limit}); shorten the term"
+                )
+
+
 def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple[int, int], origin: Path) -> None:
     """Compare the stored weights with the model the stored recipe describes, built without memory."""
     try:
@@ -279,6 +293,7 @@ class Translator:
         self.glossary_mode = glossary_mode
         if self.terms is not None:
             _check_glossary_use(loaded, config, self.document is not None)
+            _check_term_lengths(self.terms.glossary, loaded)
 
     def translate(
         self,

@@ -55,12 +55,15 @@ def test_glossary_problems_are_one_line(overfit, tmp_path):
     empty.write_text("dog\tHund\ncat\t\n")
     twice = tmp_path / "twice.tsv"
     twice.write_text("dog\tHund\ndog\tKöter\n")
+    long = tmp_path / "long.tsv"
+    long.write_text("dog\t" + " ".join(["Hundehütte"] * 400) + "\n")
     glossary = tmp_path / "ok.tsv"
     glossary.write_text("dog\tHund\n")
     for extra, message in (
         (["--glossary", str(empty)], f"{empty}:2: an empty term"),
         (["--glossary", str(twice)], f"{twice}:2: 'dog' is already translated as 'Hund'"),
         (["--glossary", str(tmp_path / "none.tsv")], "--glossary"),
+        (["--glossary", str(long)], f"{long}:1: the translation of 'dog' takes"),
         (["--glossary", str(glossary), "--sampling"], "drop --sampling"),
         (["--glossary", str(glossary), "--glossary-mode", "loose"], "--glossary-mode loose: choose hard or soft"),
     ):
