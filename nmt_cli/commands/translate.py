@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -13,16 +14,13 @@ import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import ThreadsOption, console, decode_option, device_option, resolve_device, weights_dtype, with_decoding
+from .common import ThreadsOption, console, decode_option, device_option, resolve_device
 from .lines_io import input_lines, output_sink, report_stats, with_progress
+from .translate_engine import open_engine
 from .translate_options import Engines, Plan, Precisions, TranslateOptions
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
-    from ..decode.translation import Engine, Translation
-
-
-# The same precision names for both engines: ours as torch dtypes, CTranslate2's as its compute types.
-COMPUTE_TYPES = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
+    from ..decode.translation import Translation
 
 
 def run(
@@ -244,7 +242,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     threads = o.cpu_threads()
     torch.set_num_threads(threads)
     target = resolve_device(o.device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
-    translator = _open_engine(o, target, threads, plan.aligned)
+    translator = open_engine(o, target, threads, plan.aligned)
     input, output, prefix, docids = o.input, o.output, o.prefix, o.docids
     prefixes = read_lines(prefix) if prefix is not None else None
     documents = read_lines(docids) if docids is not None else None
@@ -269,7 +267,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
         if getattr(translator, "document", None) is None:
             return translator.translate(lines)
         translator.new_document()  # type: ignore[attr-defined]
-        return translator.translate(lines, documents=_forever("file"))
+        return translator.translate(lines, documents=itertools.repeat("file"))
 
     show = o.progress if o.progress is not None else output is not None
     show = show and int(os.environ.get("RANK", "0")) == 0
@@ -302,68 +300,6 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     report_stats(translator.stats, time.perf_counter() - started, show, translator.max_positions)
 
 
-def _open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Engine:
-    """The engine ``--engine`` names, every choice fixed: model, device, precision, decoding settings (the
-    model's recipe, then the options given)."""
-
-    options, models = o.decoding, o.models
-    if o.engine == "ctranslate2":
-        from ..export.ctranslate2 import CTranslate2Engine, CTranslate2Translator
-
-        # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
-        workers = options["workers"] or 1
-        ct2 = CTranslate2Engine(models[0], device.type, threads, COMPUTE_TYPES[o.dtype], workers)
-        config = with_decoding(ct2.decode_config, options)
-        if config.length_penalty == "gnmt" and config.alpha and options["length_penalty"] is None:
-            console.print(
-                "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
-            )
-        return CTranslate2Translator(ct2, config, o.nbest, o.chunk_lines)
-    from ..decode.translator import Translator, load_ensemble
-    from ..utils.allocator import keep_freed_memory
-
-    # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs with the
-    # allocator as it is, as it would on its own.
-    keep_freed_memory()
-    loaded = load_ensemble(models, device, weights_dtype(o.dtype))
-    config = with_decoding(loaded.recipe.decode, options)
-    translator = Translator(
-        loaded,
-        config,
-        device,
-        nbest=o.nbest,
-        chunk_lines=o.chunk_lines,
-        alignments=o.alignments or aligned,
-        alignment_layer=o.alignment_layer,
-        assess=o.confidence,
-        glossary=_glossary(o, loaded.recipe.data.src_lang, loaded.recipe.data.tgt_lang),
-        glossary_mode="soft" if o.glossary_mode == "soft" else "hard",
-    )
-    if o.confidence and loaded.calibration is None:
-        console.print(
-            f"note: {models[0]} has no calibration: confidences are exp(mean token log-probability), "
-            'uncalibrated (marked ~ in text, "calibrated": false in jsonl); nmt calibrate fits one',
-            markup=False,
-            soft_wrap=True,
-        )
-    return translator
-
-
-def _glossary(o: TranslateOptions, src_lang: str, tgt_lang: str):  # type: ignore[no-untyped-def]
-    """``--glossary`` and ``--keep-terms`` files read, checked and joined (None: neither given)."""
-    if not (o.glossaries or o.keep_terms):
-        return None
-    from ..terms.glossary import Glossary, read_glossary, read_keep_terms
-
-    read = [read_glossary(p, src_lang, tgt_lang) for p in o.glossaries] + [read_keep_terms(p) for p in o.keep_terms]
-    return Glossary.join(*read)
-
-
-def _forever(value: str) -> Iterator[str]:
-    while True:
-        yield value
-
-
 def _check_context_options(translator, documents: list[str] | None, input: Path | None, docids: Path | None) -> None:
     """--docids goes with a model that reads document context, one id per input line (checked before anything
     is written when the input is a file)."""
@@ -388,7 +324,6 @@ def _read_context_before(translator, input: Path, first: int, documents: list[st
     """Before a job goes on at line ``first`` (resumed, or a shard), the model reads the lines before it that
     its document context covers, as the uninterrupted job did (their translations are left out)."""
     import dataclasses
-    import itertools
 
     context = getattr(translator, "document", None)
     if context is None:
@@ -415,8 +350,6 @@ def _sentences(results, aligned: bool, assessed: bool = False, show: bool = Fals
 def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int, kept: frozenset[str]) -> Iterator[str]:
     """``--markup``: each line a fragment, translated with its tags (``formats/markup.py``), a chunk at a time;
     the elements ``kept`` (--keep-tags) as written, as code is."""
-    import itertools
-
     from ..formats.markup import kept_as_code, translate_fragments
 
     while chunk := [line.rstrip("\r\n") for line in itertools.islice(lines, chunk_lines)]:
