@@ -92,3 +92,17 @@ def test_a_translation_holds_a_term_where_a_word_begins():
     term = Constraint(((1,),), "file", ("Datei", "Dateien"))
     assert term.met_by("Die Datei.") and term.met_by("Dateiname") and term.met_by("„Dateien“")
     assert not term.met_by("Die Textdatei") and not term.met_by("Die Akte")
+
+
+def test_an_ensemble_meets_its_constraints_too():
+    from nmt_cli.decode.ensemble import Ensemble
+
+    torch.manual_seed(5)
+    other = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0), VOCAB, VOCAB, 0).eval()
+    ensemble, src = Ensemble([_model(), other]), _sources(3, seed=2)
+    wanted = [(_constraint((11, 12)),), (), (_constraint((20,)), _constraint((21, 22)))]
+    found = constrained_beam_search(ensemble, src, DecodeConfig(beam=4), wanted, nbest=2)
+    assert (
+        _holds(found[0][0].tokens, (11, 12)) and _holds(found[2][0].tokens, (20,)) and _holds(found[2][0].tokens, (21, 22))
+    )
+    assert found[1] == beam_search(ensemble, src, DecodeConfig(beam=4), nbest=2)[1]
