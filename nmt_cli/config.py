@@ -305,6 +305,12 @@ class TrainConfig:
         False, "torch.compile each encoder and decoder layer (regional, shapes symbolic): fuses the element-wise work"
     )
     activation_checkpointing: bool = _opt(False, "recompute layer activations in backward (saves memory)")
+    train_previous: bool = _opt(
+        False,
+        "model.recurrence: also train each batch's previous pairs (their loss counted), as Transformer-XL trains the "
+        "segment its memory comes from; off: they are run without gradient, only for their keys/values (more updates "
+        "in a time budget; docs/benchmarks.md)",
+    )
     threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0, le=4096)
     device: Literal["auto", "cpu", "cuda"] = _opt("auto", "auto picks CUDA when available")
     dist_timeout_minutes: float = _opt(10.0, "give up when another process is silent this long", gt=0, le=10_080)

@@ -35,6 +35,7 @@ class ParallelData:
     context: Context | None = None
     # model.recurrence: per pair, the first of the previous pairs of its document whose keys/values it attends to
     previous: np.ndarray | None = None
+    train_previous: bool = False  # train.train_previous: the previous pairs are scored (trained) too
 
     @classmethod
     def load(cls, data_dir: Path, split: str, src_lang: str, tgt_lang: str, dtypes: tuple[str, str]) -> ParallelData:
@@ -167,9 +168,9 @@ def collate(data: ParallelData, indices: np.ndarray) -> Batch:
 
 def _previous_pairs(data: ParallelData, indices: np.ndarray) -> tuple[PreviousPairs, ...]:
     """For ``model.recurrence``: per step back (oldest first), the previous pair of each row's document as
-    (source + EOS, BOS + target, target + EOS, present, scored tokens); a row with no pair that far back reads a
-    one-token stand-in, hidden by ``present`` (an empty row would give the attention nothing to normalise over)
-    and never scored."""
+    (source + EOS, BOS + target, target + EOS, present, scored tokens: 0 unless ``train_previous``); a row with no
+    pair that far back reads a one-token stand-in, hidden by ``present`` (an empty row would give the attention
+    nothing to normalise over) and never scored."""
     assert data.previous is not None
     depth = int((indices - data.previous[indices]).max(initial=0))
     out = []
@@ -178,7 +179,7 @@ def _previous_pairs(data: ParallelData, indices: np.ndarray) -> tuple[PreviousPa
         src = pad_rows([np.append(data.src[i - back], EOS_ID) if has else [EOS_ID] for i, has in zip(indices, present)])
         tgt = pad_rows([np.insert(data.tgt[i - back], 0, BOS_ID) if has else [BOS_ID] for i, has in zip(indices, present)])
         tgt_out = pad_rows([np.append(data.tgt[i - back], EOS_ID) if has else [PAD_ID] for i, has in zip(indices, present)])
-        scored = int(data.tgt.lengths[indices[present] - back].sum() + present.sum())
+        scored = int(data.tgt.lengths[indices[present] - back].sum() + present.sum()) if data.train_previous else 0
         out.append((src, tgt, tgt_out, torch.from_numpy(present), scored))
     return tuple(out)
 
@@ -204,9 +205,9 @@ def pad_rows(rows: Sequence[np.ndarray | list[int]]) -> torch.Tensor:
 
 def target_tokens(data: ParallelData, indices: np.ndarray) -> int:
     """Scored target tokens (with EOS) of a training batch, from the stored lengths alone: concatenated context is
-    never scored; the previous pairs of ``model.recurrence`` are (training scores every pair it computes)."""
+    never scored; the previous pairs of ``model.recurrence`` are where ``train.train_previous`` trains them."""
     count = int(data.tgt.lengths[indices].sum() + len(indices))
-    if data.previous is not None:
+    if data.previous is not None and data.train_previous:
         for back in range(1, int((indices - data.previous[indices]).max(initial=0)) + 1):
             has = indices[indices - back >= data.previous[indices]] - back
             count += int(data.tgt.lengths[has].sum() + len(has))

@@ -164,11 +164,12 @@ class Transformer(nn.Module):
         self, previous: Sequence[PreviousPairs], epsilon: float = 0.0
     ) -> tuple[list[Past], list[Past], Tensor | None, Tensor | None]:
         """The encoder's and the decoder's pasts (per layer) from the previous pairs of a batch's rows, oldest
-        first, each computed alone and teacher-forced; the keys/values carry no gradient. In training the
-        previous pairs are trained too, as Transformer-XL trains the segment whose states become the memory:
-        their summed label-smoothed loss and NLL come back (else None, and nothing is kept for a backward pass)."""
+        first, each computed alone and teacher-forced; the keys/values carry no gradient. Where the pairs are
+        scored (``train.train_previous``: their scored-token counts are not 0) they are trained too, as
+        Transformer-XL trains the segment whose states become the memory: their summed label-smoothed loss and NLL
+        come back (else None, and nothing is kept for a backward pass)."""
         encoder, decoder = [], []
-        train = self.training and torch.is_grad_enabled()
+        train = self.training and torch.is_grad_enabled() and any(pair[4] for pair in previous)
         loss_sum: Tensor | None = None
         nll_sum: Tensor | None = None
         with contextlib.nullcontext() if train else torch.no_grad():

@@ -72,6 +72,7 @@ def load_dataset(recipe: Recipe) -> Dataset:
                     "is a document of its own: put a PREFIX.docids file beside the corpus and re-run `nmt prepare --force`"
                 )
             data.previous = context_starts(documents, recipe.model.recurrence)
+            data.train_previous = split == "train" and recipe.train.train_previous
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
 
 

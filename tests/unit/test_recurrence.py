@@ -95,7 +95,7 @@ def test_training_trains_the_previous_pairs_and_attends_to_their_detached_keys_v
 
     model = _model().train()
     src, tgt = Rows([2, 3, 1]), Rows([2, 2, 1])
-    data = ParallelData(src, tgt, previous=torch.tensor([0, 0, 2]).numpy())  # type: ignore[arg-type]
+    data = ParallelData(src, tgt, previous=torch.tensor([0, 0, 2]).numpy(), train_previous=True)  # type: ignore[arg-type]
     indices = torch.tensor([1, 2]).numpy()
     batch = collate(data, indices)
     assert batch.previous is not None and len(batch.previous) == 1
@@ -118,3 +118,14 @@ def test_training_trains_the_previous_pairs_and_attends_to_their_detached_keys_v
     model.training = True
     loss.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad and p.dim() > 1)
+    # train.train_previous off (the default): the previous pairs give their keys/values, unscored
+    data.train_previous = False
+    plain = collate(data, indices)
+    assert plain.previous is not None and plain.previous[0][4] == 0
+    assert target_tokens(data, indices) == plain.target_tokens
+    model.zero_grad()
+    unscored, _, k = model.loss(plain.src % 50, plain.tgt_in % 50, plain.tgt_out % 50, 0.1, previous=[
+        (prev_src % 50, prev_tgt % 50, prev_out % 50, present, 0)
+    ])  # fmt: skip
+    assert k == plain.target_tokens
+    torch.testing.assert_close(unscored, in_context, rtol=1e-5, atol=1e-5)
