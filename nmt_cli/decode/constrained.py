@@ -23,14 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import sentencepiece as spm
 import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
+from ..terms.matching import TermMatcher
 from .ensemble import Ensemble
 from .search import (
+    BeamStep,
     Hypothesis,
     RowLogits,
     beam_step,
@@ -46,6 +49,10 @@ SOFT_BONUS = 2.0  # log-probability added per constraint token in soft mode: e^2
 ROW_BLOCK = 128  # the plain search's logit blocks on the CPU (RowLogits): the same rows, the same products
 
 GlossaryMode = Literal["hard", "soft"]
+# Banks deal the beam by constraint progress: with one row, the most advanced bank would take it at every step
+# and each term would be forced in at once; a search with constraints runs with at least this beam (Hu et al.
+# 2019 widen the beam with the constraints too).
+CONSTRAINED_MIN_BEAM = 4
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,15 @@ class Constraint:
     def length(self) -> int:
         """The tokens it takes to meet it (its shortest alternative): its weight in the banks."""
         return min(len(a) for a in self.alternatives)
+
+
+def term_constraints(matcher: TermMatcher, tgt_vocab: spm.SentencePieceProcessor, text: str) -> tuple[Constraint, ...]:
+    """The constraints of one source sentence: each glossary term it holds, with its translations as target
+    pieces (a translation is encoded alone, so its first piece begins a word)."""
+    return tuple(
+        Constraint(tuple(tuple(tgt_vocab.encode(t, out_type=int)) for t in m.term.targets), m.term.source, m.term.targets)
+        for m in matcher.find(text)
+    )
 
 
 @dataclass(frozen=True)
@@ -169,10 +185,7 @@ def constrained_beam_search(
     device = src.device
     n_sent = src.size(0)
     memory, src_mask = encoded if encoded is not None else model.encode(src)
-    max_len = max_output_lengths(src, config, model.config.max_positions)  # (n_sent,)
-    max_len = torch.maximum(max_len, torch.tensor([_room(c) for c in constraints], device=device)).clamp(
-        max=model.config.max_positions - 1
-    )  # room for every constraint
+    max_len = with_room(max_output_lengths(src, config, model.config.max_positions), constraints, model)
     width = int(max_len.max()) + 1
     steps = search_steps(model, memory, src_mask, config, True, k, width, None)  # type: ignore[arg-type]
     sent = torch.arange(n_sent, device=device)
@@ -181,43 +194,20 @@ def constrained_beam_search(
     tokens = torch.full((n_sent,), BOS_ID, dtype=torch.long, device=device)
     fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
     fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
-    searches: dict[int, _Sentence] = {i: _Sentence(c, [ConstraintState.start(c)]) for i, c in enumerate(constraints) if c}
-    max_len_list = max_len.tolist()
+    searches = searches_for(constraints)
     for t in range(width):
         n, rows_per_sent = scores.shape
         open_max_len = max_len[sent]
         at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent)
-        logits = _whole(step_logits(steps, tokens))  # (n * rows, V), as the plain search's blocks make them
-        sentences = sent.tolist()
-        plain = [p for p, s in enumerate(sentences) if s not in searches]
-        bound = [p for p, s in enumerate(sentences) if s in searches]
-        new_scores = scores.new_full((n, k), float("-inf"))
-        parents = torch.zeros((n, k), dtype=torch.long, device=device)
-        new_tokens = torch.full((n, k), EOS_ID, dtype=torch.long, device=device)
-        done = torch.zeros(n, dtype=torch.bool, device=device)
-        if plain:
-            at = torch.tensor(plain, device=device)
-            rows = (at[:, None] * rows_per_sent + torch.arange(rows_per_sent, device=device)).flatten()
-            chosen = beam_step(
-                logits[rows], scores[at], history[rows], t, open_max_len[at], fin_scores, fin_tokens, sent[at], config,
-                nbest, at_limit[rows] if bool(at_limit[rows].any()) else None,
-            )  # fmt: skip
-            width_k = chosen.scores.size(1)
-            new_scores[at, :width_k], new_tokens[at, :width_k] = chosen.scores, chosen.tokens
-            parents[at, :width_k] = rows[chosen.parents.flatten()].view(len(plain), width_k)
-            done[at] = chosen.done
-        if bound:
-            picks = _constrained_step(
-                logits, scores, history, bound, rows_per_sent, sentences, searches, t, max_len_list, at_limit, config,
-                nbest, mode,
-            )  # fmt: skip
-            for p, (picked, ended) in zip(bound, picks):
-                for column, (score, row, token) in enumerate(picked[:k]):
-                    new_scores[p, column], parents[p, column], new_tokens[p, column] = score, row, token
-                done[p] = ended
-        keep = (~done).nonzero().flatten()
+        logits = step_logits(steps, tokens)
+        chosen = constrained_step(
+            logits, scores, history, t, open_max_len, fin_scores, fin_tokens, sent, [searches[i] for i in sent.tolist()],
+            config, nbest, at_limit, mode,
+        )  # fmt: skip
+        keep = (~chosen.done).nonzero().flatten()
         if len(keep) == 0:
             break
+        new_scores, parents, new_tokens = chosen.scores, chosen.parents, chosen.tokens
         some_done = len(keep) < n
         if some_done:
             sent, new_scores, parents, new_tokens = sent[keep], new_scores[keep], parents[keep], new_tokens[keep]
@@ -225,11 +215,89 @@ def constrained_beam_search(
         history = torch.cat([history.index_select(0, rows), new_tokens.reshape(-1, 1)], dim=1)
         steps.select(rows, sentences=keep if some_done else None)
         scores, tokens = new_scores, new_tokens.flatten()
-    results = best_finished(fin_scores, fin_tokens, nbest)
-    for i, search in searches.items():
-        ranked = search.finished + search.unmet  # an output without a term only where none has them all
-        results[i] = [Hypothesis(path, score) for score, path in ranked[:nbest]]
-    return results
+    return best_finished(fin_scores, fin_tokens, nbest)
+
+
+def searches_for(constraints: list[tuple[Constraint, ...]], rows: int = 1) -> list[_Sentence | None]:
+    """Each sentence's constrained search (None: it has no constraints, the plain search's step serves it), its
+    ``rows`` first rows at the start state."""
+    return [_Sentence(c, [ConstraintState.start(c)] * rows) if c else None for c in constraints]
+
+
+def with_room(max_len: Tensor, constraints: list[tuple[Constraint, ...]], model: Transformer | Ensemble) -> Tensor:
+    """Length limits that leave room for every constraint (their longest alternatives, one after another)."""
+    room = torch.tensor([sum(max(len(a) for a in c.alternatives) for c in cs) for cs in constraints], device=max_len.device)
+    return torch.maximum(max_len, room).clamp(max=model.config.max_positions - 1)
+
+
+def constrained_step(
+    logits: Tensor | RowLogits,
+    scores: Tensor,
+    history: Tensor,
+    lengths: int | Tensor,
+    max_len: Tensor,
+    fin_scores: Tensor,
+    fin_tokens: Tensor,
+    sentences: Tensor | None,
+    searches: list[_Sentence | None],
+    config: DecodeConfig,
+    nbest: int,
+    at_limit: Tensor,
+    mode: GlossaryMode = "hard",
+) -> BeamStep:
+    """One step of beam search over n open sentences, some of them constrained (``searches``, one per open
+    sentence; None: free): what :func:`.search.beam_step` is to the plain search, with the same arguments and
+    answer, for the offline search and the continuous one alike. Free sentences go through ``beam_step`` on the
+    same logits; the others' survivors are dealt from their banks, and their finished hypotheses (those with
+    every constraint first) are written into their rows of ``fin_scores``/``fin_tokens``."""
+    k = config.beam
+    n, rows_per_sent = scores.shape
+    device = scores.device
+    whole = _whole(logits)  # (n * rows, V), as the plain search's blocks make them
+    plain = [p for p, search in enumerate(searches) if search is None]
+    bound = [p for p, search in enumerate(searches) if search is not None]
+    ended_at = lengths.tolist() if isinstance(lengths, Tensor) else [lengths] * n
+    new_scores = scores.new_full((n, k), float("-inf"))
+    parents = torch.zeros((n, k), dtype=torch.long, device=device)
+    new_tokens = torch.full((n, k), EOS_ID, dtype=torch.long, device=device)
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    fin_rows = sentences if sentences is not None else torch.arange(n, device=device)
+    if plain:
+        at = torch.tensor(plain, device=device)
+        rows = (at[:, None] * rows_per_sent + torch.arange(rows_per_sent, device=device)).flatten()
+        chosen = beam_step(
+            whole[rows], scores[at], history[rows], lengths if isinstance(lengths, int) else lengths[at], max_len[at],
+            fin_scores, fin_tokens, fin_rows[at], config, nbest, at_limit[rows] if bool(at_limit[rows].any()) else None,
+        )  # fmt: skip
+        width_k = chosen.scores.size(1)
+        new_scores[at, :width_k], new_tokens[at, :width_k] = chosen.scores, chosen.tokens
+        parents[at, :width_k] = rows[chosen.parents.flatten()].view(len(plain), width_k)
+        done[at] = chosen.done
+    if bound:
+        limits = max_len.tolist()
+        picks = _constrained_step(
+            whole, scores, history, bound, rows_per_sent, searches, ended_at, limits, at_limit, config, nbest, mode
+        )
+        for p, (picked, ended) in zip(bound, picks):
+            for column, (score, row, token) in enumerate(picked[:k]):
+                new_scores[p, column], parents[p, column], new_tokens[p, column] = score, row, token
+            done[p] = ended
+            search = searches[p]
+            assert search is not None
+            _write_finished(search, fin_scores, fin_tokens, int(fin_rows[p]))
+    return BeamStep(new_scores, parents, new_tokens, done)
+
+
+def _write_finished(search: _Sentence, fin_scores: Tensor, fin_tokens: Tensor, row: int) -> None:
+    """A constrained sentence's finished hypotheses into its row of the finished lists, those holding every
+    constraint first (an output without a term only where none has them all)."""
+    ranked = (search.finished + search.unmet)[: fin_scores.size(1)]
+    fin_scores[row] = float("-inf")
+    fin_tokens[row] = PAD_ID
+    for j, (score, path) in enumerate(ranked):
+        fin_scores[row, j] = score
+        fin_tokens[row, j, : len(path)] = torch.tensor(path, dtype=torch.long)
+        fin_tokens[row, j, len(path)] = EOS_ID
 
 
 def _holds(text: str, target: str) -> bool:
@@ -241,11 +309,6 @@ def _holds(text: str, target: str) -> bool:
             return True
         start = text.find(target, start + 1)
     return False
-
-
-def _room(constraints: tuple[Constraint, ...]) -> int:
-    """The output length every constraint needs at least (their longest alternatives, one after another)."""
-    return sum(max(len(a) for a in c.alternatives) for c in constraints)
 
 
 def _whole(logits: Tensor | RowLogits) -> Tensor:
@@ -261,32 +324,32 @@ def _constrained_step(
     history: Tensor,
     bound: list[int],
     rows_per_sent: int,
-    sentences: list[int],
-    searches: dict[int, _Sentence],
-    t: int,
+    searches: list[_Sentence | None],
+    lengths: list[int],
     max_len: list[int],
     at_limit: Tensor,
     config: DecodeConfig,
     nbest: int,
     mode: GlossaryMode,
 ) -> list[tuple[list[tuple[float, int, int]], bool]]:
-    """One step of the constrained sentences (positions ``bound`` among the open ones): per sentence, its
-    survivors (summed score, row, token), best bank first, and whether it is done. Finished hypotheses go
-    into each sentence's own list."""
+    """One step of the constrained sentences (positions ``bound`` among the open ones; ``lengths``: each open
+    sentence's tokens so far, ``max_len`` its limit): per sentence, its survivors (summed score, row, token) and
+    whether it is done. Finished hypotheses go into each sentence's own lists."""
     k = config.beam
     device = logits.device
     rows = [p * rows_per_sent + r for p in bound for r in range(rows_per_sent)]
     index = torch.tensor(rows, device=device)
     log_probs = mask_specials(logits[index].log_softmax(dim=-1), at_limit[index])  # (R, V)
+    open_searches = [search for search in (searches[p] for p in bound) if search is not None]
     if mode == "hard":  # no ending before every constraint is met, except at the length limit
         unmet = [
-            not searches[sentences[p]].states[r].done and t < max_len[sentences[p]]
-            for p in bound
+            not search.states[r].done and lengths[p] < max_len[p]
+            for p, search in zip(bound, open_searches)
             for r in range(rows_per_sent)
         ]
         log_probs[torch.tensor(unmet, device=device), EOS_ID] = float("-inf")
     top_values, top_tokens = log_probs.topk(min(k, log_probs.size(1)), dim=1)
-    wanted = [searches[sentences[p]].wanted(searches[sentences[p]].states[r]) for p in bound for r in range(rows_per_sent)]
+    wanted = [search.wanted(search.states[r]) for search in open_searches for r in range(rows_per_sent)]
     flat_rows = torch.tensor([i for i, w in enumerate(wanted) for _ in w], dtype=torch.long, device=device)
     flat_tokens = torch.tensor([tok for w in wanted for tok in w], dtype=torch.long, device=device)
     wanted_values = log_probs[flat_rows, flat_tokens].tolist() if len(flat_rows) else []
@@ -294,8 +357,7 @@ def _constrained_step(
     top_values_list, top_tokens_list = top_values.tolist(), top_tokens.tolist()
     out = []
     flat = iter(wanted_values)
-    for n, p in enumerate(bound):
-        search = searches[sentences[p]]
+    for n, (p, search) in enumerate(zip(bound, open_searches)):
         candidates: dict[tuple[int, int], float] = {}
         for r in range(rows_per_sent):
             i = n * rows_per_sent + r
@@ -303,8 +365,7 @@ def _constrained_step(
                 candidates[(r, token)] = totals[i] + value
             for token in wanted[i]:
                 candidates[(r, token)] = totals[i] + next(flat)
-        limit = max_len[sentences[p]]
-        out.append(_choose(search, candidates, p * rows_per_sent, history, t, limit, config, nbest, mode))
+        out.append(_choose(search, candidates, p * rows_per_sent, history, lengths[p], max_len[p], config, nbest, mode))
     return out
 
 
@@ -340,7 +401,7 @@ def _choose(
     for score, row, token, state in dealt[:k]:
         if token == EOS_ID:
             into = search.finished if state.done else search.unmet  # unmet: only at the length limit
-            into.append((score / float(length_penalty(float(t + 1), config)), history[row].tolist()))
+            into.append((score / float(length_penalty(float(t + 1), config)), history[row, :t].tolist()))
     for kept in (search.finished, search.unmet):
         kept.sort(key=lambda f: -f[0])
         del kept[k:]

@@ -32,6 +32,7 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..inference.caches import DecoderState, JoinableKeysValues
 from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
+from .constrained import Constraint, constrained_step, searches_for, with_room
 from .search import (
     Hypothesis,
     beam_step,
@@ -133,6 +134,7 @@ class ContinuousBeamSearch:
         self.device = next(model.parameters()).device
         self.steps = JoinableSteps(model, self.k)
         self.keys: list[Any] = []  # per open sentence, in batch order
+        self.searches: list[Any] = []  # per open sentence, its constrained search (glossary terms) or None
         self._reset()
 
     def _reset(self) -> None:
@@ -150,15 +152,19 @@ class ContinuousBeamSearch:
         return len(self.keys)
 
     @torch.inference_mode()
-    def add(self, sources: list[list[int]], keys: list[Any]) -> None:
-        """Encode sentences (source ids, no EOS, within the model's length) and append them."""
+    def add(
+        self, sources: list[list[int]], keys: list[Any], constraints: list[tuple[Constraint, ...]] | None = None
+    ) -> None:
+        """Encode sentences (source ids, no EOS, within the model's length) and append them; ``constraints``, per
+        sentence, what its output must hold (glossary terms: decode/constrained.py)."""
         if not sources:
             return
         device, k, m = self.device, self.k, len(sources)
         src = pad_rows([ids + [EOS_ID] for ids in sources]).to(device)
         memory, src_mask = self.model.encode(src)
         self.steps.join(memory, src_mask)
-        max_len = max_output_lengths(src, self.config, self.model.config.max_positions)
+        wanted: list[tuple[Constraint, ...]] = constraints if constraints is not None else [() for _ in sources]
+        max_len = with_room(max_output_lengths(src, self.config, self.model.config.max_positions), wanted, self.model)
         width = max(self.history.size(1), int(max_len.max()) + 1)  # room for the tokens and the EOS
         first = torch.full((m, k), float("-inf"), device=device)
         first[:, 0] = 0.0  # one live row: the others would repeat it
@@ -174,6 +180,7 @@ class ContinuousBeamSearch:
             [_pad_cols(self.fin_tokens, width), torch.full((m, k, width), PAD_ID, dtype=torch.long, device=device)]
         )
         self.keys.extend(keys)
+        self.searches.extend(searches_for(wanted, rows=k))  # K rows from the first step, as here
 
     @torch.inference_mode()
     def step(self, cancelled: set[Any] | None = None) -> list[Finished]:
@@ -186,10 +193,16 @@ class ContinuousBeamSearch:
         k, n, device = self.k, len(self.keys), self.device
         at_limit = (self.lengths >= self.max_len).repeat_interleave(k)
         logits = self.steps(self.tokens)
-        chosen = beam_step(
-            logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
-            self.config, self.nbest, at_limit,
-        )  # fmt: skip
+        if any(search is not None for search in self.searches):
+            chosen = constrained_step(
+                logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
+                self.searches, self.config, self.nbest, at_limit,
+            )  # fmt: skip
+        else:
+            chosen = beam_step(
+                logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
+                self.config, self.nbest, at_limit,
+            )  # fmt: skip
         open_scores, parent, new_tokens, done = chosen.scores, chosen.parents, chosen.tokens, chosen.done
         if cancelled:
             done |= torch.tensor([key in cancelled for key in self.keys], device=device)
@@ -203,6 +216,7 @@ class ContinuousBeamSearch:
         self.lengths, self.max_len = self.lengths[keep] + 1, self.max_len[keep]
         self.fin_scores, self.fin_tokens = self.fin_scores[keep], self.fin_tokens[keep]
         self.keys = [self.keys[i] for i in keep.tolist()]
+        self.searches = [self.searches[i] for i in keep.tolist()]
         if not self.keys:
             self._reset()
         return finished

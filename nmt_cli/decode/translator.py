@@ -34,7 +34,7 @@ from ..utils.text import has_control_characters, replace_control_characters
 from .assess import Assessment, Assessor, teacher_forced
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import cross_attention, pharaoh, word_alignment
-from .constrained import Constraint, GlossaryMode, constrained_beam_search
+from .constrained import CONSTRAINED_MIN_BEAM, Constraint, GlossaryMode, constrained_beam_search, term_constraints
 from .context import DocumentContext, DocumentPast
 from .ensemble import Ensemble
 from .parallel import run_batches, worker_count
@@ -131,12 +131,6 @@ def prepare_for_inference(model: Transformer, dtype: torch.dtype) -> None:
     """Faster products on the CPU in fp32 and bf16 (inference/cpu_linear.py); a loaded model is for inference."""
     if model.output.weight.device.type == "cpu":
         prepare_for_cpu_inference(model, model.output, dtype)
-
-
-# Dynamic beam allocation deals the beam among banks by constraint progress: with one row, the most advanced bank
-# would take it at every step and each term would be forced in at once; greedy search's constrained sentences get
-# this beam (Hu et al. 2019 widen the beam with the number of constraints too).
-CONSTRAINED_MIN_BEAM = 4
 
 
 def _check_glossary_use(loaded: LoadedModel, config: DecodeConfig, reads_documents: bool) -> None:
@@ -401,14 +395,9 @@ class Translator:
         return results
 
     def constraints_of(self, text: str) -> tuple[Constraint, ...]:
-        """The constraints of one source sentence: each glossary term it holds, with its translations as target
-        pieces (a translation is encoded alone, so its first piece begins a word)."""
+        """The constraints of one source sentence: each glossary term it holds (:func:`.constrained.term_constraints`)."""
         assert self.terms is not None
-        encode = self.loaded.tgt_vocab.encode
-        return tuple(
-            Constraint(tuple(tuple(encode(t, out_type=int)) for t in m.term.targets), m.term.source, m.term.targets)
-            for m in self.terms.find(text)
-        )
+        return term_constraints(self.terms, self.loaded.tgt_vocab, text)
 
     def read_in_context(
         self, encoded: list[list[int]], prefixes: list[list[int]] | None, starts: Sequence[bool]

@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,11 +33,13 @@ from starlette.requests import ClientDisconnect
 
 from ..decode.assess import Assessment, Assessor
 from ..decode.attention_maps import parse_pharaoh
+from ..decode.constrained import CONSTRAINED_MIN_BEAM, term_constraints
 from ..decode.search import Hypothesis
 from ..decode.translator import Aligner, Translator
 from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, Sentences, translate_bytes
 from ..terms.glossary import Glossary
+from ..terms.matching import TermMatcher
 from .body import read_fields
 from .languages import LanguageDetector, language_name
 from .loop import Job, QueueFull, ShuttingDown
@@ -316,7 +318,9 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
     loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
     lines = [text.split("\n") for text in parsed.texts]
     flat = [line.strip() for text_lines in lines for line in text_lines]
-    if loaded.recipe.model.concat or loaded.recipe.model.recurrence or parsed.glossary is not None:
+    if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
+        if parsed.glossary is not None:
+            raise BadRequest(400, '"glossary" is applied by sentence-level models only so far; leave it out')
         return await asyncio.to_thread(_decode_with_translator, parsed, lines, flat)
     todo = [i for i, line in enumerate(flat) if line]
     encoded = loaded.src_vocab.encode([flat[i] for i in todo], out_type=int)
@@ -325,15 +329,21 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
         truncated_flat[i] = len(ids) > max_src
     results_flat: list[list[Hypothesis]] = [[] for _ in flat]
     assessed_flat: list[list[Assessment]] = [[] for _ in flat]
+    constraints, config = None, parsed.config
+    if parsed.glossary is not None:  # each sentence's terms join the running batch with it (decode/constrained.py)
+        matcher = TermMatcher(parsed.glossary)
+        constraints = [term_constraints(matcher, loaded.tgt_vocab, flat[i]) for i in todo]
+        config = replace(config, beam=max(config.beam, CONSTRAINED_MIN_BEAM))
     if todo:
         running = asyncio.get_running_loop()
         answered: asyncio.Future[Job] = running.create_future()
         job = Job(
             [ids[:max_src] for ids in encoded],
-            parsed.config,
+            config,
             parsed.nbest,
             on_done=lambda job: _resolve_from_thread(running, answered, job),
             assess=Assessor.of(loaded, parsed.config).assess if parsed.confidence else None,
+            constraints=constraints,
         )
         try:
             parsed.model.loop.submit(job)
@@ -355,7 +365,14 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
         for i, assessed in zip(todo, job.assessments):
             assessed_flat[i] = assessed
     assessments = _regroup(assessed_flat, lines) if parsed.confidence else None
-    return Decoded(lines, _regroup(results_flat, lines), _regroup(truncated_flat, lines), assessments)
+    missing = None
+    if constraints is not None:
+        per_line: list[list[str]] = [[] for _ in flat]
+        for i, wanted in zip(todo, constraints):
+            best = loaded.tgt_vocab.decode(results_flat[i][0].tokens) if results_flat[i] else ""
+            per_line[i] = [c.source for c in wanted if not c.met_by(best)]
+        missing = [sorted({t for terms in text for t in terms}) for text in _regroup(per_line, lines)]
+    return Decoded(lines, _regroup(results_flat, lines), _regroup(truncated_flat, lines), assessments, missing)
 
 
 class TranslatedFiles:
@@ -427,11 +444,10 @@ _ENGINE_LOCKS: dict[str, threading.Lock] = {}
 
 
 def _decode_with_translator(parsed: TranslationRequest, lines: list[list[str]], flat: list[str]) -> Decoded:
-    """A request with a glossary, or for a model that reads document context (``model.concat``,
-    ``model.recurrence``; a request's lines are then one document, in order), decoded with nmt translate's engine
-    rather than the sentence-level decoding loop."""
+    """A request for a model that reads document context (``model.concat``, ``model.recurrence``): its lines are
+    one document, in order, decoded with nmt translate's engine rather than the sentence-level decoding loop."""
     loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
-    translator = Translator(loaded, parsed.config, nbest=parsed.nbest, assess=parsed.confidence, glossary=parsed.glossary)
+    translator = Translator(loaded, parsed.config, nbest=parsed.nbest, assess=parsed.confidence)
     with _ENGINE_LOCKS.setdefault(parsed.model.name, threading.Lock()):
         found = list(translator.translate(flat, documents=["request"] * len(flat)))
     hypotheses: list[list[Hypothesis]] = [

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import DecodeConfig
+from ..decode.constrained import Constraint
 from ..decode.continuous import ContinuousBeamSearch
 from ..decode.search import Hypothesis
 from ..errors import reason
@@ -57,6 +58,8 @@ class Job:
     # the loop's alone), with the sources and their results; returns what ``assessments`` keeps
     assess: Callable[[list[list[int]], list[list[Hypothesis]]], list[list[Any]]] | None = None
     assessments: list[list[Any]] = field(default_factory=list)
+    # "glossary": per sentence, the terms its translation must hold (decode/constrained.py); None: no glossary
+    constraints: list[tuple[Constraint, ...]] | None = None
     error: str | None = None
     ident: int = 0
     remaining: int = 0
@@ -187,7 +190,11 @@ class DecodingLoop:
         if lane is None:
             lane = self._lanes[settings] = ContinuousBeamSearch(self.model, *settings)
         try:
-            lane.add([job.sentences[i] for job, i in sentences], [(job.ident, i) for job, i in sentences])
+            lane.add(
+                [job.sentences[i] for job, i in sentences],
+                [(job.ident, i) for job, i in sentences],
+                [job.constraints[i] if job.constraints is not None else () for job, i in sentences],
+            )
         except (RuntimeError, ValueError) as err:  # e.g. out of memory: these jobs fail, the loop goes on
             log.exception("encoding failed")
             for job, i in sentences:

@@ -106,3 +106,26 @@ def test_an_ensemble_meets_its_constraints_too():
         _holds(found[0][0].tokens, (11, 12)) and _holds(found[2][0].tokens, (20,)) and _holds(found[2][0].tokens, (21, 22))
     )
     assert found[1] == beam_search(ensemble, src, DecodeConfig(beam=4), nbest=2)[1]
+
+
+def test_sentences_joining_a_running_batch_meet_their_constraints_as_offline():
+    """Continuous batching (nmt serve): sentences with and without constraints join between steps, and each
+    comes out as the offline constrained search gives it."""
+    from nmt_cli.decode.continuous import ContinuousBeamSearch
+
+    model, src = _model(), _sources(5, seed=4)
+    config = DecodeConfig(beam=4)
+    wanted = [(_constraint((11, 12)),), (), (_constraint((20,)), _constraint((21, 22))), (), (_constraint((9,)),)]
+    offline = constrained_beam_search(model, src, config, wanted, nbest=2)
+    sources = [[t for t in row.tolist() if t not in (0, EOS_ID)] for row in src]
+    lanes, results, joined = ContinuousBeamSearch(model, config, nbest=2), {}, 0
+    while joined < len(sources) or len(lanes):
+        if joined < len(sources):  # one or two sentences join at each step
+            end = min(len(sources), joined + 1 + joined % 2)
+            lanes.add(sources[joined:end], list(range(joined, end)), wanted[joined:end])
+            joined = end
+        for done in lanes.step():
+            results[done.key] = done.hypotheses
+    for i, hyps in enumerate(offline):
+        assert [h.tokens for h in results[i]] == [h.tokens for h in hyps], i
+        assert [h.score for h in results[i]] == pytest.approx([h.score for h in hyps], abs=1e-4)
