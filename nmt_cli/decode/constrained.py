@@ -145,6 +145,7 @@ class _Sentence:
     states: list[ConstraintState]
     finished: list[tuple[float, list[int]]] = field(default_factory=list)  # (normalised score, tokens), best first
     unmet: list[tuple[float, list[int]]] = field(default_factory=list)  # ended at the limit lacking a constraint
+    ended: bool = False  # a hypothesis ended this step: the finished lists changed
     _moves: dict[tuple[ConstraintState, int], ConstraintState] = field(default_factory=dict)
     _progress: dict[ConstraintState, int] = field(default_factory=dict)
     _wanted: dict[ConstraintState, list[int]] = field(default_factory=dict)
@@ -284,7 +285,8 @@ def constrained_step(
             done[p] = ended
             search = searches[p]
             assert search is not None
-            _write_finished(search, fin_scores, fin_tokens, int(fin_rows[p]))
+            if search.ended:
+                _write_finished(search, fin_scores, fin_tokens, int(fin_rows[p]))
     return BeamStep(new_scores, parents, new_tokens, done)
 
 
@@ -398,6 +400,7 @@ def _choose(
         bank = progress if mode == "hard" else 0
         banks.setdefault(bank, []).append((score, first_row + row, token, after))
     dealt = _deal(banks, 2 * k)
+    search.ended = any(token == EOS_ID for _, _, token, _ in dealt[:k])
     for score, row, token, state in dealt[:k]:
         if token == EOS_ID:
             into = search.finished if state.done else search.unmet  # unmet: only at the length limit
