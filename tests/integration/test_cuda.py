@@ -205,3 +205,22 @@ def test_decoding_on_cuda_equals_cpu(overfit, multi30k):
     agreement = sum(a == b for a, b in zip(outputs["cuda-bf16"], outputs["cpu"])) / len(lines)
     print(f"\nbf16 on CUDA vs fp32 on CPU: {agreement:.1%} of {len(lines)} sentences identical")
     assert agreement > 0.5
+
+
+def test_glossary_decoding_on_cuda_equals_cpu(overfit, tmp_path):
+    """Constrained search (decode/constrained.py) on CUDA, with and without CUDA graphs, gives the CPU's outputs."""
+    from nmt_cli.terms.glossary import read_glossary
+
+    run_dir, train_src, _ = overfit
+    glossary_file = tmp_path / "terms.tsv"
+    glossary_file.write_text("man\tKerl\nwoman\tDame\n")
+    glossary = read_glossary(glossary_file)
+    outputs = {}
+    for name, device, graphs in (("cpu", "cpu", False), ("cuda", "cuda", True), ("cuda-eager", "cuda", False)):
+        loaded = load_model(run_dir, device, torch.float32)
+        config = replace(loaded.recipe.decode, cuda_graphs=graphs, beam=4)
+        translator = Translator(loaded, config, device, glossary=glossary)
+        outputs[name] = [hyps[0] for hyps in translator.translate(train_src)]
+    assert [t.text for t in outputs["cuda"]] == [t.text for t in outputs["cpu"]]
+    assert [t.text for t in outputs["cuda-eager"]] == [t.text for t in outputs["cpu"]]
+    assert all(t.missing_terms == () for t in outputs["cuda"])
