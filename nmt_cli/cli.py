@@ -149,6 +149,21 @@ def _name_values(command: Any) -> None:
         _name_values(sub)
 
 
+def _click_value_name(param: Any) -> str:
+    """The value name from the option's Click type: what :func:`_value_name` reads from Typer where it can."""
+    import click
+
+    kind = param.type
+    if isinstance(kind, click.Choice):
+        return "[" + "|".join(str(choice) for choice in kind.choices) + "]"
+    if isinstance(kind, click.File):
+        return "FILE"
+    if isinstance(kind, click.Path):
+        return "PATH"
+    name = str(getattr(kind, "name", ""))
+    return "INTEGER" if name.startswith("integer") else "FLOAT" if name.startswith("float") else "TEXT"
+
+
 def _name_argument(param: Any) -> None:
     """An argument as Click names it: ``SOURCE`` in the usage line (``[SOURCE]`` when optional, ``...`` when
     repeated) and in its help row, without Typer's type label. Typer reads these from the instance's methods,
@@ -161,7 +176,9 @@ def _name_argument(param: Any) -> None:
 
 
 def _value_name(param: Any) -> str:
-    described = param.type_descriptor
+    described = getattr(param, "type_descriptor", None)
+    if described is None:  # Typer before it described types (0.27 has no type_descriptor): Click's own types
+        return _click_value_name(param)
     if described.is_choice:
         return "[" + "|".join(str(choice) for choice in described.choices) + "]"
     if described.is_file:
