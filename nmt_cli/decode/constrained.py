@@ -44,6 +44,7 @@ from .search import (
     search_steps,
     step_logits,
 )
+from .top_k import top_k_rows
 
 SOFT_BONUS = 2.0  # log-probability added per constraint token in soft mode: e^2, about 7 times as likely
 ROW_BLOCK = 128  # the plain search's logit blocks on the CPU (RowLogits): the same rows, the same products
@@ -139,35 +140,45 @@ class ConstraintState:
 @dataclass
 class _Sentence:
     """One open sentence's search in constrained mode: its constraints, each open row's state, its finished
-    hypotheses, and what it has worked out about states already (a beam meets the same few again and again)."""
+    hypotheses, and what it has worked out about states already. A beam meets the same few states again and
+    again, so each distinct state gets a number once, and moves, progress and wanted tokens are looked up by it
+    (hashing a small int, not a state, every candidate of every step)."""
 
     constraints: tuple[Constraint, ...]
-    states: list[ConstraintState]
+    states: list[int]  # per open row, its state's number
     finished: list[tuple[float, list[int]]] = field(default_factory=list)  # (normalised score, tokens), best first
     unmet: list[tuple[float, list[int]]] = field(default_factory=list)  # ended at the limit lacking a constraint
     ended: bool = False  # a hypothesis ended this step: the finished lists changed
-    _moves: dict[tuple[ConstraintState, int], ConstraintState] = field(default_factory=dict)
-    _progress: dict[ConstraintState, int] = field(default_factory=dict)
-    _wanted: dict[ConstraintState, list[int]] = field(default_factory=dict)
+    _known: dict[ConstraintState, int] = field(default_factory=dict)
+    _state: list[ConstraintState] = field(default_factory=list)
+    progress: list[int] = field(default_factory=list)  # per state number: constraint tokens met (its bank)
+    done: list[bool] = field(default_factory=list)  # per state number: every constraint met
+    wanted: list[list[int]] = field(default_factory=list)  # per state number: the tokens that advance it
+    _moves: list[dict[int, int]] = field(default_factory=list)  # per state number: token -> next state's number
 
-    def wanted(self, state: ConstraintState) -> list[int]:
-        found = self._wanted.get(state)
-        if found is None:
-            found = self._wanted[state] = sorted(state.wanted(self.constraints))
-        return found
+    @classmethod
+    def start(cls, constraints: tuple[Constraint, ...], rows: int) -> _Sentence:
+        search = cls(constraints, [])
+        search.states = [search._number(ConstraintState.start(constraints))] * rows
+        return search
 
-    def advance(self, state: ConstraintState, token: int) -> ConstraintState:
-        key = (state, token)
-        after = self._moves.get(key)
+    def advance(self, state: int, token: int) -> int:
+        moves = self._moves[state]
+        after = moves.get(token)
         if after is None:
-            after = self._moves[key] = state.advance(token, self.constraints)
+            after = moves[token] = self._number(self._state[state].advance(token, self.constraints))
         return after
 
-    def progress(self, state: ConstraintState) -> int:
-        found = self._progress.get(state)
-        if found is None:
-            found = self._progress[state] = state.progress(self.constraints)
-        return found
+    def _number(self, state: ConstraintState) -> int:
+        number = self._known.get(state)
+        if number is None:
+            number = self._known[state] = len(self._state)
+            self._state.append(state)
+            self.progress.append(state.progress(self.constraints))
+            self.done.append(state.done)
+            self.wanted.append(sorted(state.wanted(self.constraints)))
+            self._moves.append({})
+        return number
 
 
 @torch.inference_mode()
@@ -222,7 +233,7 @@ def constrained_beam_search(
 def searches_for(constraints: list[tuple[Constraint, ...]], rows: int = 1) -> list[_Sentence | None]:
     """Each sentence's constrained search (None: it has no constraints, the plain search's step serves it), its
     ``rows`` first rows at the start state."""
-    return [_Sentence(c, [ConstraintState.start(c)] * rows) if c else None for c in constraints]
+    return [_Sentence.start(c, rows) if c else None for c in constraints]
 
 
 def with_room(max_len: Tensor, constraints: list[tuple[Constraint, ...]], model: Transformer | Ensemble) -> Tensor:
@@ -345,13 +356,13 @@ def _constrained_step(
     open_searches = [search for search in (searches[p] for p in bound) if search is not None]
     if mode == "hard":  # no ending before every constraint is met, except at the length limit
         unmet = [
-            not search.states[r].done and lengths[p] < max_len[p]
+            not search.done[search.states[r]] and lengths[p] < max_len[p]
             for p, search in zip(bound, open_searches)
             for r in range(rows_per_sent)
         ]
         log_probs[torch.tensor(unmet, device=device), EOS_ID] = float("-inf")
-    top_values, top_tokens = log_probs.topk(min(k, log_probs.size(1)), dim=1)
-    wanted = [search.wanted(search.states[r]) for search in open_searches for r in range(rows_per_sent)]
+    top_values, top_tokens = top_k_rows(log_probs, min(k, log_probs.size(1)))
+    wanted = [search.wanted[search.states[r]] for search in open_searches for r in range(rows_per_sent)]
     flat_rows = torch.tensor([i for i, w in enumerate(wanted) for _ in w], dtype=torch.long, device=device)
     flat_tokens = torch.tensor([tok for w in wanted for tok in w], dtype=torch.long, device=device)
     wanted_values = log_probs[flat_rows, flat_tokens].tolist() if len(flat_rows) else []
@@ -394,8 +405,8 @@ def _choose(
             continue
         state = search.states[row]
         after = state if token == EOS_ID else search.advance(state, token)
-        progress = search.progress(after)
-        if mode == "soft" and progress > search.progress(state):
+        progress = search.progress[after]
+        if mode == "soft" and progress > search.progress[state]:
             score += SOFT_BONUS
         bank = progress if mode == "hard" else 0
         banks.setdefault(bank, []).append((score, first_row + row, token, after))
@@ -403,7 +414,7 @@ def _choose(
     search.ended = any(token == EOS_ID for _, _, token, _ in dealt[:k])
     for score, row, token, state in dealt[:k]:
         if token == EOS_ID:
-            into = search.finished if state.done else search.unmet  # unmet: only at the length limit
+            into = search.finished if search.done[state] else search.unmet  # unmet: only at the length limit
             into.append((score / float(length_penalty(float(t + 1), config)), history[row, :t].tolist()))
     for kept in (search.finished, search.unmet):
         kept.sort(key=lambda f: -f[0])
@@ -419,7 +430,7 @@ def _choose(
     return [(score, row, token) for score, row, token, _ in picked], done
 
 
-Candidate = tuple[float, int, int, ConstraintState]  # summed score, row, token, the state it leads to
+Candidate = tuple[float, int, int, int]  # summed score, row, token, the number of the state it leads to
 
 
 def _deal(banks: dict[int, list[Candidate]], count: int) -> list[Candidate]:
