@@ -55,8 +55,8 @@ def build_glossary(src: list[str], tgt: list[str]) -> dict[str, str]:
         for word in s_words & candidates:
             together[word].update(t_words)
     glossary = {}
-    for word in sorted(candidates, key=lambda w: -src_count[w]):
-        target, shared = together[word].most_common(1)[0]
+    for word in sorted(candidates, key=lambda w: (-src_count[w], w)):  # ties by name: the same glossary every run
+        target, shared = min(together[word].items(), key=lambda item: (-item[1], item[0]))
         if shared >= MIN_SHARE * src_count[word] and shared >= MIN_PRECISION * tgt_count[target] and len(target) >= 3:
             glossary[word] = target
     return glossary
