@@ -275,7 +275,8 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     if not plan.line_by_line:
         assert input is not None
         gettext_options = (o.fuzzy, o.retranslate, o.fuzzy_below if o.confidence else None)
-        sentences = _sentences(one_document, plan.aligned, o.confidence, show)
+        terms = getattr(translator, "terms_in_text", lambda: None)()  # --glossary: gettext notes the terms applied
+        sentences = _sentences(one_document, plan.aligned, o.confidence, show, terms)
         limits = UnpackLimits(o.max_unpacked_mb * MIB, o.max_unpack_ratio)
         count = _translate_document(
             input, output, plan.file_format, sentences, translator.languages, gettext_options, limits, plan.kept_tags
@@ -336,7 +337,7 @@ def _read_context_before(translator, input: Path, first: int, documents: list[st
     translator.stats = stats
 
 
-def _sentences(results, aligned: bool, assessed: bool = False, show: bool = False):
+def _sentences(results, aligned: bool, assessed: bool = False, show: bool = False, terms=None):
     """This command's engine as ``formats.Sentences`` (``decode/sentences.py``), with a progress bar when
     ``show`` (a document's sentences go through in one call, which may take minutes)."""
     from ..decode.sentences import sentences_of
@@ -344,7 +345,7 @@ def _sentences(results, aligned: bool, assessed: bool = False, show: bool = Fals
     def found(lines: list[str]) -> Iterator[list[Translation]]:
         return with_progress(results(iter(lines)), show and len(lines) > 1, 0, len(lines))
 
-    return sentences_of(found, aligned, assessed)
+    return sentences_of(found, aligned, assessed, terms)
 
 
 def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int, kept: frozenset[str]) -> Iterator[str]:

@@ -15,9 +15,12 @@ from .translation import Translation
 Found = Callable[[list[str]], Iterable[list[Translation]]]  # lines -> each line's n-best list, in order
 
 
-def sentences_of(found: Found, aligned: bool, assessed: bool = False) -> Sentences:
+def sentences_of(
+    found: Found, aligned: bool, assessed: bool = False, terms: Callable[[str], list[tuple[str, str]]] | None = None
+) -> Sentences:
     """Best translations, with their word alignments when ``aligned`` (tags then land on the aligned words;
-    without, on a monotone alignment) and their confidence and flags when ``assessed``."""
+    without, on a monotone alignment), their confidence and flags when ``assessed``, and the glossary ``terms``
+    a text holds where a glossary is applied."""
 
     def translate(lines: list[str]) -> list[str]:
         return [hyps[0].text for hyps in found(lines)]
@@ -28,7 +31,7 @@ def sentences_of(found: Found, aligned: bool, assessed: bool = False) -> Sentenc
     def assess(lines: list[str]) -> list[tuple[str, Trust]]:
         return [(hyps[0].text, trust_of(hyps[0].assessment)) for hyps in found(lines)]
 
-    return Sentences(translate, align if aligned else None, assess if assessed else None)
+    return Sentences(translate, align if aligned else None, assess if assessed else None, terms)
 
 
 def trust_of(assessment: Assessment | None) -> Trust:

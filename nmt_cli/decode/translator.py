@@ -9,7 +9,7 @@ truncated (and counted, so the caller can warn once).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -361,7 +361,7 @@ class Translator:
             self.new_document()
             return self.translate(lines, documents=itertools.repeat("file", len(lines)))
 
-        return sentences_of(in_one_document, self.align_model is not None)
+        return sentences_of(in_one_document, self.align_model is not None, terms=self.terms_in_text())
 
     def _clean(self, line: str) -> str:
         return clean_source_line(line, self.stats)
@@ -393,6 +393,13 @@ class Translator:
             if hyps[0].missing_terms:
                 self.stats.term_failures.append(first + number + 1)
         return results
+
+    def terms_in_text(self) -> Callable[[str], list[tuple[str, str]]] | None:
+        """With a glossary: a text's terms, each with its approved (first) translation, once each, in order."""
+        matcher = self.terms
+        if matcher is None:
+            return None
+        return lambda text: list(dict.fromkeys((m.term.source, m.term.targets[0]) for m in matcher.find(text)))
 
     def constraints_of(self, text: str) -> tuple[Constraint, ...]:
         """The constraints of one source sentence: each glossary term it holds (:func:`.constrained.term_constraints`)."""

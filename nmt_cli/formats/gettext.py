@@ -155,6 +155,9 @@ def translate_po(
             entry.flags.remove(FUZZY)
         if fuzzy_below is not None:
             entry.tcomment = _with_trust_comment(entry.tcomment, trust)
+        if isinstance(translate, Sentences) and translate.terms is not None:
+            applied = translate.terms(entry.msgid) + (translate.terms(entry.msgid_plural) if entry.msgid_plural else [])
+            entry.tcomment = _with_glossary_comment(entry.tcomment, list(dict.fromkeys(applied)))
     metadata["Language"] = target_language
     metadata["Plural-Forms"] = plurals.header
     if todo:
@@ -217,6 +220,18 @@ def _with_trust_comment(comment: str, trust: Trust) -> str:
     """The entry's translator comment with our line giving its confidence and flags (the translators' lines kept)."""
     flags = f"; flags: {', '.join(trust.flags)}" if trust.flags else ""
     return _with_comment(comment, f"{TRUST_COMMENT} {trust.confidence:.2f}{flags}")
+
+
+GLOSSARY_COMMENT = "nmt glossary:"  # how our line naming the glossary terms applied starts; a later run replaces it
+
+
+def _with_glossary_comment(comment: str, applied: list[tuple[str, str]]) -> str:
+    """The translator comment with our line naming the glossary terms the translation was made to use (an earlier
+    one of ours replaced, the translators' lines kept; none applied: no line)."""
+    kept = [old for old in comment.split("\n") if old and not old.startswith(GLOSSARY_COMMENT)] if comment else []
+    if applied:
+        kept.append(f"{GLOSSARY_COMMENT} " + "; ".join(f"{source} = {target}" for source, target in applied))
+    return "\n".join(kept)
 
 
 def _with_comment(comment: str, line: str) -> str:

@@ -50,6 +50,8 @@ class Sentences:
     align: Callable[[list[str]], list[Aligned]] | None = None
     # translations with their confidence and flags (--confidence); None when the engine cannot assess them
     assess: Callable[[list[str]], list[tuple[str, Trust]]] | None = None
+    # the glossary terms a source text holds, each with its approved translation (--glossary); None: no glossary
+    terms: Callable[[str], list[tuple[str, str]]] | None = None
 
     def aligned(self, sentences: list[str]) -> list[Aligned]:
         if self.align is not None:

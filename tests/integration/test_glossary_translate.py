@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from nmt_cli.cli import app
@@ -70,3 +71,26 @@ def test_glossary_problems_are_one_line(overfit, tmp_path):
         code, out = _translate("-m", str(run_dir), "-i", str(source), *extra)
         assert code != 0 and message in out and "Traceback" not in out, out
         assert out.count("\n") == 1, out
+
+
+def test_a_gettext_catalogue_says_which_terms_each_translation_was_made_to_use(overfit, tmp_path):
+    pytest.importorskip("polib")
+    run_dir, src, _ = overfit
+    line = next(s for s in src if " man " in f" {s.lower()} ")
+    other = next(s for s in src if " man " not in f" {s.lower()} ")
+    catalogue = tmp_path / "app.po"
+    catalogue.write_text(
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+        f'# translators: keep it short\nmsgid "{line}"\nmsgstr ""\n\nmsgid "{other}"\nmsgstr ""\n'
+    )
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("man\tKerl\n")
+    out = tmp_path / "app.de.po"
+    code, output = _translate("-m", str(run_dir), "-i", str(catalogue), "-o", str(out), "--glossary", str(glossary))
+    assert code == 0, output
+    import polib
+
+    first, second = polib.pofile(str(out))
+    assert "Kerl" in first.msgstr
+    assert first.tcomment.splitlines() == ["translators: keep it short", "nmt glossary: man = Kerl"]
+    assert "nmt glossary" not in second.tcomment

@@ -185,7 +185,9 @@ def test_confidence_and_flags_are_given_when_asked(client, loaded, overfit):
     known, unseen = (hyps[0].assessment for hyps in expected)
     assert one["confidence"] == pytest.approx(known.shown_confidence, abs=1e-3) and one["calibrated"] is False
     assert one["flags"] == known.flags and "lines" not in one
-    assert [a["confidence"] for a in one["nbest"]] == pytest.approx([h.assessment.shown_confidence for h in expected[0]], abs=1e-3)
+    assert [a["confidence"] for a in one["nbest"]] == pytest.approx(
+        [h.assessment.shown_confidence for h in expected[0]], abs=1e-3
+    )
     # a text of two lines: each line's own, and the text as trusted as its weaker line
     assert [line["confidence"] for line in two["lines"]] == pytest.approx(
         [known.shown_confidence, unseen.shown_confidence], abs=1e-3
