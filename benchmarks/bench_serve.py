@@ -48,7 +48,7 @@ def free_port() -> int:
 class Server:
     """``nmt serve`` in a child process."""
 
-    def __init__(self, model: str, threads: int, batching: bool) -> None:
+    def __init__(self, model: str, threads: int, batching: bool, glossary: Path | None = None) -> None:
         self.port = free_port()
         flag = "--batching" if batching else "--no-batching"
         self.process = subprocess.Popen(
@@ -68,6 +68,7 @@ class Server:
                 "warning",
                 "--max-queue",
                 "100000",
+                *(["--glossary", f"terms={glossary}"] if glossary is not None else []),
             ],
             cwd=ROOT,
         )
@@ -89,7 +90,7 @@ class Server:
 SOCKET_TIMEOUT = 120.0  # a request slower than this counts as failed
 
 
-def load(port: int, sentences: list[str], clients: int, timeout: float) -> dict:
+def load(port: int, sentences: list[str], clients: int, timeout: float, glossary: str | None = None) -> dict:
     """``clients`` threads share ``sentences`` until they are used up or ``timeout`` seconds have passed
     (no new request starts after that; those in flight finish); per-request latencies and the wall time."""
     latencies: list[float] = []
@@ -105,7 +106,10 @@ def load(port: int, sentences: list[str], clients: int, timeout: float) -> dict:
                 index = next(next_index, None)
             if index is None:
                 break
-            body = json.dumps({"q": sentences[index], "source": "en", "target": "de"})
+            request = {"q": sentences[index], "source": "en", "target": "de"}
+            if glossary is not None:
+                request["glossary"] = glossary
+            body = json.dumps(request)
             started = time.perf_counter()
             try:
                 connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
@@ -186,9 +190,18 @@ def main() -> None:
     parser.add_argument("--level-timeout", type=float, default=300)
     parser.add_argument("--soak", type=float, default=0, help="seconds of 32 clients, watching memory")
     parser.add_argument("--soak-only", action="store_true", help="only the soak (no levels, no offline figures)")
+    parser.add_argument("--source", type=Path, help="the requests' sentences, one a line (default: Multi30k test 2016)")
+    parser.add_argument("--glossary", type=Path, help="only compare requests naming this glossary with requests without one")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the --glossary comparison")
     args = parser.parse_args()
-    text = gzip.decompress((SHARED / "multi30k" / "test_2016_flickr.en.gz").read_bytes()).decode()
+    if args.source is not None:
+        text = args.source.read_text(encoding="utf-8")
+    else:
+        text = gzip.decompress((SHARED / "multi30k" / "test_2016_flickr.en.gz").read_bytes()).decode()
     sentences = text.splitlines()[: args.sentences]
+    if args.glossary is not None:
+        glossary_levels(args, sentences)
+        return
     if args.soak_only:
         server = Server(args.model, args.threads, True)
         load(server.port, sentences, 32, args.level_timeout)  # warm-up at the soak's load, before the first RSS
@@ -228,6 +241,26 @@ def main() -> None:
             row["p95_vs_lone"] = row["p95_ms"] / lone["p50_ms"]
     print_table("nmt serve under load", rows + [summary])
     record("serve", rows + [summary], "python benchmarks/bench_serve.py " + " ".join(sys.argv[1:]))
+
+
+def glossary_levels(args: argparse.Namespace, sentences: list[str]) -> None:
+    """Requests naming a served glossary against the same requests without one, on one server with continuous
+    batching, alternating, medians of ``--rounds`` per client level."""
+    server = Server(args.model, args.threads, True, args.glossary)
+    load(server.port, sentences[:16], 4, args.level_timeout, "terms")  # warm-up
+    rows = []
+    for clients in (int(c) for c in args.clients.split(",")):
+        rates: dict[str, list[float]] = {"none": [], "glossary": []}
+        for _ in range(args.rounds):
+            for name in rates:
+                named = "terms" if name == "glossary" else None
+                rates[name].append(load(server.port, sentences, clients, args.level_timeout, named)["req_per_s"])
+        none, with_terms = statistics.median(rates["none"]), statistics.median(rates["glossary"])
+        rows.append({"clients": clients, "req/s none": none, "req/s glossary": with_terms, "ratio": with_terms / none})
+        print(json.dumps(rows[-1]), flush=True)
+    server.stop()
+    print_table("nmt serve: requests with a glossary against none", rows)
+    record("serve_glossary", rows, "python benchmarks/bench_serve.py " + " ".join(sys.argv[1:]))
 
 
 def soak(server: Server, sentences: list[str], seconds: float) -> dict:
