@@ -66,7 +66,11 @@ class Constraint:
 
     def met_by(self, text: str) -> bool:
         """Whether a translation holds one of the term's translations, beginning a word."""
-        return any(_holds(text, target) for target in self.targets)
+        return self.found_in(text) is not None
+
+    def found_in(self, text: str) -> str | None:
+        """The term's translation that a translation holds (beginning a word), or None."""
+        return next((target for target in self.targets if _holds(text, target)), None)
 
     @property
     def length(self) -> int:

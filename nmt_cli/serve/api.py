@@ -107,6 +107,7 @@ class Decoded:
     truncated: list[list[bool]]
     assessments: list[list[list[Assessment]]] | None = None  # per text, per line, per hypothesis ("confidence")
     missing_terms: list[list[str]] | None = None  # per text, the glossary terms its best translation lacks
+    placed_terms: list[list[dict[str, str]]] | None = None  # per text, the terms it holds: source and translation
 
 
 def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics) -> FastAPI:
@@ -365,14 +366,19 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
         for i, assessed in zip(todo, job.assessments):
             assessed_flat[i] = assessed
     assessments = _regroup(assessed_flat, lines) if parsed.confidence else None
-    missing = None
+    missing = placed = None
     if constraints is not None:
-        per_line: list[list[str]] = [[] for _ in flat]
+        lacking: list[list[str]] = [[] for _ in flat]
+        holding: list[list[dict[str, str]]] = [[] for _ in flat]
         for i, wanted in zip(todo, constraints):
             best = loaded.tgt_vocab.decode(results_flat[i][0].tokens) if results_flat[i] else ""
-            per_line[i] = [c.source for c in wanted if not c.met_by(best)]
-        missing = [sorted({t for terms in text for t in terms}) for text in _regroup(per_line, lines)]
-    return Decoded(lines, _regroup(results_flat, lines), _regroup(truncated_flat, lines), assessments, missing)
+            found = [(c, c.found_in(best)) for c in wanted]
+            lacking[i] = [c.source for c, target in found if target is None]
+            holding[i] = [{"source": c.source, "target": target} for c, target in found if target is not None]
+        missing = [sorted({t for terms in text for t in terms}) for text in _regroup(lacking, lines)]
+        placed = [[term for terms in text for term in terms] for text in _regroup(holding, lines)]
+    hypotheses, truncated = _regroup(results_flat, lines), _regroup(truncated_flat, lines)
+    return Decoded(lines, hypotheses, truncated, assessments, missing, placed)
 
 
 class TranslatedFiles:
@@ -578,6 +584,7 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
                 "nbest": alternatives,
                 "truncated": any(cut),
                 **({"missing_terms": decoded.missing_terms[n]} if decoded.missing_terms is not None else {}),
+                **({"glossary_terms": decoded.placed_terms[n]} if decoded.placed_terms is not None else {}),
             }
             for n, (alternatives, cut) in enumerate(zip(texts, decoded.truncated))
         ],

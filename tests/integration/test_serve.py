@@ -498,6 +498,7 @@ def test_a_glossary_named_or_sent_steers_the_translation(overfit):
         by_name = client.post("/translate", json={"text": line, "glossary": "people"}).json()["translations"][0]
         inline = client.post("/translate", json={"q": line, "source": "en", "target": "de", "glossary": [["man", "Kerl"]]})
         assert "Kerl" in by_name["text"] and by_name["missing_terms"] == []
+        assert by_name["glossary_terms"] == [{"source": "man", "target": "Kerl"}]
         assert inline.json()["translatedText"] == by_name["text"] and inline.json()["missingTerms"] == []
         for glossary, words in (("staff", 'no glossary named "staff"; served: people'), ([["man", ""]], "an empty term")):
             answer = client.post("/translate", json={"text": line, "glossary": glossary})
