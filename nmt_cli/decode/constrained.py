@@ -455,8 +455,8 @@ def _done(search: _Sentence, best_open: float, best_is_eos: bool, nbest: int, li
     """The plain search's stopping rule (``DecodeConfig.stop``) over this sentence's finished list (``limit``:
     its length limit, past which no open hypothesis can grow); and, whatever the rule, as soon as no open
     hypothesis can still beat the ``nbest``-th finished one. Hypotheses holding every constraint are few in the
-    beam (the banks share it), so K of them finish late: waiting for K kept 44% more rows alive, for outputs the
-    bound shows cannot change."""
+    beam (the banks share it), so K of them finish late; waiting for K would keep rows alive whose outputs the
+    bound shows cannot change the answer (docs/benchmarks.md, "Glossaries")."""
     bound = best_open / float(length_penalty(float(limit + 1), config))
     if len(search.finished) >= nbest and search.finished[nbest - 1][0] >= bound:
         return True
