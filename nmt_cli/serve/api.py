@@ -319,9 +319,7 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
     loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
     lines = [text.split("\n") for text in parsed.texts]
     flat = [line.strip() for text_lines in lines for line in text_lines]
-    if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
-        if parsed.glossary is not None:
-            raise BadRequest(400, '"glossary" is applied by sentence-level models only so far; leave it out')
+    if loaded.recipe.model.concat or loaded.recipe.model.recurrence:  # no glossary here (parse_request)
         return await asyncio.to_thread(_decode_with_translator, parsed, lines, flat)
     todo = [i for i, line in enumerate(flat) if line]
     encoded = loaded.src_vocab.encode([flat[i] for i in todo], out_type=int)
@@ -400,11 +398,16 @@ class TranslatedFiles:
         return found[1] if found is not None and found[0] == name else None
 
 
-def _sentences_through_loop(model: ServedModel, block: int = 64) -> Sentences:
+def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Glossary | None = None) -> Sentences:
     """A document's sentences -> translations (run in a worker thread), word-aligned for markup: the sentences
     join the model's running batch in blocks, as requests' lines do, so a file never holds the queue alone;
-    the alignments are computed in the loop's thread (the model is the loop's alone), as confidence is."""
+    the alignments are computed in the loop's thread (the model is the loop's alone), as confidence is. With a
+    ``glossary``, each sentence's terms go with it (decode/constrained.py)."""
     loaded, max_src = model.loaded, model.loaded.recipe.model.max_positions - 1
+    matcher = TermMatcher(glossary) if glossary is not None else None
+    config = loaded.recipe.decode
+    if matcher is not None:
+        config = replace(config, beam=max(config.beam, CONSTRAINED_MIN_BEAM))
     if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
         return _sentences_as_document(model)
     aligner = Aligner(loaded)
@@ -415,12 +418,16 @@ def _sentences_through_loop(model: ServedModel, block: int = 64) -> Sentences:
             encoded = [ids[:max_src] for ids in loaded.src_vocab.encode(sentences[start : start + block], out_type=int)]
             todo = [i for i, ids in enumerate(encoded) if ids]  # a sentence of no pieces has no translation
             finished = threading.Event()
+            constraints = None
+            if matcher is not None:
+                constraints = [term_constraints(matcher, loaded.tgt_vocab, sentences[start + i]) for i in todo]
             job = Job(
                 [encoded[i] for i in todo],
-                loaded.recipe.decode,
+                config,
                 1,
                 on_done=_setter(finished),
                 assess=aligner.align if aligned else None,
+                constraints=constraints,
             )
             while todo:
                 try:
@@ -520,7 +527,7 @@ def _translate_html(parsed: TranslationRequest) -> list[str]:
     sentences through the decoding loop."""
     from ..formats.html import translate_html
 
-    sentences = _sentences_through_loop(parsed.model)
+    sentences = _sentences_through_loop(parsed.model, glossary=parsed.glossary)
     return [translate_html(text, sentences, parsed.model.source, parsed.model.target)[0] for text in parsed.texts]
 
 

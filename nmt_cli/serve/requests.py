@@ -119,8 +119,8 @@ def parse_request(
     if confidence and html:
         raise BadRequest(400, '"confidence" is given for "format": "text" only; leave it out for HTML')
     glossary = _glossary(fields.get("glossary"), limits) if "glossary" in fields else None
-    if glossary is not None and html:
-        raise BadRequest(400, '"glossary" applies to "format": "text" so far; leave it out for HTML')
+    if glossary is not None and (model.loaded.recipe.model.concat or model.loaded.recipe.model.recurrence):
+        raise BadRequest(400, '"glossary" is applied by sentence-level models only so far; leave it out')
     return TranslationRequest(
         texts,
         single,

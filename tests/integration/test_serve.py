@@ -500,6 +500,8 @@ def test_a_glossary_named_or_sent_steers_the_translation(overfit):
         assert "Kerl" in by_name["text"] and by_name["missing_terms"] == []
         assert by_name["glossary_terms"] == [{"source": "man", "target": "Kerl"}]
         assert inline.json()["translatedText"] == by_name["text"] and inline.json()["missingTerms"] == []
+        page = client.post("/translate", json={"text": f"<p><b>{line}</b></p>", "format": "html", "glossary": "people"})
+        assert page.status_code == 200 and "Kerl" in page.json()["translations"][0]["text"], page.json()
         for glossary, words in (("staff", 'no glossary named "staff"; served: people'), ([["man", ""]], "an empty term")):
             answer = client.post("/translate", json={"text": line, "glossary": glossary})
             assert answer.status_code == 400 and words in answer.json()["error"], answer.json()
