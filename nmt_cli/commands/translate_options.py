@@ -118,7 +118,7 @@ class TranslateOptions:
         if self.output.is_dir():
             raise NmtError(f"{self.output}: is a folder; name the output file")
         target = self.output.resolve()
-        read = [self.input] if self.input is not None else []
+        read = [p for p in (self.input, self.prefix, self.docids, *self.glossaries, *self.keep_terms) if p is not None]
         for model in self.models:
             read += [model, model / "model.pt"] if model.is_dir() else [model]
         for path in read:

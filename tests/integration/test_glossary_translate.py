@@ -67,10 +67,12 @@ def test_glossary_problems_are_one_line(overfit, tmp_path):
         (["--glossary", str(long)], f"{long}:1: the translation of 'dog' takes"),
         (["--glossary", str(glossary), "--sampling"], "drop --sampling"),
         (["--glossary", str(glossary), "--glossary-mode", "loose"], "--glossary-mode loose: choose hard or soft"),
+        (["--glossary", str(glossary), "-o", str(glossary)], "is also what this command reads"),
     ):
         code, out = _translate("-m", str(run_dir), "-i", str(source), *extra)
         assert code != 0 and message in out and "Traceback" not in out, out
         assert out.count("\n") == 1, out
+    assert glossary.read_text() == "dog\tHund\n"  # what the command reads is never written
 
 
 def test_a_gettext_catalogue_says_which_terms_each_translation_was_made_to_use(overfit, tmp_path):
