@@ -33,6 +33,7 @@ from ..model.transformer import Transformer
 from ..terms.matching import TermMatcher
 from .ensemble import Ensemble
 from .search import (
+    ROW_BLOCK,
     BeamStep,
     Hypothesis,
     RowLogits,
@@ -47,7 +48,6 @@ from .search import (
 from .top_k import top_k_rows
 
 SOFT_BONUS = 2.0  # log-probability added per constraint token in soft mode: e^2, about 7 times as likely
-ROW_BLOCK = 128  # the plain search's logit blocks on the CPU (RowLogits): the same rows, the same products
 
 GlossaryMode = Literal["hard", "soft"]
 # Banks deal the beam by constraint progress: with one row, the most advanced bank would take it at every step
@@ -329,7 +329,8 @@ def _holds(text: str, target: str) -> bool:
 
 
 def _whole(logits: Tensor | RowLogits) -> Tensor:
-    """A step's logits as one tensor, made in the plain search's blocks of rows (so each row's are the same)."""
+    """A step's logits as one tensor, made in the plain search's blocks of rows (``ROW_BLOCK``: the same rows, the
+    same products, so each row's logits are the plain search's)."""
     if isinstance(logits, Tensor):
         return logits
     return torch.cat([logits[slice(start, start + ROW_BLOCK)] for start in range(0, logits.size(0), ROW_BLOCK)])
