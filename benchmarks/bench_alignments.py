@@ -67,7 +67,7 @@ def aer_rows(model_dir: str, data_dir: str, threads: int) -> list[dict]:
 
     from nmt_cli.data.align import symmetrised
     from nmt_cli.decode.attention_maps import cross_attention, word_alignment, word_starts
-    from nmt_cli.decode.translator import load_model
+    from nmt_cli.decode.loading import load_model
     from nmt_cli.model.guided import GUIDED_HEAD, guided_layer
 
     torch.set_num_threads(threads)
@@ -121,7 +121,8 @@ def main() -> None:
     args.model = models[0]
     import torch
 
-    from nmt_cli.decode.translator import Translator, load_model
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
 
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model)

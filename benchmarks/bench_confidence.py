@@ -28,7 +28,8 @@ import torch
 from nmt_cli.decode.attention_maps import cross_attention
 from nmt_cli.decode.calibrate import calibrate
 from nmt_cli.decode.forced import forced_scores
-from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.decode.loading import load_model
+from nmt_cli.decode.translator import Translator
 from nmt_cli.errors import NmtError
 from nmt_cli.quality.calibration import auroc, expected_calibration_error
 from nmt_cli.quality.features import features

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from common import SHARED, alternate_translations, record
 
-from nmt_cli.decode.translator import load_model
+from nmt_cli.decode.loading import load_model
 from nmt_cli.inference.cpu_linear import (
     InferenceLinear,
     cpu_vendor,

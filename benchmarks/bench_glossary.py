@@ -90,7 +90,8 @@ def main() -> None:
     from sacrebleu import corpus_bleu, corpus_chrf
 
     from nmt_cli.decode.constrained import Constraint
-    from nmt_cli.decode.translator import Translator, load_model
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
     from nmt_cli.terms.glossary import read_glossary
 
     torch.set_num_threads(args.threads)

@@ -403,7 +403,7 @@ def run_decode_bench(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from hf_peer import to_marian
 
-    from nmt_cli.decode.translator import load_model
+    from nmt_cli.decode.loading import load_model
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     loaded = load_model(args.model, DEVICE, dtype)
@@ -637,7 +637,7 @@ def run_profile(args: argparse.Namespace) -> None:
         for max_tokens in args.max_tokens.split(","):
             profile_training(model, data, max_tokens, args, out)
     if args.model:
-        from nmt_cli.decode.translator import load_model
+        from nmt_cli.decode.loading import load_model
 
         loaded = load_model(args.model, DEVICE, torch.bfloat16)
         marian = to_marian(loaded.model).eval()

@@ -48,7 +48,8 @@ def main() -> None:
     args = parser.parse_args()
     from nmt_cli.config import load_recipe
     from nmt_cli.data.prepare import prepare
-    from nmt_cli.decode.translator import Translator, load_model
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
     from nmt_cli.score.metrics import score
     from nmt_cli.train.loop import train
 

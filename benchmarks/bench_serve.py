@@ -157,7 +157,8 @@ def offline_figures(model: str, sentences: list[str], threads: int, repeats: int
     median latency on each sentence alone: the same sentences the clients send. Model loaded first."""
     import torch
 
-    from nmt_cli.decode.translator import Translator, load_model
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
 
     torch.set_num_threads(threads)
     loaded = load_model(model)

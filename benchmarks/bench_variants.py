@@ -44,7 +44,7 @@ def averaged_valid_ppl(run_dir) -> float:
     import torch
 
     from nmt_cli.config import load_recipe
-    from nmt_cli.decode.translator import load_model
+    from nmt_cli.decode.loading import load_model
     from nmt_cli.train.loop import load_dataset
     from nmt_cli.train.validate import validation_loss
 

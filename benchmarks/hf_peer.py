@@ -2,10 +2,9 @@
 
 MarianMT is the paper's architecture in transformers (post-norm layers, sinusoidal positions,
 sqrt(d)-scaled embeddings shared by encoder, decoder and output). Two layouts differ and are
-mapped here: our self-attention holds Q, K, V in one fused matrix (cross-attention: Q, and K|V),
-and our sinusoid table interleaves sin/cos where Marian's puts all sines first. Marian adds a
-``final_logits_bias`` (kept at zero). The mapping is checked in ``tests/test_hf_peer.py``:
-same logits as our model on the same input.
+mapped by ``nmt export --format hf``'s code (``convert/marian.py``): our self-attention holds Q, K, V in one
+fused matrix (cross-attention: Q, and K|V), and our sinusoid table interleaves sin/cos where Marian's puts all
+sines first. The mapping is checked in ``tests/unit/test_hf_peer.py``: same logits as our model on the same input.
 
 Used by ``bench_gpu.py``; needs ``transformers`` (not a dependency of nmt).
 """
@@ -17,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from nmt_cli.config import ModelConfig
+from nmt_cli.convert.layers import placed, sines_then_cosines
+from nmt_cli.convert.marian import marian_weights
 from nmt_cli.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from nmt_cli.model.positions import sinusoidal_table
 from nmt_cli.model.transformer import Transformer
@@ -77,49 +78,13 @@ def to_marian(model: Transformer, attention: str = "sdpa") -> nn.Module:
 
 
 def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our parameters under MarianMTModel's names and layout."""
-    d = model.config.d_model
-    ours = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
-    table = sinusoidal_table(model.config.max_positions, d)
-    out: dict[str, torch.Tensor] = {"final_logits_bias": torch.zeros(1, model.tgt_vocab)}
-    embed = ours["src_embed.weight"]
-    for name in (
-        "model.shared.weight",
-        "model.encoder.embed_tokens.weight",
-        "model.decoder.embed_tokens.weight",
-        "lm_head.weight",
-    ):
-        out[name] = embed
+    """Our parameters under MarianMTModel's names and layout: ``nmt export --format hf``'s own mapping
+    (``convert/marian.py``), with the position table MarianMTModel keeps among its weights."""
+    table = sinusoidal_table(model.config.max_positions, model.config.d_model)
+    marian_table = placed(table, "in", torch.argsort(sines_then_cosines(model.config.d_model)))
+    out = marian_weights(model)
     for side in ("encoder", "decoder"):
-        out[f"model.{side}.embed_positions.weight"] = table
-
-    def linear(target: str, weight: torch.Tensor, bias: torch.Tensor) -> None:
-        out[f"{target}.weight"], out[f"{target}.bias"] = weight, bias
-
-    def fused(source: str, targets: list[str]) -> None:
-        for part, target in zip(range(len(targets)), targets):
-            rows = slice(part * d, (part + 1) * d)
-            linear(target, ours[f"{source}.weight"][rows], ours[f"{source}.bias"][rows])
-
-    def norm(target: str, source: str) -> None:
-        out[f"{target}.weight"], out[f"{target}.bias"] = ours[f"{source}.weight"], ours[f"{source}.bias"]
-
-    for side, count in (("encoder", model.config.layers), ("decoder", model.config.n_decoder_layers)):
-        for i in range(count):
-            src, dst = f"{side}.{i}", f"model.{side}.layers.{i}"
-            fused(f"{src}.self_attn.qkv", [f"{dst}.self_attn.{p}_proj" for p in "qkv"])
-            linear(f"{dst}.self_attn.out_proj", ours[f"{src}.self_attn.out.weight"], ours[f"{src}.self_attn.out.bias"])
-            linear(f"{dst}.fc1", ours[f"{src}.ffn.w1.weight"], ours[f"{src}.ffn.w1.bias"])
-            linear(f"{dst}.fc2", ours[f"{src}.ffn.w2.weight"], ours[f"{src}.ffn.w2.bias"])
-            norm(f"{dst}.final_layer_norm", f"{src}.res_ffn.norm")
-            if side == "encoder":
-                norm(f"{dst}.self_attn_layer_norm", f"{src}.res_attn.norm")
-                continue
-            norm(f"{dst}.self_attn_layer_norm", f"{src}.res_self.norm")
-            norm(f"{dst}.encoder_attn_layer_norm", f"{src}.res_cross.norm")
-            linear(f"{dst}.encoder_attn.q_proj", ours[f"{src}.cross_attn.q.weight"], ours[f"{src}.cross_attn.q.bias"])
-            fused(f"{src}.cross_attn.kv", [f"{dst}.encoder_attn.{p}_proj" for p in "kv"])
-            linear(f"{dst}.encoder_attn.out_proj", ours[f"{src}.cross_attn.out.weight"], ours[f"{src}.cross_attn.out.bias"])
+        out[f"model.{side}.embed_positions.weight"] = marian_table
     return out
 
 

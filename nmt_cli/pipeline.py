@@ -15,7 +15,8 @@ from pathlib import Path
 from .config import Recipe, load_recipe
 from .data.align import aligner_installed
 from .data.prepare import prepare, text_paths
-from .decode.translator import Translator, load_model
+from .decode.loading import load_model
+from .decode.translator import Translator
 from .errors import NmtError
 from .score.metrics import MetricResult, score
 from .train.loop import train

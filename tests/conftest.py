@@ -12,10 +12,12 @@ fail loudly when the ``CI`` environment variable is set (CI always has the data)
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import itertools
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,10 @@ import torch
 DATA = Path(os.environ.get("NMT_TEST_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 MULTI30K = DATA / "multi30k"
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# pytest-xdist runs the suite in several processes (pyproject's addopts): each takes its share of the cores, as
+# more threads than cores make every torch operation wait on the others.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 
 
 TIERS = ("unit", "integration", "cli")  # the folders under tests/, and the markers they give
@@ -103,6 +108,27 @@ def write_slice(folder: Path, prefix: str, pairs: dict[str, list[str]], gz: bool
             handle.write("".join(line + "\n" for line in lines))
 
 
+@contextlib.contextmanager
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A folder for a session fixture's files built once for the whole run: (folder, whether to build it now).
+    Under pytest-xdist the workers share it (the first to ask builds it while the others wait for it, as a trained
+    model takes a minute); without, it is a fresh temporary folder."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield tmp_path_factory.mktemp(name), True
+        return
+    from filelock import FileLock  # a dependency of torch
+
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, above each worker's popen-gwK/
+    folder, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            yield folder, True
+            done.touch()
+        else:
+            yield folder, False
+
+
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
     return need(MULTI30K)
@@ -111,11 +137,14 @@ def multi30k() -> Path:
 @pytest.fixture(scope="session")
 def m30k_slice(tmp_path_factory: pytest.TempPathFactory, multi30k: Path) -> Path:
     """3,000 training pairs (gzip), 100 validation and 100 test pairs of Multi30k EN-DE-FR."""
-    folder = tmp_path_factory.mktemp("m30k")
-    langs = ("en", "de", "fr")
-    write_slice(folder, "train", {lang: read_lines(multi30k / f"train.{lang}.gz", 3000) for lang in langs}, gz=True)
-    write_slice(folder, "val", {lang: read_lines(multi30k / f"val.{lang}.gz", 100) for lang in langs})
-    write_slice(folder, "test", {lang: read_lines(multi30k / f"test_2016_flickr.{lang}.gz", 100) for lang in langs})
+    with built_once(tmp_path_factory, "m30k") as (folder, build):
+        if build:
+            langs = ("en", "de", "fr")
+            train = {lang: read_lines(multi30k / f"train.{lang}.gz", 3000) for lang in langs}
+            write_slice(folder, "train", train, gz=True)
+            write_slice(folder, "val", {lang: read_lines(multi30k / f"val.{lang}.gz", 100) for lang in langs})
+            test = {lang: read_lines(multi30k / f"test_2016_flickr.{lang}.gz", 100) for lang in langs}
+            write_slice(folder, "test", test)
     return folder
 
 
@@ -160,12 +189,12 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, m30k_slice: Path):
     from nmt_cli.config import load_recipe
     from nmt_cli.data.prepare import prepare
 
-    folder = tmp_path_factory.mktemp("prepared")
-    path = folder / "tiny.yaml"
-    path.write_text(tiny_recipe_yaml(m30k_slice, folder / "data", folder / "run"))
-    recipe = load_recipe(path)
-    prepare(recipe, log=lambda _m: None, progress=False)
-    return recipe
+    with built_once(tmp_path_factory, "prepared") as (folder, build):
+        path = folder / "tiny.yaml"
+        if build:
+            path.write_text(tiny_recipe_yaml(m30k_slice, folder / "data", folder / "run"))
+            prepare(load_recipe(path), log=lambda _m: None, progress=False)
+    return load_recipe(path)
 
 
 OVERFIT_SETTINGS = [
@@ -194,16 +223,17 @@ def overfit(tmp_path_factory: pytest.TempPathFactory, multi30k: Path):
     from nmt_cli.data.prepare import prepare
     from nmt_cli.train.loop import train
 
-    folder = tmp_path_factory.mktemp("overfit")
     src, tgt = read_lines(multi30k / "train.en.gz", 64), read_lines(multi30k / "train.de.gz", 64)
-    for split in ("train", "val", "test"):
-        write_slice(folder / "c", split, {"en": src, "de": tgt})
-    path = folder / "overfit.yaml"
-    path.write_text(tiny_recipe_yaml(folder / "c", folder / "data", folder / "run"))
-    recipe = load_recipe(path, OVERFIT_SETTINGS)
-    prepare(recipe, log=lambda _m: None, progress=False)
-    train(recipe, log=lambda _m: None)
-    return recipe.run_dir, src, tgt
+    with built_once(tmp_path_factory, "overfit") as (folder, build):
+        path = folder / "overfit.yaml"
+        if build:
+            for split in ("train", "val", "test"):
+                write_slice(folder / "c", split, {"en": src, "de": tgt})
+            path.write_text(tiny_recipe_yaml(folder / "c", folder / "data", folder / "run"))
+            recipe = load_recipe(path, OVERFIT_SETTINGS)
+            prepare(recipe, log=lambda _m: None, progress=False)
+            train(recipe, log=lambda _m: None)
+    return load_recipe(path, OVERFIT_SETTINGS).run_dir, src, tgt
 
 
 def start_server(model: Path, *args: str) -> tuple:

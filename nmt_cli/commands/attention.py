@@ -24,8 +24,8 @@ def run(
     from ..data.batches import pad_rows
     from ..data.vocab import EOS_ID
     from ..decode.attention_maps import attention_maps
+    from ..decode.loading import load_model
     from ..decode.search import search
-    from ..decode.translator import load_model
 
     with_decoding(DecodeConfig(), {"beam": beam})  # a bad --beam fails now, as decode.beam would
     if output.suffix.lower() != ".png" or output.is_dir():

@@ -22,7 +22,7 @@ def run(
     """Export a trained model for another inference engine (CTranslate2: fast CPU int8/fp32 decoding; hf: MarianMT)."""
     if format not in ("ctranslate2", "hf"):
         raise NmtError(f"--format {format}: choose ctranslate2 or hf")
-    from ..decode.translator import load_model
+    from ..decode.loading import load_model
 
     if format == "hf":
         if quantization or force:
@@ -36,7 +36,7 @@ def run(
             soft_wrap=True,
         )
         return
-    from ..export.ctranslate2 import export
+    from ..convert.ctranslate2 import export
 
     written = export(load_model(model), output, quantization, force)
     console.print(

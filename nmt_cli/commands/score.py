@@ -117,7 +117,7 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
     """``--model``: one line of scores per (source, hypothesis) pair, in order; with ``docids``, each pair in
     the context of its document's earlier pairs."""
     from ..decode.forced import forced_scores
-    from ..decode.translator import load_ensemble
+    from ..decode.loading import load_ensemble
     from ..score.metrics import check_aligned, read_lines
 
     if output_format not in ("jsonl", "tsv"):

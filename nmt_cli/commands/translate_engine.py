@@ -22,7 +22,7 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
 
     options, models = o.decoding, o.models
     if o.engine == "ctranslate2":
-        from ..export.ctranslate2 import CTranslate2Engine, CTranslate2Translator
+        from ..decode.ctranslate2_engine import CTranslate2Engine, CTranslate2Translator
 
         # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
         workers = options["workers"] or 1
@@ -33,7 +33,8 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
                 "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
             )
         return CTranslate2Translator(ct2, config, o.nbest, o.chunk_lines)
-    from ..decode.translator import Translator, load_ensemble
+    from ..decode.loading import load_ensemble
+    from ..decode.translator import Translator
     from ..utils.allocator import keep_freed_memory
 
     # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs with the

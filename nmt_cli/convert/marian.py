@@ -26,8 +26,9 @@ from typing import Any
 import torch
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from ..decode.translator import LoadedModel
+from ..decode.loading import LoadedModel
 from ..errors import NmtError, reason
+from ..model.transformer import Transformer
 from .folder import imported_recipe, write_model_folder
 from .layers import check_layer_shapes, layer_map, placed, sines_then_cosines
 from .shared_ids import SPECIALS, rebuild
@@ -244,19 +245,7 @@ def export_marian(loaded: LoadedModel, output: Path) -> Path:
         vocab.setdefault(piece, i)
     if len(vocab) != size:
         raise NmtError(f"{loaded.path}: two ids share a piece; MarianMT's vocab.json cannot hold that vocabulary")
-    back = torch.argsort(sines_then_cosines(settings.d_model))  # Marian's dimension j is nmt's back[j]
-    weights = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
-    embedding = placed(weights["src_embed.weight"], "in", back)
-    theirs: dict[str, torch.Tensor] = {
-        "model.shared.weight": embedding,
-        "model.encoder.embed_tokens.weight": embedding,
-        "model.decoder.embed_tokens.weight": embedding,
-        "lm_head.weight": embedding,
-        "final_logits_bias": (weights["output.bias"] if "output.bias" in weights else torch.zeros(size))[None, :],
-    }
-    for ours, names, place in layer_map(settings.layers, settings.n_decoder_layers, prefix="model."):
-        weight = placed(weights[ours], place, back)
-        theirs.update(zip(names, weight.split(settings.d_model) if len(names) > 1 else (weight,)))
+    theirs = marian_weights(model)
     config = {
         "model_type": "marian",
         "architectures": ["MarianMTModel"],
@@ -299,6 +288,28 @@ def export_marian(loaded: LoadedModel, output: Path) -> Path:
         output.rmdir()  # empty (checked above)
     staging.rename(output)
     return output
+
+
+def marian_weights(model: Transformer) -> dict[str, torch.Tensor]:
+    """``model``'s weights under MarianMTModel's names, in Marian's layout (the inverse of :func:`_state_dict`):
+    the residual dimensions put back in the order of Marian's sinusoids (all sines, then all cosines), so that
+    Marian's own position table serves. The model must be expressible (:func:`_check_expressible`)."""
+    settings = model.config
+    back = torch.argsort(sines_then_cosines(settings.d_model))  # Marian's dimension j is nmt's back[j]
+    weights = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
+    embedding = placed(weights["src_embed.weight"], "in", back)
+    bias = weights["output.bias"] if "output.bias" in weights else torch.zeros(embedding.size(0))
+    theirs: dict[str, torch.Tensor] = {
+        "model.shared.weight": embedding,
+        "model.encoder.embed_tokens.weight": embedding,
+        "model.decoder.embed_tokens.weight": embedding,
+        "lm_head.weight": embedding,
+        "final_logits_bias": bias[None, :],
+    }
+    for ours, names, place in layer_map(settings.layers, settings.n_decoder_layers, prefix="model."):
+        weight = placed(weights[ours], place, back)
+        theirs.update(zip(names, weight.split(settings.d_model) if len(names) > 1 else (weight,)))
+    return theirs
 
 
 def _check_expressible(loaded: LoadedModel) -> None:

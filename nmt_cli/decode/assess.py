@@ -23,7 +23,7 @@ from .ensemble import Ensemble
 from .search import Hypothesis, length_penalty
 
 if TYPE_CHECKING:  # translator.py imports this module
-    from .translator import LoadedModel
+    from .loading import LoadedModel
 
 
 @dataclass(frozen=True)

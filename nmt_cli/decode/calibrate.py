@@ -23,7 +23,8 @@ from ..utils import torchfile
 from ..utils.run_folder import MODEL_FILE
 from .attention_maps import cross_attention
 from .forced import forced_scores
-from .translator import LoadedModel, Translator, load_model
+from .loading import LoadedModel, load_model
+from .translator import Translator
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What every translation engine is to its callers: an :class:`Engine` turns lines into, per line, a
 ``Translation`` per hypothesis of its n-best list, best first, and counts what it did (:class:`TranslationStats`).
 
-Our engine (``decode/translator.py``, ``Translator``) and CTranslate2's (``export/ctranslate2.py``,
+Our engine (``decode/translator.py``, ``Translator``) and CTranslate2's (``decode/ctranslate2_engine.py``,
 ``CTranslate2Translator``) are both Engines, each with every choice (model, device, precision, decoding
 settings) fixed when it is made; ``nmt translate`` picks one and reads lines through it.
 

@@ -10,26 +10,20 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
 
-import sentencepiece as spm
 import torch
 
-from ..config import DecodeConfig, Recipe, recipe_from_dict
+from ..config import DecodeConfig
 from ..data.batches import decoding_batches, pad_rows
-from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, load_vocab_bytes
-from ..errors import CheckpointError, NmtError, reason
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
+from ..errors import NmtError
 from ..formats.segments import Sentences
-from ..inference.cpu_linear import prepare_for_cpu_inference
 from ..model.guided import GUIDED_HEAD
 from ..model.recurrence import Kept, SentencePast, batch_pasts, sentence_pasts
-from ..model.transformer import Transformer, build_model
-from ..quality.calibration import Calibration
+from ..model.transformer import Transformer
 from ..terms.glossary import Glossary
 from ..terms.matching import TermMatcher
-from ..utils import torchfile
 from ..utils.text import has_control_characters, replace_control_characters
 from .assess import Assessment, Assessor, teacher_forced
 from .attention_maps import alignment_layer as alignment_layer_of
@@ -37,100 +31,12 @@ from .attention_maps import cross_attention, pharaoh, word_alignment
 from .constrained import CONSTRAINED_MIN_BEAM, Constraint, GlossaryMode, constrained_beam_search, term_constraints
 from .context import DocumentContext, DocumentPast
 from .ensemble import Ensemble
+from .loading import LoadedModel
 from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
 from .sentences import sentences_of
 from .translation import EMPTY, Translation, TranslationStats
-
-
-@dataclass
-class LoadedModel:
-    """A model ready to translate, with its vocabularies and recipe."""
-
-    model: Transformer
-    recipe: Recipe
-    src_vocab: spm.SentencePieceProcessor
-    tgt_vocab: spm.SentencePieceProcessor
-    path: Path
-    calibration: Calibration | None = None  # the confidence map fitted for this model (nmt calibrate), if any
-
-
-def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Load a model folder (its ``model.pt``) or any checkpoint file written by nmt."""
-    payload = torchfile.load(Path(path), map_location="cpu")
-    loaded = model_from_payload(payload, Path(path), device, dtype, for_inference=False)
-    # The weights are the model's now: the file's copy goes before the inference copies are made, so
-    # the two never take memory at once (the base model: peak RSS 1,016 -> 809 MiB after loading).
-    del payload
-    prepare_for_inference(loaded.model, dtype)
-    return loaded
-
-
-def load_ensemble(
-    paths: Sequence[str | Path], device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> LoadedModel:
-    """One model, or several sharing one vocabulary decoded as an :class:`.ensemble.Ensemble`."""
-    loaded = [load_model(path, device, dtype) for path in paths]
-    if len(loaded) == 1:
-        return loaded[0]
-    first = loaded[0]
-    for other in loaded[1:]:
-        context = ("concat", "concat_target")
-        if any(getattr(other.recipe.model, k) != getattr(first.recipe.model, k) for k in context):
-            raise NmtError(
-                f"{other.path} and {first.path} read different document context (model.concat); an ensemble's "
-                "models must read the same input"
-            )
-        for side in ("src_vocab", "tgt_vocab"):
-            if getattr(other, side).serialized_model_proto() != getattr(first, side).serialized_model_proto():
-                raise NmtError(
-                    f"{other.path} and {first.path} have different {side[:3]} vocabularies; an ensemble "
-                    "needs one vocabulary (the models' token ids must mean the same pieces)"
-                )
-    ensemble = Ensemble([m.model for m in loaded])
-    recipe = replace(first.recipe, model=replace(first.recipe.model, max_positions=ensemble.config.max_positions))
-    return LoadedModel(ensemble, recipe, first.src_vocab, first.tgt_vocab, first.path, first.calibration)  # type: ignore[arg-type]
-
-
-def model_from_payload(
-    payload: dict[str, Any],
-    origin: Path,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-    for_inference: bool = True,
-) -> LoadedModel:
-    """Rebuild the model described by a checkpoint payload, ready for decoding (see
-    :func:`prepare_for_inference`) unless ``for_inference`` is False."""
-    try:
-        recipe = recipe_from_dict(payload["recipe"], source=f"{origin} (stored recipe)")
-    except NmtError as err:
-        raise CheckpointError(f"{origin}: its stored recipe is not valid for this nmt version ({err})") from None
-    vocab = payload.get("vocab") or {}
-    if "src" not in vocab or "tgt" not in vocab:
-        raise CheckpointError(f"{origin}: holds no SentencePiece model; it was not written by nmt train")
-    src_vocab = load_vocab_bytes(vocab["src"], str(origin))
-    tgt_vocab = src_vocab if vocab["tgt"] == vocab["src"] else load_vocab_bytes(vocab["tgt"], str(origin))
-    sizes = (src_vocab.GetPieceSize(), tgt_vocab.GetPieceSize())
-    _check_shapes(payload["model"], recipe, sizes, origin)  # before allocating what a crafted recipe asks for
-    model = build_model(recipe.model, *sizes, PAD_ID, initialise=False)  # every weight is loaded next
-    try:
-        model.load_state_dict(payload["model"])
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()[0]
-        raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({first})") from None
-    model.to(device=device, dtype=dtype).eval()  # the search scores in fp32 whatever the weights' dtype
-    if for_inference:
-        prepare_for_inference(model, dtype)
-    stored = payload.get("calibration")
-    calibration = Calibration.from_dict(stored, str(origin)) if isinstance(stored, dict) else None
-    return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin, calibration)
-
-
-def prepare_for_inference(model: Transformer, dtype: torch.dtype) -> None:
-    """Faster products on the CPU in fp32 and bf16 (inference/cpu_linear.py); a loaded model is for inference."""
-    if model.output.weight.device.type == "cpu":
-        prepare_for_cpu_inference(model, model.output, dtype)
 
 
 def _check_glossary_use(loaded: LoadedModel, config: DecodeConfig, reads_documents: bool) -> None:
@@ -156,25 +62,6 @@ def _check_term_lengths(glossary: Glossary, loaded: LoadedModel) -> None:
                     f"{term.where}: the translation of '{term.source}' takes {pieces} pieces, more than a "
                     f"quarter of what this model translates at once ({limit}); shorten the term"
                 )
-
-
-def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple[int, int], origin: Path) -> None:
-    """Compare the stored weights with the model the stored recipe describes, built without memory."""
-    try:
-        with torch.device("meta"):
-            skeleton = build_model(recipe.model, *sizes, PAD_ID, initialise=False)
-    except (RuntimeError, ValueError, OverflowError) as err:
-        raise CheckpointError(f"{origin}: its stored model settings describe no buildable model ({reason(err)})") from None
-    expected = skeleton.state_dict()
-    for key in sorted(set(expected) | set(weights)):
-        if key not in weights or key not in expected:
-            where = "missing from the file" if key not in weights else "not part of the model"
-            raise CheckpointError(f"{origin}: weights do not fit the stored model settings ({key} is {where})")
-        if tuple(weights[key].shape) != tuple(expected[key].shape):
-            raise CheckpointError(
-                f"{origin}: weights do not fit the stored model settings ({key} has shape "
-                f"{tuple(weights[key].shape)}; the recipe's model needs {tuple(expected[key].shape)})"
-            )
 
 
 def _document_reader(loaded: LoadedModel, max_positions: int) -> DocumentContext | DocumentPast | None:

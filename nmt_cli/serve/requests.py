@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..config import DecodeConfig
-from ..decode.translator import LoadedModel
+from ..decode.loading import LoadedModel
 from ..errors import DataError
 from ..formats.unpack import UnpackLimits
 from ..terms.glossary import Glossary, glossary_from_pairs

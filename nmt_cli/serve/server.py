@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import uvicorn
 
-from ..decode.translator import load_model
+from ..decode.loading import load_model
 from ..errors import NmtError
 from ..model.transformer import count_parameters
 from .api import create_app

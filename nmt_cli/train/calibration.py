@@ -16,7 +16,7 @@ import torch
 from ..config import Recipe
 from ..data.prepare import text_paths
 from ..decode.calibrate import calibrate_loaded, store_in_place
-from ..decode.translator import load_model
+from ..decode.loading import load_model
 from ..errors import NmtError
 from ..quality.calibration import MIN_PAIRS
 from ..utils.allocator import release_freed_memory

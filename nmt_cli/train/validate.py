@@ -12,7 +12,8 @@ import torch
 
 from ..config import Recipe
 from ..data.batches import ParallelData, collate, make_batches
-from ..decode.translator import LoadedModel, Translator
+from ..decode.loading import LoadedModel
+from ..decode.translator import Translator
 from ..model.transformer import Transformer
 from ..score.metrics import corpus_bleu
 from ..utils.files import split_lines

@@ -41,7 +41,8 @@ def server(overfit):
 @pytest.fixture(scope="module")
 def expected(overfit):
     """What ``nmt translate`` gives for the lines the clients send (the server must give the same)."""
-    from nmt_cli.decode.translator import Translator, load_model
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
 
     loaded = load_model(overfit[0])
     translator = Translator(loaded, loaded.recipe.decode, nbest=3)

@@ -17,7 +17,8 @@ import torch
 from conftest import kill_at_first_checkpoint, read_lines
 
 from nmt_cli.config import load_recipe
-from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.decode.loading import load_model
+from nmt_cli.decode.translator import Translator
 from nmt_cli.train import checkpoint
 from nmt_cli.train.distributed import init_distributed
 from nmt_cli.train.loop import Trainer

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from nmt_cli.data.batches import pad_rows
+from nmt_cli.decode.loading import load_model
 from nmt_cli.decode.search import beam_search, greedy_search, reference_beam_search
-from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.decode.translator import Translator
 from nmt_cli.errors import NmtError
 
 
@@ -336,7 +337,7 @@ def test_a_decoding_flag_and_the_recipe_key_it_overrides_fail_alike(overfit):
 def test_an_ensemble_of_a_model_with_itself_is_that_model(loaded, overfit, tmp_path):
     from nmt_cli.decode.ensemble import Ensemble
     from nmt_cli.decode.forced import forced_scores
-    from nmt_cli.decode.translator import load_ensemble
+    from nmt_cli.decode.loading import load_ensemble
 
     run_dir, src, _ = overfit
     lines = src[:12] + ["A woman in a red coat is walking on the street."]

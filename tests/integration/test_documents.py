@@ -111,7 +111,8 @@ def test_recurrence_scores_its_own_translation_in_context_as_the_search_did(recu
     from nmt_cli.data.batches import pad_rows
     from nmt_cli.data.vocab import EOS_ID
     from nmt_cli.decode.forced import forced_scores_with_pasts
-    from nmt_cli.decode.translator import Translator, load_model
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
 
     loaded = load_model(recurrent_model)
     config = replace(loaded.recipe.decode, beam=1, max_len_a=0.0, max_len_b=12)

@@ -10,13 +10,15 @@ from typer.testing import CliRunner
 
 from nmt_cli.cli import app
 from nmt_cli.config import ModelConfig, recipe_to_dict
-from nmt_cli.decode.translator import Translator, load_model, model_from_payload
+from nmt_cli.decode.loading import load_model, model_from_payload
+from nmt_cli.decode.translator import Translator
 from nmt_cli.errors import NmtError
 from nmt_cli.model.transformer import build_model
 from nmt_cli.utils import torchfile
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 comes with the dev extra")
-from nmt_cli.export.ctranslate2 import CTranslate2Engine, export  # noqa: E402
+from nmt_cli.convert.ctranslate2 import export  # noqa: E402
+from nmt_cli.decode.ctranslate2_engine import CTranslate2Engine  # noqa: E402
 
 runner = CliRunner()
 

@@ -93,7 +93,8 @@ def test_extended_vocabulary_keeps_old_ids_rows_and_old_domain_output(overfit, m
     from dataclasses import replace
 
     from nmt_cli.data.vocab import load_vocab_bytes
-    from nmt_cli.decode.translator import LoadedModel, Translator, load_model
+    from nmt_cli.decode.loading import LoadedModel, load_model
+    from nmt_cli.decode.translator import Translator
     from nmt_cli.train.distributed import init_distributed
     from nmt_cli.train.loop import Trainer
 

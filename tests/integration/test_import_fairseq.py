@@ -24,7 +24,8 @@ from conftest import nmt_log_probs
 from typer.testing import CliRunner
 
 from nmt_cli.cli import app
-from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.decode.loading import load_model
+from nmt_cli.decode.translator import Translator
 
 SAMPLE = Path(str(resources.files("nmt_cli") / "sample" / "en-de"))
 FAIRSEQ_PYTHON = os.environ.get("NMT_FAIRSEQ_PYTHON", "")

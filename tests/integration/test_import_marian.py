@@ -21,7 +21,8 @@ from conftest import nmt_log_probs
 from typer.testing import CliRunner
 
 from nmt_cli.cli import app
-from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.decode.loading import load_model
+from nmt_cli.decode.translator import Translator
 
 transformers = pytest.importorskip("transformers", reason="transformers is in the dev extra")
 SAMPLE = Path(str(resources.files("nmt_cli") / "sample" / "en-de"))

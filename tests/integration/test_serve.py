@@ -25,8 +25,9 @@ from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batches import pad_rows
 from nmt_cli.data.vocab import EOS_ID
 from nmt_cli.decode.continuous import ContinuousBeamSearch
+from nmt_cli.decode.loading import load_model
 from nmt_cli.decode.search import search
-from nmt_cli.decode.translator import Translator, load_model
+from nmt_cli.decode.translator import Translator
 from nmt_cli.model.transformer import build_model
 
 pytest.importorskip("fastapi", reason="nmt serve needs the serve extra")

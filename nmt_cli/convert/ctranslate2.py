@@ -1,4 +1,5 @@
-"""Export to CTranslate2 (``nmt export MODEL OUT --format ctranslate2``) and translate with it.
+"""Export to CTranslate2 (``nmt export MODEL OUT --format ctranslate2``); ``decode/ctranslate2_engine.py``
+translates with the folder it writes.
 
 The CTranslate2 Transformer spec is filled from our weights directly: fused QKV for
 self-attention, fused KV for cross-attention, the sinusoidal or learned position table, the
@@ -10,38 +11,23 @@ CTranslate2 is optional: ``pip install 'nmt-cli[ct2]'``.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..config import DecodeConfig, dump_recipe, load_recipe
-from ..data.batches import decoding_batches
-from ..decode.translation import EMPTY, Translation, TranslationStats
-from ..decode.translator import LoadedModel, clean_source_line
+from ..config import dump_recipe
+from ..decode.ctranslate2_engine import RECIPE_FILE, SPM_SOURCE, SPM_TARGET, require_ctranslate2
+from ..decode.loading import LoadedModel
 from ..errors import NmtError, reason
 from ..model.attention import CrossAttention, SelfAttention
 from ..model.positions import SinusoidalPositions
 from ..utils.run_folder import refuse_output_inside_runs
 
-SPM_SOURCE, SPM_TARGET, RECIPE_FILE = "source.spm.model", "target.spm.model", "nmt_recipe.yaml"
 EXPORT_MARKER = ".nmt-export"  # marks a folder as ours: --force may replace it, and nothing else
-
-
-def _require() -> ModuleType:
-    try:
-        import ctranslate2
-    except ImportError:
-        raise NmtError(
-            "CTranslate2 is not installed; run: pip install 'nmt-cli[ct2]' (or pip install ctranslate2)"
-        ) from None
-    return ctranslate2
 
 
 def check_exportable(loaded: LoadedModel) -> None:
@@ -107,7 +93,7 @@ def _position_table(model) -> np.ndarray | None:
 
 def build_spec(loaded: LoadedModel):
     """A ``ctranslate2.specs.TransformerSpec`` holding the weights of ``loaded``."""
-    _require()
+    require_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
     check_exportable(loaded)
@@ -213,109 +199,3 @@ def _check_output(model: Path, output: Path, force: bool) -> None:
             f"{output}: not an earlier `nmt export` folder (no {EXPORT_MARKER} marker in it); --force "
             "replaces only those. Choose a new folder"
         )
-
-
-class CTranslate2Engine:
-    """Translation through an exported CTranslate2 folder, with nmt's SentencePiece models."""
-
-    def __init__(
-        self, folder: Path, device: str = "cpu", threads: int = 0, compute_type: str = "default", workers: int = 1
-    ) -> None:
-        """``threads`` in all (0: CTranslate2's default), shared by ``workers`` batches translated at once
-        (its ``inter_threads``; each worker gets ``threads // workers``, at least one)."""
-        ctranslate2 = _require()
-        import sentencepiece as spm
-
-        if not (folder / "model.bin").is_file():
-            raise NmtError(
-                f"{folder}: not a CTranslate2 model folder; create it with nmt export MODEL_DIR OUT --format ctranslate2"
-            )
-        try:
-            self.translator = ctranslate2.Translator(
-                str(folder),
-                device=device,
-                inter_threads=workers,
-                intra_threads=max(1, threads // workers) if threads else 0,
-                compute_type=compute_type,
-            )
-        except (ValueError, RuntimeError) as err:
-            raise NmtError(
-                f"{folder}: CTranslate2 cannot run it with compute type {compute_type} on {device} "
-                f"({reason(err)}); use another --dtype or leave it out, or if model.bin "
-                "is damaged, write the folder again with nmt export"
-            ) from None
-        self.src = spm.SentencePieceProcessor(model_file=str(folder / SPM_SOURCE))
-        self.tgt = spm.SentencePieceProcessor(model_file=str(folder / SPM_TARGET))
-        self.output_tokens = 0
-        recipe = folder / RECIPE_FILE
-        stored = load_recipe(recipe) if recipe.is_file() else None
-        self.decode_config = stored.decode if stored is not None else DecodeConfig()
-        # The language pair, for file formats that name it (a gettext catalogue's Language); "" when unknown.
-        self.languages = (stored.data.src_lang, stored.data.tgt_lang) if stored is not None else ("", "")
-
-    def translate(self, lines: Sequence[str], config: DecodeConfig, nbest: int = 1) -> list[list[Translation]]:
-        """n-best ``Translation`` (text, score) per line. CTranslate2 normalises scores by |Y|^alpha (no GNMT form).
-
-        The lines go in our engine's batches (``decoding_batches``: longest first, ``batch_size`` lines,
-        ``batch_tokens`` tokens), each limited to ``max_len_a`` x its longest line + ``max_len_b`` tokens
-        before EOS, as our search limits each line (one line per batch: the same limit). CTranslate2
-        takes one limit per call, so each batch is a call of its own, all submitted at once so that its
-        ``inter_threads`` workers take them in turn. (One call for a whole block gave every line the
-        block's longest limit: a short line that repeated itself ran on for as long.)
-        """
-        pieces = [self.src.encode(line.strip(), out_type=str) for line in lines]
-        results: list[list[Translation]] = [[EMPTY] for _ in lines]
-        todo = [i for i, line_pieces in enumerate(pieces) if line_pieces]
-        widths = [len(line_pieces) + 1 for line_pieces in pieces]
-        submitted = []
-        for batch in decoding_batches(widths, todo, config.batch_size, config.batch_tokens):
-            limit = max(1, int(config.max_len_a * len(pieces[batch[0]]) + config.max_len_b))  # batch[0]: longest
-            pending = self.translator.translate_batch(
-                [pieces[i] for i in batch],
-                beam_size=config.beam,
-                num_hypotheses=nbest,
-                return_scores=True,
-                length_penalty=config.alpha,
-                max_batch_size=0,  # the batch as given
-                max_decoding_length=limit,
-                asynchronous=True,
-            )
-            submitted.append((batch, pending))
-        for batch, pending in submitted:
-            for i, result in zip(batch, pending):
-                output = result.result()
-                self.output_tokens += len(output.hypotheses[0]) + 1
-                results[i] = [
-                    Translation(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)
-                ]
-        return results
-
-
-class CTranslate2Translator:
-    """The :class:`..decode.translation.Engine` of ``nmt translate --engine ctranslate2``: lines in chunks of
-    ``chunk_lines`` through a :class:`CTranslate2Engine` with one decoding config, counted as our
-    ``Translator`` counts them. No target prefixes (the command refuses them for this engine)."""
-
-    def __init__(self, engine: CTranslate2Engine, config: DecodeConfig, nbest: int = 1, chunk_lines: int = 10_000) -> None:
-        self.engine, self.config, self.nbest, self.chunk_lines = engine, config, nbest, chunk_lines
-        self.stats = TranslationStats()
-        self.languages = engine.languages
-        self.max_positions = 0  # not stored in an exported folder
-
-    def translate(
-        self,
-        lines: Iterable[str],
-        prefixes: Iterable[str] | None = None,
-        first_line: int = 0,
-        documents: Iterable[str] | None = None,
-    ) -> Iterator[list[Translation]]:
-        if prefixes is not None:
-            raise NmtError("target prefixes run with --engine nmt only; drop --engine ctranslate2")
-        if documents is not None:
-            raise NmtError("document context runs with --engine nmt only; drop --engine ctranslate2")
-        source = iter(lines)
-        while block := [clean_source_line(line, self.stats) for line in itertools.islice(source, self.chunk_lines)]:
-            for hyps in self.engine.translate(block, self.config, self.nbest):
-                self.stats.sentences += 1
-                self.stats.output_tokens = self.engine.output_tokens
-                yield hyps

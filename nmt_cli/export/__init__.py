@@ -1,1 +1,0 @@
-"""Export of trained models to other inference engines."""
