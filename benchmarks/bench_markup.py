@@ -26,7 +26,8 @@ from pathlib import Path
 
 import sacrebleu
 
-from nmt_cli.formats.markup import strip, tag_tree
+from nmt_cli.formats.markup import strip
+from nmt_cli.formats.markup_tree import tag_tree
 
 SAMPLE = Path(__file__).resolve().parents[1] / "nmt_cli" / "sample" / "en-de"
 TAGS = ("b", "i", 'a href="/docs?id=1&amp;v=2"', 'span class="ui"')

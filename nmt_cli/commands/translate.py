@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import NmtError
+from ..formats import file_format_help
 from ..utils.allocator import bound_kernel_caches
 from .common import ThreadsOption, console, decode_option, device_option, resolve_device
 from .lines_io import input_lines, output_sink, report_stats, with_progress
@@ -132,9 +133,7 @@ def run(
     file_format: str = typer.Option(
         None,
         "--file-format",
-        help="Translate -i as this format instead of the one its extension says: lines (one output line per "
-        "input line, the default for stdin and unknown extensions), text (paragraphs), po (gettext: .po, .pot), "
-        "html (.html, .htm, .xhtml), markdown (.md), srt, vtt, xliff (.xlf, .xliff) or docx.",
+        help=file_format_help(),
         show_default=False,
     ),
     fuzzy: bool = typer.Option(
@@ -351,7 +350,8 @@ def _sentences(results, aligned: bool, assessed: bool = False, show: bool = Fals
 def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int, kept: frozenset[str]) -> Iterator[str]:
     """``--markup``: each line a fragment, translated with its tags (``formats/markup.py``), a chunk at a time;
     the elements ``kept`` (--keep-tags) as written, as code is."""
-    from ..formats.markup import kept_as_code, translate_fragments
+    from ..formats.markup import translate_fragments
+    from ..formats.markup_tree import kept_as_code
 
     while chunk := [line.rstrip("\r\n") for line in itertools.islice(lines, chunk_lines)]:
         for line in translate_fragments(chunk, sentences, language=None, is_opaque=kept_as_code(kept)):
@@ -368,9 +368,8 @@ def _translate_document(input, output, chosen, sentences, languages, gettext_opt
             f"{input}: the model does not say its target language (no recipe beside it); a {chosen} file needs it"
         )
     fuzzy, retranslate, fuzzy_below = gettext_options
-    return translate_file(
-        input, output, sentences, source_language, target_language, chosen, fuzzy, retranslate, fuzzy_below, limits, kept
-    )
+    options = dict(fuzzy=fuzzy, retranslate=retranslate, fuzzy_below=fuzzy_below, limits=limits, keep_tags=kept)
+    return translate_file(input, output, sentences, source_language, target_language, chosen, **options)
 
 
 def _run_job(input, output, shard, launched, chunk_lines, identity, texts, restart, show) -> None:

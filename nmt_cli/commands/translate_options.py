@@ -162,6 +162,8 @@ class TranslateOptions:
                 raise NmtError(f"{flag} does not go with --markup (the alignment places the tags); drop one of them")
 
     def _check_confidence_options(self, chosen: str) -> None:
+        from ..formats import assessable_formats
+
         if self.output_format not in ("text", "jsonl", "tsv"):
             raise NmtError(f"--format {self.output_format}: choose text, jsonl or tsv")
         if not self.confidence:
@@ -170,9 +172,10 @@ class TranslateOptions:
             raise NmtError("--confidence assesses beam search or greedy outputs; drop --sampling")
         if self.markup:
             raise NmtError("--confidence does not go with --markup; drop one of them")
-        if chosen not in ("lines", "po"):
+        if chosen not in assessable_formats():
             raise NmtError(
-                f"--confidence applies to line-by-line translation and gettext catalogues, not {chosen} documents; drop it"
+                f"--confidence applies to the formats that can carry it ({', '.join(assessable_formats())}), "
+                f"not {chosen} documents; drop it"
             )
 
     def cpu_threads(self) -> int:

@@ -141,6 +141,17 @@ class ConstraintState:
         return None
 
 
+@dataclass(frozen=True)
+class _StateTable:
+    """One state's moves, as the vectorized step reads them (see :meth:`_Sentence.table`)."""
+
+    wanted: list[int]  # the tokens that advance the state
+    after: list[int]  # the state (number) each of them leads to
+    after_progress: list[int]  # and that state's progress
+    fallback: int  # the state any other token (but EOS) leads to
+    fallback_progress: int
+
+
 @dataclass
 class _Sentence:
     """One open sentence's search in constrained mode: its constraints, each open row's state, its finished
@@ -159,6 +170,7 @@ class _Sentence:
     done: list[bool] = field(default_factory=list)  # per state number: every constraint met
     wanted: list[list[int]] = field(default_factory=list)  # per state number: the tokens that advance it
     _moves: list[dict[int, int]] = field(default_factory=list)  # per state number: token -> next state's number
+    _tables: dict[int, _StateTable] = field(default_factory=dict)  # per state number, once asked for
 
     @classmethod
     def start(cls, constraints: tuple[Constraint, ...], rows: int) -> _Sentence:
@@ -172,6 +184,19 @@ class _Sentence:
         if after is None:
             after = moves[token] = self._number(self._state[state].advance(token, self.constraints))
         return after
+
+    def table(self, state: int) -> _StateTable:
+        """Where each token leads from ``state``: its wanted tokens to their own states, EOS nowhere (it ends the
+        hypothesis), every other token to the fallback state (the constraint under way broken off)."""
+        table = self._tables.get(state)
+        if table is None:
+            wanted = self.wanted[state]
+            after = [self.advance(state, token) for token in wanted]
+            fallback = self._number(ConstraintState(self._state[state].met))
+            table = self._tables[state] = _StateTable(
+                wanted, after, [self.progress[a] for a in after], fallback, self.progress[fallback]
+            )
+        return table
 
     def _number(self, state: ConstraintState) -> int:
         number = self._known.get(state)
@@ -291,17 +316,22 @@ def constrained_step(
         done[at] = chosen.done
     if bound:
         limits = max_len.tolist()
-        picks = _constrained_step(
-            whole, scores, history, bound, rows_per_sent, searches, ended_at, limits, at_limit, config, nbest, mode
-        )
-        for p, (picked, ended) in zip(bound, picks):
-            for column, (score, row, token) in enumerate(picked[:k]):
-                new_scores[p, column], parents[p, column], new_tokens[p, column] = score, row, token
-            done[p] = ended
+        dealt = _deal_banks(whole, scores, bound, rows_per_sent, searches, ended_at, limits, at_limit, config, mode)
+        rows_out: list[list[tuple[float, int, int]]] = []
+        ended_out: list[bool] = []
+        for p, candidates in zip(bound, dealt):
             search = searches[p]
             assert search is not None
+            picked, ended = _settle(search, candidates, history, ended_at[p], limits[p], config, nbest)
+            rows_out.append(picked[:k] + [(float("-inf"), 0, EOS_ID)] * (k - len(picked[:k])))
+            ended_out.append(ended)
             if search.ended:
                 _write_finished(search, fin_scores, fin_tokens, int(fin_rows[p]))
+        at = torch.tensor(bound, device=device)
+        new_scores[at] = torch.tensor([[c[0] for c in row] for row in rows_out], device=device, dtype=new_scores.dtype)
+        parents[at] = torch.tensor([[c[1] for c in row] for row in rows_out], device=device)
+        new_tokens[at] = torch.tensor([[c[2] for c in row] for row in rows_out], device=device)
+        done[at] = torch.tensor(ended_out, device=device)
     return BeamStep(new_scores, parents, new_tokens, done)
 
 
@@ -336,10 +366,9 @@ def _whole(logits: Tensor | RowLogits) -> Tensor:
     return torch.cat([logits[slice(start, start + ROW_BLOCK)] for start in range(0, logits.size(0), ROW_BLOCK)])
 
 
-def _constrained_step(
+def _deal_banks(
     logits: Tensor,
     scores: Tensor,
-    history: Tensor,
     bound: list[int],
     rows_per_sent: int,
     searches: list[_Sentence | None],
@@ -347,83 +376,102 @@ def _constrained_step(
     max_len: list[int],
     at_limit: Tensor,
     config: DecodeConfig,
-    nbest: int,
     mode: GlossaryMode,
-) -> list[tuple[list[tuple[float, int, int]], bool]]:
-    """One step of the constrained sentences (positions ``bound`` among the open ones; ``lengths``: each open
-    sentence's tokens so far, ``max_len`` its limit): per sentence, its survivors (summed score, row, token) and
-    whether it is done. Finished hypotheses go into each sentence's own lists."""
+) -> list[list[Candidate]]:
+    """The constrained sentences' candidates dealt from their banks, for all of them at once in tensors (Hu et
+    al. 2019): per sentence (positions ``bound`` among the open ones), up to 2K candidates in the order dealt.
+
+    A row's candidates are its K best tokens and every token its state wants, each with the state it leads to
+    and that state's progress (hard: its bank; soft: one bank, the bonus in the score). A sentence's candidates
+    are ranked by score, each gets its depth in its bank (how many of its bank rank above it), and they are dealt
+    by depth, the most advanced bank first at each depth: the round-robin of Post & Vilar's allocation."""
     k = config.beam
     device = logits.device
-    rows = [p * rows_per_sent + r for p in bound for r in range(rows_per_sent)]
-    index = torch.tensor(rows, device=device)
-    log_probs = mask_specials(logits[index].log_softmax(dim=-1), at_limit[index])  # (R, V)
-    open_searches = [search for search in (searches[p] for p in bound) if search is not None]
+    open_searches = [s for s in (searches[p] for p in bound) if s is not None]
+    rows = torch.tensor([p * rows_per_sent + r for p in bound for r in range(rows_per_sent)], device=device)
+    log_probs = mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows])  # (R, V)
+    states = [state for search in open_searches for state in search.states]
+    tables = [search.table(state) for search in open_searches for state in search.states]
+    progress_now = torch.tensor(
+        [search.progress[state] for search in open_searches for state in search.states], device=device
+    )
     if mode == "hard":  # no ending before every constraint is met, except at the length limit
         unmet = [
-            not search.done[search.states[r]] and lengths[p] < max_len[p]
+            not search.done[state] and lengths[p] < max_len[p]
             for p, search in zip(bound, open_searches)
-            for r in range(rows_per_sent)
+            for state in search.states
         ]
         log_probs[torch.tensor(unmet, device=device), EOS_ID] = float("-inf")
-    top_values, top_tokens = top_k_rows(log_probs, min(k, log_probs.size(1)))
-    wanted = [search.wanted[search.states[r]] for search in open_searches for r in range(rows_per_sent)]
-    flat_rows = torch.tensor([i for i, w in enumerate(wanted) for _ in w], dtype=torch.long, device=device)
-    flat_tokens = torch.tensor([tok for w in wanted for tok in w], dtype=torch.long, device=device)
-    wanted_values = log_probs[flat_rows, flat_tokens].tolist() if len(flat_rows) else []
-    totals = scores.view(-1)[index].tolist()
-    top_values_list, top_tokens_list = top_values.tolist(), top_tokens.tolist()
-    out = []
-    flat = iter(wanted_values)
-    for n, (p, search) in enumerate(zip(bound, open_searches)):
-        candidates: dict[tuple[int, int], float] = {}
-        for r in range(rows_per_sent):
-            i = n * rows_per_sent + r
-            for value, token in zip(top_values_list[i], top_tokens_list[i]):
-                candidates[(r, token)] = totals[i] + value
-            for token in wanted[i]:
-                candidates[(r, token)] = totals[i] + next(flat)
-        out.append(_choose(search, candidates, p * rows_per_sent, history, lengths[p], max_len[p], config, nbest, mode))
-    return out
+    totals = scores.view(-1)[rows][:, None]  # (R, 1)
+    top_values, top_tokens = top_k_rows(log_probs, min(k, log_probs.size(1)))  # (R, K)
+    is_eos = top_tokens == EOS_ID
+    own = torch.tensor(states, device=device)[:, None]
+    fallback = torch.tensor([t.fallback for t in tables], device=device)[:, None]
+    fallback_progress = torch.tensor([t.fallback_progress for t in tables], device=device)[:, None]
+    cand_scores = totals + top_values
+    cand_tokens = top_tokens
+    cand_states = torch.where(is_eos, own, fallback)
+    cand_progress = torch.where(is_eos, progress_now[:, None], fallback_progress)
+    width = max(len(t.wanted) for t in tables)
+    if width:
+        pad = [width - len(t.wanted) for t in tables]
+        wanted = torch.tensor([t.wanted + [PAD_ID] * n for t, n in zip(tables, pad)], device=device)  # (R, W)
+        valid = torch.tensor([[True] * len(t.wanted) + [False] * n for t, n in zip(tables, pad)], device=device)
+        after = torch.tensor([t.after + [0] * n for t, n in zip(tables, pad)], device=device)
+        after_progress = torch.tensor([t.after_progress + [0] * n for t, n in zip(tables, pad)], device=device)
+        # a best token that is also wanted is one candidate, the wanted one (it leads to its own state)
+        also_wanted = ((top_tokens[:, :, None] == wanted[:, None, :]) & valid[:, None, :]).any(dim=2)
+        cand_scores = cand_scores.masked_fill(also_wanted, float("-inf"))
+        wanted_scores = (totals + log_probs.gather(1, wanted)).masked_fill(~valid, float("-inf"))
+        cand_scores = torch.cat([cand_scores, wanted_scores], dim=1)
+        cand_tokens = torch.cat([cand_tokens, wanted], dim=1)
+        cand_states = torch.cat([cand_states, after], dim=1)
+        cand_progress = torch.cat([cand_progress, after_progress], dim=1)
+    if mode == "soft":
+        cand_scores = cand_scores + SOFT_BONUS * (cand_progress > progress_now[:, None])
+        banks = torch.zeros_like(cand_progress)
+    else:
+        banks = cand_progress
+    n = len(open_searches)
+    per_row = cand_scores.size(1)
+    cand_rows = (
+        torch.tensor(bound, device=device)[:, None, None] * rows_per_sent
+        + torch.arange(rows_per_sent, device=device)[None, :, None]
+    ).expand(n, rows_per_sent, per_row)
+    flat = [t.reshape(n, rows_per_sent * per_row) for t in (cand_scores, cand_tokens, cand_states, banks, cand_rows)]
+    by_score = flat[0].argsort(dim=1, descending=True, stable=True)
+    ranked_scores, ranked_tokens, ranked_states, ranked_banks, ranked_rows = (t.gather(1, by_score) for t in flat)
+    usable = ranked_scores > float("-inf")
+    top_bank = int(ranked_banks.max()) + 1
+    members = torch.nn.functional.one_hot(ranked_banks, top_bank) * usable[:, :, None]  # (n, C, banks)
+    depth = (members.cumsum(dim=1) - members).gather(2, ranked_banks[:, :, None]).squeeze(2)
+    turn = (depth * top_bank + (top_bank - 1 - ranked_banks)).masked_fill(~usable, torch.iinfo(torch.long).max)
+    order = turn.argsort(dim=1, stable=True)[:, : 2 * k]
+    dealt = [t.gather(1, order).tolist() for t in (ranked_scores, ranked_rows, ranked_tokens, ranked_states)]
+    usable_dealt = usable.gather(1, order).tolist()
+    return [
+        [(score, row, token, state) for score, row, token, state, ok in zip(*columns, oks) if ok]
+        for *columns, oks in zip(*dealt, usable_dealt)
+    ]
 
 
-def _choose(
-    search: _Sentence,
-    candidates: dict[tuple[int, int], float],
-    first_row: int,
-    history: Tensor,
-    t: int,
-    limit: int,
-    config: DecodeConfig,
-    nbest: int,
-    mode: GlossaryMode,
+def _settle(
+    search: _Sentence, dealt: list[Candidate], history: Tensor, t: int, limit: int, config: DecodeConfig, nbest: int
 ) -> tuple[list[tuple[float, int, int]], bool]:
-    """One constrained sentence's survivors from its candidates ((row, token) -> summed score).
-
-    As the plain search keeps 2K candidates, lets those ending in EOS among the K best finish and carries the K
-    best others on, so here: 2K are dealt from the banks (hard; soft: one bank, the bonus in the scores), the EOS
-    candidates among the first K dealt finish, and the first K others go on."""
+    """One constrained sentence's step from its dealt candidates: as the plain search keeps 2K candidates, lets
+    those ending in EOS among the K best finish and carries the K best others on, so here the EOS candidates
+    among the first K dealt finish and the first K others go on (best first); returns those survivors
+    (summed score, row, token) and whether the sentence is done."""
     k = config.beam
-    banks: dict[int, list[Candidate]] = {}
-    for (row, token), score in sorted(candidates.items(), key=lambda item: -item[1]):
-        if score == float("-inf"):
-            continue
-        state = search.states[row]
-        after = state if token == EOS_ID else search.advance(state, token)
-        progress = search.progress[after]
-        if mode == "soft" and progress > search.progress[state]:
-            score += SOFT_BONUS
-        bank = progress if mode == "hard" else 0
-        banks.setdefault(bank, []).append((score, first_row + row, token, after))
-    dealt = _deal(banks, 2 * k)
     search.ended = any(token == EOS_ID for _, _, token, _ in dealt[:k])
     for score, row, token, state in dealt[:k]:
         if token == EOS_ID:
             into = search.finished if search.done[state] else search.unmet  # unmet: only at the length limit
             into.append((score / float(length_penalty(float(t + 1), config)), history[row, :t].tolist()))
-    for kept in (search.finished, search.unmet):
-        kept.sort(key=lambda f: -f[0])
-        del kept[k:]
+    if search.ended:
+        for kept in (search.finished, search.unmet):
+            kept.sort(key=lambda f: -f[0])
+            del kept[k:]
     picked = sorted([c for c in dealt if c[2] != EOS_ID][:k], key=lambda c: -c[0])  # the first K dealt, best first
     search.states = [state for _, _, _, state in picked]
     while search.states and len(search.states) < k:  # fewer candidates than rows: pad with dead copies
@@ -436,20 +484,6 @@ def _choose(
 
 
 Candidate = tuple[float, int, int, int]  # summed score, row, token, the number of the state it leads to
-
-
-def _deal(banks: dict[int, list[Candidate]], count: int) -> list[Candidate]:
-    """``count`` candidates from the banks (each sorted best first), in the order dealt: the most advanced bank's
-    best, then the next bank's, round after round (a bank that runs out leaves its turns to the others)."""
-    order = sorted(banks, reverse=True)
-    dealt: list[Candidate] = []
-    depth = 0
-    while len(dealt) < count and any(depth < len(banks[b]) for b in order):
-        for bank in order:
-            if depth < len(banks[bank]) and len(dealt) < count:
-                dealt.append(banks[bank][depth])
-        depth += 1
-    return dealt
 
 
 def _done(search: _Sentence, best_open: float, best_is_eos: bool, nbest: int, limit: int, config: DecodeConfig) -> bool:

@@ -41,7 +41,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     payload = torchfile.load(Path(path), map_location="cpu")
     loaded = model_from_payload(payload, Path(path), device, dtype, for_inference=False)
     # The weights are the model's now: the file's copy goes before the inference copies are made, so
-    # the two never take memory at once (the base model: peak RSS 1,016 -> 809 MiB after loading).
+    # the two never take memory at once (docs/choices.md, "Memory").
     del payload
     prepare_for_inference(loaded.model, dtype)
     return loaded

@@ -1,13 +1,13 @@
 """A translator as the document formats want it: ``formats.Sentences`` built from one function that gives each
 line's n-best list (``nmt translate``'s engine with its progress bar, a ``Translator`` reading a file as one
 document, the server's). Built here once, so every path hands formats the same translations, alignments and
-trust."""
+assessed."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..formats import Sentences, Trust
+from ..formats import Sentences, TextConfidence
 from .assess import Assessment
 from .attention_maps import parse_pharaoh
 from .translation import Translation
@@ -28,13 +28,13 @@ def sentences_of(
     def align(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
         return [(hyps[0].text, parse_pharaoh(hyps[0].alignment or "")) for hyps in found(lines)]
 
-    def assess(lines: list[str]) -> list[tuple[str, Trust]]:
-        return [(hyps[0].text, trust_of(hyps[0].assessment)) for hyps in found(lines)]
+    def assess(lines: list[str]) -> list[tuple[str, TextConfidence]]:
+        return [(hyps[0].text, text_confidence_of(hyps[0].assessment)) for hyps in found(lines)]
 
     return Sentences(translate, align if aligned else None, assess if assessed else None, terms)
 
 
-def trust_of(assessment: Assessment | None) -> Trust:
+def text_confidence_of(assessment: Assessment | None) -> TextConfidence:
     """What a document format records of an assessment: the confidence shown and the flags."""
     assert assessment is not None  # an assessing translator gives every Translation one
-    return Trust(assessment.shown_confidence, tuple(assessment.flags))
+    return TextConfidence(assessment.shown_confidence, tuple(assessment.flags))

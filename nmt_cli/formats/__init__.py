@@ -8,36 +8,52 @@ translated line by line as before.
 
 from __future__ import annotations
 
-import dataclasses
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NmtError
-from .segments import Aligned, Sentences, TranslateSentences, Trust, as_sentences, translate_texts
-from .textfile import TextFile
+from .document import DocumentFormat, DocumentRequest
 from .unpack import UnpackLimits
 
-LINES = "lines"  # today's behaviour: one output line per input line
-EXTENSIONS = {
-    ".po": "po",
-    ".pot": "po",
-    ".html": "html",
-    ".htm": "html",
-    ".xhtml": "html",
-    ".md": "markdown",
-    ".markdown": "markdown",
-    ".srt": "srt",
-    ".vtt": "vtt",
-    ".xlf": "xliff",
-    ".xliff": "xliff",
-    ".docx": "docx",
-}
-FORMATS = (LINES, "text", "po", "html", "markdown", "srt", "vtt", "xliff", "docx")
-# Formats whose inline markup is put back through the model's word alignment.
-ALIGNED_FORMATS = frozenset({"html", "markdown", "srt", "vtt", "xliff", "docx"})
+if TYPE_CHECKING:
+    from .segments import Aligned, Sentences, TextConfidence, TranslateSentences, as_sentences, translate_texts
+
+# Every document format nmt reads, one line each (``document.py`` says what a format declares).
+_FORMATS = (
+    # no extension: a .txt file is read line by line unless --file-format text says it holds paragraphs
+    DocumentFormat("text", (), "paragraphs", "text:translate_document"),
+    DocumentFormat("po", (".po", ".pot"), "gettext catalogues", "gettext:translate_document", assessable=True),
+    DocumentFormat("html", (".html", ".htm", ".xhtml"), "web pages", "html:translate_document", aligned=True),
+    DocumentFormat("markdown", (".md", ".markdown"), "CommonMark", "markdown:translate_document", aligned=True),
+    DocumentFormat("srt", (".srt",), "SubRip subtitles", "subtitles:translate_srt_document", aligned=True),
+    DocumentFormat("vtt", (".vtt",), "WebVTT subtitles", "subtitles:translate_vtt_document", aligned=True),
+    DocumentFormat("xliff", (".xlf", ".xliff"), "XLIFF 1.2 and 2.x", "xliff:translate_document", aligned=True),
+    DocumentFormat("docx", (".docx",), "Word documents", "docx:translate_document", aligned=True, binary=True),
+)
+DOCUMENT_FORMATS: dict[str, DocumentFormat] = {form.name: form for form in _FORMATS}
+LINES = "lines"  # not a document: one output line per input line (stdin, and files of other extensions)
+FORMATS = (LINES, *DOCUMENT_FORMATS)
+EXTENSIONS = {extension: form.name for form in DOCUMENT_FORMATS.values() for extension in form.extensions}
 
 
 def needs_alignment(file_format: str) -> bool:
-    return file_format in ALIGNED_FORMATS
+    """Whether the format puts inline markup back through the model's word alignment."""
+    return file_format in DOCUMENT_FORMATS and DOCUMENT_FORMATS[file_format].aligned
+
+
+def assessable_formats() -> list[str]:
+    """The formats ``--confidence`` writes into (lines, and documents that can carry a confidence)."""
+    return [LINES, *(name for name, form in DOCUMENT_FORMATS.items() if form.assessable)]
+
+
+def file_format_help() -> str:
+    """``--file-format``'s help, each format with its extensions."""
+    described = [f"{LINES} (one output line per input line, the default for stdin and unknown extensions)"]
+    for form in DOCUMENT_FORMATS.values():
+        extensions = f": {', '.join(form.extensions)}" if form.extensions else ""
+        described.append(f"{form.name} ({form.description}{extensions})")
+    return f"Translate -i as this format instead of the one its extension says: {', '.join(described)}."
 
 
 def format_for(path: Path | None, forced: str | None) -> str:
@@ -58,25 +74,20 @@ def translate_file(
     source_language: str,
     target_language: str,
     file_format: str | None = None,
-    fuzzy: bool = True,
-    retranslate: bool = False,
-    fuzzy_below: float | None = None,
-    limits: UnpackLimits = UnpackLimits(),
-    keep_tags: frozenset[str] = frozenset(),
+    **options: Any,
 ) -> int:
     """Translate the file at ``path`` into ``output`` (stdout when None) in its own format; returns the number
     of entries (or segments) translated. The input is only read; the output is written atomically.
-    ``limits``: how far a compressed document (.docx) may unpack; ``keep_tags``: more elements kept as written,
-    as code is (HTML, Markdown, XLIFF)."""
+    ``options``: those of :class:`DocumentRequest` (fuzzy, retranslate, fuzzy_below, limits, keep_tags)."""
     chosen = format_for(path, file_format)
     if chosen == LINES:
         raise NmtError(f"{path}: {chosen} files are translated line by line; call nmt translate without --file-format")
-    if chosen == "docx" and output is None:
-        raise NmtError(f"{path}: a Word document is binary; give the output file with -o")
-    data, count = translate_bytes(
-        path.read_bytes(), path, translate, source_language, target_language, chosen, fuzzy, retranslate, fuzzy_below,
-        limits, keep_tags,
-    )  # fmt: skip
+    if DOCUMENT_FORMATS[chosen].binary and output is None:
+        raise NmtError(f"{path}: {DOCUMENT_FORMATS[chosen].description} are binary; give the output file with -o")
+    from .textfile import TextFile
+
+    request = DocumentRequest(translate, source_language, target_language, path, **options)
+    data, count = translate_document(path.read_bytes(), request, chosen)
     TextFile.write_bytes(output, data)
     return count
 
@@ -88,72 +99,49 @@ def translate_bytes(
     source_language: str,
     target_language: str,
     file_format: str | None = None,
-    fuzzy: bool = True,
-    retranslate: bool = False,
-    fuzzy_below: float | None = None,
-    limits: UnpackLimits = UnpackLimits(),
-    keep_tags: frozenset[str] = frozenset(),
+    **options: Any,
 ) -> tuple[bytes, int]:
     """A document's bytes translated in its format (chosen by ``name``'s extension unless given), as bytes in
-    the input's encoding and line ends, and the number of entries translated (the server's /translate_file)."""
-    chosen = format_for(name, file_format)
-    if chosen == "po":
-        from .gettext import NEAREST_IN_PO, declared_charset, translate_po, with_utf8_charset
+    the input's encoding and line ends, and the number of entries translated. ``options``: as
+    :func:`translate_file`'s."""
+    request = DocumentRequest(translate, source_language, target_language, name, **options)
+    return translate_document(data, request, file_format)
 
-        source = TextFile.decode(data, name, declared_charset)
-        text, count = translate_po(source, translate, source_language, target_language, fuzzy, retranslate, fuzzy_below)
-        return source.encode(text, as_utf8=with_utf8_charset, nearest=NEAREST_IN_PO), count
-    if chosen == "html":
-        from .html import declared_charset as page_charset
-        from .html import translate_html
 
-        source = TextFile.decode(data, name, page_charset)
-        text, count = translate_html(source.text, translate, source_language, target_language, keep_tags)
-        if not source.bom and page_charset(data) is None and data.isascii():
-            # no charset said: a browser may read UTF-8 bytes as windows-1252; an ASCII page stays ASCII
-            source = dataclasses.replace(source, encoding="ascii")
-        return source.encode(text, "xmlcharrefreplace"), count
-    if chosen == "markdown":
-        from .markdown import translate_markdown
+def translate_document(data: bytes, request: DocumentRequest, file_format: str | None = None) -> tuple[bytes, int]:
+    """A document's bytes translated by its format (``file_format``, else the request's name's extension)."""
+    chosen = format_for(request.name, file_format)
+    if chosen not in DOCUMENT_FORMATS:
+        raise NmtError(f"{request.name}: not a document format nmt reads; documents: {', '.join(sorted(EXTENSIONS))}")
+    return DOCUMENT_FORMATS[chosen].translate(data, request)
 
-        source = TextFile.decode(data, name)
-        text, count = translate_markdown(source.text, translate, source_language, target_language, keep_tags)
-        return source.encode(text), count
-    if chosen == "docx":
-        from .docx import translate_docx
 
-        return translate_docx(data, translate, source_language, target_language, str(name), limits)
-    if chosen == "xliff":
-        from .xliff import translate_xliff
-
-        return translate_xliff(data, translate, source_language, target_language, str(name), fuzzy, retranslate, keep_tags)
-    if chosen == "text":
-        from .text import translate_text
-
-        source = TextFile.decode(data, name)
-        text, count = translate_text(source.text, translate, source_language)
-        return source.encode(text), count
-    if chosen in ("srt", "vtt"):
-        from .subtitles import translate_srt, translate_vtt
-
-        source = TextFile.decode(data, name)
-        read = translate_srt if chosen == "srt" else translate_vtt
-        text, count = read(source.text, translate, source_language, str(name))
-        return source.encode(text), count
-    raise NmtError(f"{name}: not a document format nmt reads; documents: {', '.join(sorted(EXTENSIONS))}")
+def __getattr__(name: str) -> Any:
+    """The sentence-level names (``segments.py``) on first use (PEP 562): reading the list of formats, as
+    ``nmt --help`` does, compiles none of their patterns."""
+    if name in ("Aligned", "Sentences", "TranslateSentences", "TextConfidence", "as_sentences", "translate_texts"):
+        return getattr(import_module(".segments", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "Aligned",
+    "DOCUMENT_FORMATS",
+    "DocumentFormat",
+    "DocumentRequest",
+    "UnpackLimits",
+    "assessable_formats",
+    "file_format_help",
     "EXTENSIONS",
     "Sentences",
-    "Trust",
+    "TextConfidence",
     "as_sentences",
     "needs_alignment",
     "FORMATS",
     "TranslateSentences",
     "format_for",
     "translate_bytes",
+    "translate_document",
     "translate_file",
     "translate_texts",
 ]

@@ -17,6 +17,7 @@ import re
 import zipfile
 
 from ..errors import NmtError, reason
+from .document import DocumentRequest
 from .markup import translate_fragments
 from .segments import Sentences, TranslateSentences, as_sentences
 from .unpack import UnpackLimits, check_zip
@@ -176,3 +177,9 @@ def _set_text(group: list, text: str, qn) -> None:
                 first = False
             else:
                 run.remove(t)
+
+
+def translate_document(data: bytes, request: DocumentRequest) -> tuple[bytes, int]:
+    return translate_docx(
+        data, request.translate, request.source_language, request.target_language, str(request.name), request.limits
+    )

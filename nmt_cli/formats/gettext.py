@@ -27,8 +27,9 @@ from datetime import datetime, timezone
 
 from ..errors import NmtError
 from ..version import __version__
+from .document import DocumentRequest
 from .po_grammar import check_po_grammar
-from .segments import TRUSTED, Sentences, TranslateSentences, Trust, assess_texts, translate_texts
+from .segments import UNDOUBTED, Sentences, TextConfidence, TranslateSentences, assess_texts, translate_texts
 from .textfile import NEAREST, TextFile
 
 FUZZY = "fuzzy"
@@ -128,33 +129,34 @@ def translate_po(
         assert isinstance(translate, Sentences) and translate.assess is not None
         done = iter(assess_texts(texts, translate, source_language))
     else:
-        done = iter((text, TRUSTED) for text in translate_texts(texts, translate, source_language))
+        done = iter((text, UNDOUBTED) for text in translate_texts(texts, translate, source_language))
     singular = {id(entry): next(done) for entry in todo}
     plural = {id(entry): next(done) for entry in todo if entry.msgid_plural}
     forms = plurals.singular_forms()
     for entry in todo:
-        one, trust = singular[id(entry)]
+        one, assessed = singular[id(entry)]
         one = _with_mnemonic(one, keys[id(entry)])
         reordered = _reordered(entry, entry.msgid, one)
         if entry.msgid_plural:
-            many, plural_trust = plural[id(entry)]
+            many, plural_assessed = plural[id(entry)]
             many = _with_mnemonic(many, keys[id(entry)])
             reordered = reordered or _reordered(entry, entry.msgid_plural, many)
-            trust = trust.worst(plural_trust)
+            assessed = assessed.worst(plural_assessed)
             entry.msgstr_plural = {i: one if takes_one else many for i, takes_one in enumerate(forms)}
         else:
             entry.msgstr = one
         if reordered:  # a program would format its arguments into the wrong slots: never final
-            trust = trust.worst(Trust(trust.confidence, (REORDERED,)))
-            if fuzzy_below is None:  # with --confidence the trust comment below names the flag
+            assessed = assessed.worst(TextConfidence(assessed.confidence, (REORDERED,)))
+            if fuzzy_below is None:  # with --confidence the confidence comment below names the flag
                 entry.tcomment = _with_comment(entry.tcomment, REORDERED_COMMENT)
-        doubtful = (fuzzy or reordered) and (fuzzy_below is None or trust.confidence < fuzzy_below or bool(trust.flags))
+        doubted = fuzzy_below is None or assessed.confidence < fuzzy_below or bool(assessed.flags)
+        doubtful = (fuzzy or reordered) and doubted
         if doubtful and FUZZY not in entry.flags:
             entry.flags.insert(0, FUZZY)  # first, as the gettext tools write it
         elif not doubtful and FUZZY in entry.flags:
             entry.flags.remove(FUZZY)
         if fuzzy_below is not None:
-            entry.tcomment = _with_trust_comment(entry.tcomment, trust)
+            entry.tcomment = _with_confidence_comment(entry.tcomment, assessed)
         if isinstance(translate, Sentences) and translate.terms is not None:
             applied = translate.terms(entry.msgid) + (translate.terms(entry.msgid_plural) if entry.msgid_plural else [])
             entry.tcomment = _with_glossary_comment(entry.tcomment, list(dict.fromkeys(applied)))
@@ -210,16 +212,16 @@ def _with_mnemonic(text: str, key: str | None) -> str:
     return text[:at] + "_" + text[at:]
 
 
-TRUST_COMMENT = "nmt confidence"  # how our translator comment starts; a later run replaces it
+CONFIDENCE_COMMENT = "nmt confidence"  # how our translator comment starts; a later run replaces it
 
 
 REORDERED_COMMENT = f"nmt flags: {REORDERED} (the conversions come in another order than the msgid's)"
 
 
-def _with_trust_comment(comment: str, trust: Trust) -> str:
+def _with_confidence_comment(comment: str, assessed: TextConfidence) -> str:
     """The entry's translator comment with our line giving its confidence and flags (the translators' lines kept)."""
-    flags = f"; flags: {', '.join(trust.flags)}" if trust.flags else ""
-    return _with_comment(comment, f"{TRUST_COMMENT} {trust.confidence:.2f}{flags}")
+    flags = f"; flags: {', '.join(assessed.flags)}" if assessed.flags else ""
+    return _with_comment(comment, f"{CONFIDENCE_COMMENT} {assessed.confidence:.2f}{flags}")
 
 
 GLOSSARY_COMMENT = "nmt glossary:"  # how our line naming the glossary terms applied starts; a later run replaces it
@@ -267,3 +269,14 @@ def declared_charset(data: bytes) -> str | None:
 def _first_line(err: Exception) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def translate_document(data: bytes, request: DocumentRequest) -> tuple[bytes, int]:
+    """A catalogue's bytes translated, in the charset its header declares (UTF-8 where that cannot hold the
+    translation)."""
+    source = TextFile.decode(data, request.name, declared_charset)
+    text, count = translate_po(
+        source, request.translate, request.source_language, request.target_language, request.fuzzy,
+        request.retranslate, request.fuzzy_below,
+    )  # fmt: skip
+    return source.encode(text, as_utf8=with_utf8_charset, nearest=NEAREST_IN_PO), count

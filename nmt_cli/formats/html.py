@@ -16,14 +16,18 @@ Left exactly as written: everything inside ``<script>``, ``<style>``, ``<pre>``,
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from .markup import CODE, VOID, html_opaque, kept_as_code, translate_fragments
+from .document import DocumentRequest
+from .markup import translate_fragments
+from .markup_tree import CODE, VOID, html_opaque, kept_as_code
 from .segments import Sentences, TranslateSentences, as_sentences, translate_texts
+from .textfile import TextFile
 
 # Elements that do not start a new line of text: their content belongs to the sentence around them.
 INLINE = frozenset(
@@ -213,3 +217,15 @@ def _with_lang(tag: str, language: str) -> str:
         return LANG.sub(lambda m: f'{m.group(1)}"{language}"', tag)
     end = len(tag) - (2 if tag.endswith("/>") else 1)
     return f'{tag[:end]} lang="{language}"{tag[end:]}'
+
+
+def translate_document(data: bytes, request: DocumentRequest) -> tuple[bytes, int]:
+    """A page's bytes translated, in the encoding it declares; characters it cannot hold as references."""
+    source = TextFile.decode(data, request.name, declared_charset)
+    text, count = translate_html(
+        source.text, request.translate, request.source_language, request.target_language, request.keep_tags
+    )
+    if not source.bom and declared_charset(data) is None and data.isascii():
+        # no charset said: a browser may read UTF-8 bytes as windows-1252; an ASCII page stays ASCII
+        source = dataclasses.replace(source, encoding="ascii")
+    return source.encode(text, "xmlcharrefreplace"), count

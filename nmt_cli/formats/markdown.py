@@ -22,7 +22,9 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import NmtError
-from .markup import kept_as_code, translate_fragments
+from .document import DocumentRequest, text_document
+from .markup import translate_fragments
+from .markup_tree import kept_as_code
 from .segments import Sentences, TranslateSentences, as_sentences
 
 # Characters in the translation's text that Markdown would read as markup (an underscore only at a word's edge).
@@ -372,3 +374,12 @@ def _cut(text: str, spaces: list[int], widths: list[int]) -> list[str | None]:
         start = cut + 1
     out.append(text[start:])
     return out + [None] * (len(widths) - len(out))
+
+
+def translate_document(data: bytes, request: DocumentRequest) -> tuple[bytes, int]:
+    def translate(text: str) -> tuple[str, int]:
+        return translate_markdown(
+            text, request.translate, request.source_language, request.target_language, request.keep_tags
+        )
+
+    return text_document(data, request, translate)

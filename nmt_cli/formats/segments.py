@@ -25,18 +25,19 @@ Aligned = tuple[str, list[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
-class Trust:
-    """How far a translation is to be trusted (``nmt translate --confidence``): a confidence in [0, 1] and flags."""
+class TextConfidence:
+    """A text's confidence in [0, 1] and flags (``nmt translate --confidence``): what a document format writes
+    of the assessments (``decode/assess.py``) of its sentences."""
 
     confidence: float
     flags: tuple[str, ...] = ()
 
-    def worst(self, other: Trust) -> Trust:
-        """A text of several sentences is as trusted as its least trusted one, with all their flags."""
-        return Trust(min(self.confidence, other.confidence), tuple(sorted({*self.flags, *other.flags})))
+    def worst(self, other: TextConfidence) -> TextConfidence:
+        """A text of several sentences is as confident as its least confident one, with all their flags."""
+        return TextConfidence(min(self.confidence, other.confidence), tuple(sorted({*self.flags, *other.flags})))
 
 
-TRUSTED = Trust(1.0)  # a text with nothing to translate
+UNDOUBTED = TextConfidence(1.0)  # a text with nothing to translate, or translated without --confidence
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Sentences:
     translate: TranslateSentences
     align: Callable[[list[str]], list[Aligned]] | None = None
     # translations with their confidence and flags (--confidence); None when the engine cannot assess them
-    assess: Callable[[list[str]], list[tuple[str, Trust]]] | None = None
+    assess: Callable[[list[str]], list[tuple[str, TextConfidence]]] | None = None
     # the glossary terms a source text holds, each with its approved translation (--glossary); None: no glossary
     terms: Callable[[str], list[tuple[str, str]]] | None = None
 
@@ -98,18 +99,19 @@ def split_sentences(line: str, language: str) -> list[str]:
 def translate_texts(texts: Sequence[str], translate: TranslateSentences | Sentences, source_language: str) -> list[str]:
     """Each text translated sentence by sentence, with its line breaks, spacing and placeholders kept."""
     plain = as_sentences(translate).translate
-    return [text for text, _ in _translate_texts(texts, lambda cores: [(t, TRUSTED) for t in plain(cores)], source_language)]
+    unassessed = lambda cores: [(t, UNDOUBTED) for t in plain(cores)]  # noqa: E731
+    return [text for text, _ in _translate_texts(texts, unassessed, source_language)]
 
 
-def assess_texts(texts: Sequence[str], sentences: Sentences, source_language: str) -> list[tuple[str, Trust]]:
-    """As :func:`translate_texts`, each text with the trust of its least trusted sentence."""
+def assess_texts(texts: Sequence[str], sentences: Sentences, source_language: str) -> list[tuple[str, TextConfidence]]:
+    """As :func:`translate_texts`, each text with the confidence of its least confident sentence."""
     assert sentences.assess is not None
     return _translate_texts(texts, sentences.assess, source_language)
 
 
 def _translate_texts(
-    texts: Sequence[str], translate: Callable[[list[str]], list[tuple[str, Trust]]], source_language: str
-) -> list[tuple[str, Trust]]:
+    texts: Sequence[str], translate: Callable[[list[str]], list[tuple[str, TextConfidence]]], source_language: str
+) -> list[tuple[str, TextConfidence]]:
     plans: list[list[list[tuple[str, Masked, str]]]] = []  # per text, line, sentence: (before, core, after)
     cores: list[str] = []
     for text in texts:
@@ -127,18 +129,18 @@ def _translate_texts(
     translated = iter(translate(cores) if cores else [])
     out = []
     for lines in plans:
-        rebuilt, trust = [], TRUSTED
+        rebuilt, assessed = [], UNDOUBTED
         for sentences in lines:
             pieces = []
             for before, masked, after in sentences:
                 core = masked.text
                 if masked.translatable:
                     text, judged = next(translated)
-                    trust = trust.worst(judged)
+                    assessed = assessed.worst(judged)
                     core = masked.restore(text, PLACEHOLDER)
                 else:  # nothing but codes, paths or numbers: kept as written
                     core = masked.restore(core, PLACEHOLDER)
                 pieces.append(before + core + after)
             rebuilt.append("".join(pieces))
-        out.append(("\n".join(rebuilt), trust))
+        out.append(("\n".join(rebuilt), assessed))
     return out

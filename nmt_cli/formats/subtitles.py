@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 
 from ..errors import NmtError
+from .document import DocumentRequest, text_document
 from .markup import translate_fragments
 from .segments import Sentences, TranslateSentences, as_sentences
 
@@ -179,3 +180,13 @@ def _wrap(text: str, width: int) -> str:
             lines.append([word])
             used = visible
     return "\n".join(" ".join(line).replace("\0", " ") for line in lines)
+
+
+def translate_srt_document(data: bytes, request: DocumentRequest) -> tuple[bytes, int]:
+    name = str(request.name)
+    return text_document(data, request, lambda text: translate_srt(text, request.translate, request.source_language, name))
+
+
+def translate_vtt_document(data: bytes, request: DocumentRequest) -> tuple[bytes, int]:
+    name = str(request.name)
+    return text_document(data, request, lambda text: translate_vtt(text, request.translate, request.source_language, name))

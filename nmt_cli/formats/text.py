@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+from .document import DocumentRequest, text_document
 from .segments import Sentences, TranslateSentences, translate_texts
 
 LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022\u2013]|\d+[.)]|[A-Za-z][.)])\s")
@@ -67,3 +68,7 @@ def _is_wrapped(lines: list[str]) -> bool:
     if width < MIN_WRAP_WIDTH:
         return False
     return all(len(line.rstrip()) >= WRAPPED_SHARE * width for line in lines[:-1])
+
+
+def translate_document(data: bytes, request: DocumentRequest) -> tuple[bytes, int]:
+    return text_document(data, request, lambda text: translate_text(text, request.translate, request.source_language))

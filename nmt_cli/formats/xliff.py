@@ -19,6 +19,7 @@ their neighbour word; the native code inside ``<ph>``, ``<bpt>``, ``<ept>``, ``<
 from __future__ import annotations
 
 from ..errors import NmtError
+from .document import DocumentRequest
 from .markup import translate_fragments
 from .segments import Sentences, TranslateSentences, as_sentences
 
@@ -154,3 +155,10 @@ def _mark(element, namespace: str, fuzzy: bool) -> None:
             element.set("state-qualifier", "mt-suggestion")
     else:
         element.set("state", "initial" if fuzzy else "translated")
+
+
+def translate_document(data: bytes, request: DocumentRequest) -> tuple[bytes, int]:
+    return translate_xliff(
+        data, request.translate, request.source_language, request.target_language, str(request.name),
+        request.fuzzy, request.retranslate, request.keep_tags,
+    )  # fmt: skip

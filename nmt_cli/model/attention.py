@@ -113,8 +113,8 @@ def attention(
 Kernel = Literal["fused", "written out", "in place"]
 
 # On the CPU, PyTorch's flash-attention kernel is built for long sequences; NMT's are short. In fp32
-# training it runs written out up to this many keys: 1.6-2.1x as fast at 26-32 keys, level at 48-96,
-# slower at 128, and the weights (B, H, Tq, Tk) kept for the backward pass stay small (docs/choices.md).
+# training it runs written out up to this many keys, where that is faster and the weights (B, H, Tq, Tk)
+# kept for the backward pass stay small (the measurements: docs/choices.md).
 WRITTEN_OUT_MAX_KEYS = 64
 # Without gradients (inference, validation) it runs written out with the scores updated in place from
 # this many query rows (B x H x Tq) on, up to this many queries per block: encoder blocks, a decoder

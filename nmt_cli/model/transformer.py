@@ -270,8 +270,8 @@ def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:
 # How Transformer.encode groups sources at inference on the CPU: widest first, a group takes the next
 # source while it is at least ENCODE_GROUP_MIN_FILL of the group's widest (so little of a group is
 # padding) and the group stays within ENCODE_GROUP_MAX_TOKENS padded positions (so its activations,
-# 1,024 x 2,048 fp32 = 8 MiB in a base model's feed-forward layer, stay in the processor's cache); a
-# default batch encodes in about 40% less time so (docs/choices.md).
+# 1,024 x 2,048 fp32 = 8 MiB in a base model's feed-forward layer, stay in the processor's cache; the
+# measurements: docs/choices.md).
 ENCODE_GROUP_MIN_FILL = 0.8
 ENCODE_GROUP_MAX_TOKENS = 1024
 

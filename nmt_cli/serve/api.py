@@ -37,7 +37,7 @@ from ..decode.constrained import CONSTRAINED_MIN_BEAM, term_constraints
 from ..decode.search import Hypothesis
 from ..decode.translator import Aligner, Translator
 from ..errors import NmtError, TooLarge
-from ..formats import EXTENSIONS, Sentences, translate_bytes
+from ..formats import EXTENSIONS, DocumentRequest, Sentences, translate_document
 from ..terms.glossary import Glossary
 from ..terms.matching import TermMatcher
 from .body import read_fields
@@ -248,9 +248,8 @@ def _file_routes(models: list[ServedModel], limits: Limits) -> APIRouter:
             data = await upload.read()
             sentences = _sentences_through_loop(model)
             try:
-                translated, _ = await asyncio.to_thread(
-                    translate_bytes, data, Path(name), sentences, model.source, model.target, limits=limits.unpack
-                )
+                document = DocumentRequest(sentences, model.source, model.target, Path(name), limits=limits.unpack)
+                translated, _ = await asyncio.to_thread(translate_document, data, document)
             except TooLarge as err:
                 raise BadRequest(413, str(err)) from None
             except NmtError as err:
@@ -561,7 +560,7 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
             scores = [h.score for h in picked if h]
             alternative = {"text": text, "score": sum(scores) / len(scores) if scores else 0.0}
             if decoded.assessments is not None:
-                alternative.update(_trust(decoded.assessments[n], rank))
+                alternative.update(_confidence_fields(decoded.assessments[n], rank))
             alternatives.append(alternative)
         texts.append(alternatives)
     if parsed.libre:
@@ -574,8 +573,8 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
             found = {"confidence": parsed.detected[1], "language": parsed.detected[0]}
             body["detectedLanguage"] = found if parsed.single else [found] * len(texts)
         if parsed.confidence:  # an addition to LibreTranslate's shape, asked for; its own fields stay as they are
-            trust = [{k: a[k] for k in ("confidence", "calibrated", "flags")} for a in (t[0] for t in texts)]
-            body["confidence"] = trust[0] if parsed.single else trust
+            assessed = [{k: a[k] for k in ("confidence", "calibrated", "flags")} for a in (t[0] for t in texts)]
+            body["confidence"] = assessed[0] if parsed.single else assessed
         if decoded.missing_terms is not None:  # an addition, as "confidence" is
             body["missingTerms"] = decoded.missing_terms[0] if parsed.single else decoded.missing_terms
         if parsed.ignored:
@@ -600,21 +599,21 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
     }
 
 
-def _trust(assessed_per_line: list[list[Assessment]], rank: int) -> dict[str, Any]:
+def _confidence_fields(assessed_per_line: list[list[Assessment]], rank: int) -> dict[str, Any]:
     """The confidence of a text's ``rank``-th translation: its least trusted line's (a text is as good as its
     worst sentence), the flags of all its lines and, for a text of several lines, each line's own."""
     lines = [found[min(rank, len(found) - 1)] if found else None for found in assessed_per_line]
     judged = [a for a in lines if a is not None]
-    trust: dict[str, Any] = {
+    assessed: dict[str, Any] = {
         "confidence": round(min((a.shown_confidence for a in judged), default=1.0), 4),
         "calibrated": all(a.confidence is not None for a in judged),
         "flags": sorted({flag for a in judged for flag in a.flags}),
     }
     if len(lines) > 1:
-        trust["lines"] = [
+        assessed["lines"] = [
             {"confidence": round(a.shown_confidence, 4), "flags": a.flags} if a is not None else None for a in lines
         ]
-    return trust
+    return assessed
 
 
 def _describe(model: ServedModel) -> dict[str, Any]:

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from nmt_cli.formats.markup import strip, tag_tree
+from nmt_cli.formats.markup import strip
+from nmt_cli.formats.markup_tree import tag_tree
 
 
 def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

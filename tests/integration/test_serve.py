@@ -147,7 +147,8 @@ def test_format_html_keeps_the_markup_and_translates_the_text(client, loaded, ov
     from importlib import resources
 
     from nmt_cli.formats import EXTENSIONS
-    from nmt_cli.formats.markup import strip, tag_tree
+    from nmt_cli.formats.markup import strip
+    from nmt_cli.formats.markup_tree import tag_tree
 
     _, src, _ = overfit
     words = src[0].split()

@@ -13,7 +13,7 @@ import pytest
 from nmt_cli.errors import NmtError
 from nmt_cli.formats import translate_bytes
 from nmt_cli.formats.html import translate_html
-from nmt_cli.formats.markup import tag_tree
+from nmt_cli.formats.markup_tree import tag_tree
 
 PAGE = """<!DOCTYPE html>
 <html lang="en">

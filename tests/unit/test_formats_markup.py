@@ -12,7 +12,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from nmt_cli.formats.markup import strip, tag_tree, translate_fragments
+from nmt_cli.formats.markup import strip, translate_fragments
+from nmt_cli.formats.markup_tree import tag_tree
 from nmt_cli.formats.segments import Sentences
 
 
@@ -208,7 +209,7 @@ def test_siblings_written_without_a_space_are_two_words_to_the_model_and_stay_jo
 
 
 def test_keep_tags_makes_more_elements_code():
-    from nmt_cli.formats.markup import kept_as_code
+    from nmt_cli.formats.markup_tree import kept_as_code
 
     source = "Press <keyword>Shift</keyword> and <b>go</b>."
     upper = Sentences(lambda xs: [x.upper() for x in xs])
