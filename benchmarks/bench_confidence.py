@@ -26,12 +26,12 @@ import sacrebleu
 import torch
 
 from nmt_cli.decode.attention_maps import cross_attention
-from nmt_cli.decode.calibrate import calibrate
+from nmt_cli.decode.fit_confidence import calibrate
 from nmt_cli.decode.forced import forced_scores
 from nmt_cli.decode.loading import load_model
 from nmt_cli.decode.translator import Translator
 from nmt_cli.errors import NmtError
-from nmt_cli.quality.calibration import auroc, expected_calibration_error
+from nmt_cli.quality.confidence_map import auroc, expected_calibration_error
 from nmt_cli.quality.features import features
 from nmt_cli.score.metrics import read_lines
 
@@ -109,7 +109,7 @@ def _try_mc_dropout(model: str, src: list[str], ref: list[str], passes: int) -> 
     """Fomicheva et al. (2020): the mean and spread of the sentence log-probability over N teacher-forced passes with
     dropout on, as extra features. AUROC for bad translations by 2-fold cross-validation on the fit (validation)
     pairs: the one-pass features alone, then with the Monte-Carlo ones."""
-    from nmt_cli.quality.calibration import _logistic
+    from nmt_cli.quality.confidence_map import _logistic
 
     loaded = load_model(model)
     translator = Translator(loaded, loaded.recipe.decode, assess=True)
@@ -214,7 +214,7 @@ def _detected(kind: str, real, fake) -> None:
 
 def _omissions(loaded, translator, calibration, src: list[str]) -> None:
     """Made-up omissions on the test set: each source of 6+ words with the translation of its first 60%."""
-    from nmt_cli.decode.calibrate import _omitted, _paired
+    from nmt_cli.decode.fit_confidence import _omitted, _paired
 
     own = [h[0][0] for h in translator.translate(src)]
     real = [calibration.flag_probabilities(f).get("omission", 0.0) for f in _paired(loaded, translator, src, own)]

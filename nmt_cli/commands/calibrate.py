@@ -30,7 +30,7 @@ def run(
 ) -> None:
     """Fit the confidence of `nmt translate --confidence` to your data; writes a new model file, never over the old."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
-    from ..decode.calibrate import calibrate, write_calibrated
+    from ..decode.fit_confidence import calibrate, write_calibrated
     from ..score.metrics import read_lines
     from ..utils.run_folder import MODEL_FILE
 

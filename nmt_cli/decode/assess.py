@@ -16,7 +16,7 @@ import torch
 
 from ..config import DecodeConfig
 from ..model.transformer import Transformer
-from ..quality.calibration import Calibration
+from ..quality.confidence_map import Calibration
 from ..quality.features import Features, features, flags
 from .attention_maps import alignment_layer, cross_attention
 from .ensemble import Ensemble

@@ -19,7 +19,7 @@ from ..data.vocab import PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError, reason
 from ..inference.cpu_linear import prepare_for_cpu_inference
 from ..model.transformer import Transformer, build_model
-from ..quality.calibration import Calibration
+from ..quality.confidence_map import Calibration
 from ..utils import torchfile
 from .ensemble import Ensemble
 

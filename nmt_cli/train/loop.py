@@ -29,7 +29,6 @@ from ..utils.allocator import keep_freed_memory, release_freed_memory
 from ..utils.cpu import check_parallelism
 from ..utils.run_folder import RunFolder
 from . import checkpoint
-from .calibration import calibrate_model_file
 from .checkpoint import TrainingCheckpoint
 from .dataset import load_dataset
 from .distributed import (
@@ -41,6 +40,7 @@ from .distributed import (
     shutdown,
 )
 from .ema import WeightAverage
+from .fit_at_end import calibrate_model_file
 from .memory import CPU_MAX_TOKENS, free_cuda_memory, probe_gpu_batch, resolve_max_tokens, split_after_oom, split_rows
 from .precision import autocast, resolve_precision
 from .reporting import Reporter

@@ -92,7 +92,7 @@ def test_training_ends_by_calibrating_on_the_validation_set(overfit, tmp_path):
 
     from nmt_cli.config import recipe_from_dict
     from nmt_cli.data.prepare import text_paths
-    from nmt_cli.train.calibration import calibrate_model_file
+    from nmt_cli.train.fit_at_end import calibrate_model_file
 
     run, src, tgt = overfit
     original = torchfile.load(run / "model.pt")

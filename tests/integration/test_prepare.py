@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +73,15 @@ def test_cleaning_counts_each_step(tmp_path):
     assert text == ["a b c", "x", "same pair", "padded text"]
 
 
-def test_rerun_skips_and_force_redoes(prepared):
+def test_rerun_skips_and_force_redoes(prepared, tmp_path):
+    # a copy: the shared dataset is read by tests running beside this one, and --force learns a new vocabulary
+    shutil.copytree(prepared.data_dir, tmp_path / "data")
+    recipe = dataclasses.replace(prepared, data=dataclasses.replace(prepared.data, output=str(tmp_path / "data")))
     logs: list[str] = []
-    prepare(prepared, log=logs.append, progress=False)
+    prepare(recipe, log=logs.append, progress=False)
     assert all(line.startswith("[skip]") for line in logs) and len(logs) == 7
     logs.clear()
-    prepare(prepared, force=True, log=logs.append, progress=False)
+    prepare(recipe, force=True, log=logs.append, progress=False)
     assert not any(line.startswith("[skip]") for line in logs)
 
 

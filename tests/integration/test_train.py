@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import kill_at_first_checkpoint
+from conftest import OVERFIT_STEPS, kill_at_first_checkpoint
 
 from nmt_cli.config import load_recipe
 from nmt_cli.errors import CheckpointError, NmtError
@@ -26,7 +26,7 @@ def test_tiny_model_memorises_64_pairs(overfit):
     run_dir, _, _ = overfit
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if "nll" in r]
-    assert train_records[-1]["step"] == 700
+    assert train_records[-1]["step"] == OVERFIT_STEPS
     assert train_records[-1]["nll"] < 0.1
     assert train_records[0]["nll"] > 3.0
     assert {"loss", "ppl", "lr", "tgt_tokens_per_s", "grad_norm", "pad_share"} <= set(train_records[-1])
@@ -37,9 +37,9 @@ def test_run_folder_is_self_contained(overfit):
     run_dir, _, _ = overfit
     for name in ("model.pt", "recipe.yaml", "spm.src.model", "spm.tgt.model", "metrics.jsonl"):
         assert (run_dir / name).is_file(), name
-    payload = checkpoint.load(run_dir / "checkpoints" / "step_00000700.pt")
+    payload = checkpoint.load(checkpoint.step_path(run_dir, OVERFIT_STEPS))
     assert {"model", "optimizer", "scheduler", "train_state", "rng", "recipe", "vocab"} <= set(payload)
-    assert payload["train_state"]["step"] == 700
+    assert payload["train_state"]["step"] == OVERFIT_STEPS
     assert payload["format_version"] == 1 and payload["nmt_version"]
 
 
@@ -146,7 +146,7 @@ def test_average_refuses_mismatched_architectures():
 def test_average_checkpoints_of_a_run(overfit, tmp_path):
     run_dir, _, _ = overfit
     paths = select_checkpoints([run_dir], last=2)
-    assert [p.name for p in paths] == ["step_00000350.pt", "step_00000700.pt"]
+    assert paths == [checkpoint.step_path(run_dir, OVERFIT_STEPS // 2), checkpoint.step_path(run_dir, OVERFIT_STEPS)]
     out = tmp_path / "avg.pt"
     checkpoint.average_checkpoints(paths, out)
     averaged = _state(out)

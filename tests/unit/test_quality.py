@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nmt_cli.errors import NmtError
-from nmt_cli.quality.calibration import MIN_PAIRS, Calibration, auroc, expected_calibration_error, fit
+from nmt_cli.quality.confidence_map import MIN_PAIRS, Calibration, auroc, expected_calibration_error, fit
 from nmt_cli.quality.features import Features, copied_share, features, flags, looping, repeated_share
 
 

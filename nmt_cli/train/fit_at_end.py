@@ -1,7 +1,7 @@
 """The last step of training: fit the confidence of ``nmt translate --confidence`` on the validation set.
 
 The model file just written is loaded as ``nmt translate`` would load it, translates the validation
-sources, and the fitted map (``decode/calibrate.py``) is stored in that file. A validation set smaller
+sources, and the fitted map (``decode/fit_confidence.py``) is stored in that file. A validation set smaller
 than the minimum leaves the model uncalibrated, said in the log with the command that fits one later.
 """
 
@@ -15,10 +15,10 @@ import torch
 
 from ..config import Recipe
 from ..data.prepare import text_paths
-from ..decode.calibrate import calibrate_loaded, store_in_place
+from ..decode.fit_confidence import calibrate_loaded, store_in_place
 from ..decode.loading import load_model
 from ..errors import NmtError
-from ..quality.calibration import MIN_PAIRS
+from ..quality.confidence_map import MIN_PAIRS
 from ..utils.allocator import release_freed_memory
 from ..utils.files import split_lines
 

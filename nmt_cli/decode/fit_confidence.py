@@ -3,7 +3,7 @@
 The model translates the sources as ``nmt translate --confidence`` would (same search settings, same
 teacher-forced features, ``quality/features.py``); each translation is labelled acceptable when its
 sentence chrF against the reference reaches the threshold; a logistic regression maps features to that
-probability (``quality/calibration.py``). The map is written into a new model file, next to the old one,
+probability (``quality/confidence_map.py``). The map is written into a new model file, next to the old one,
 never over it.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..errors import NmtError
-from ..quality.calibration import MIN_PAIRS, Calibration, auroc, expected_calibration_error, fit
+from ..quality.confidence_map import MIN_PAIRS, Calibration, auroc, expected_calibration_error, fit
 from ..quality.features import Features, features
 from ..utils import torchfile
 from ..utils.run_folder import MODEL_FILE
