@@ -59,6 +59,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A command run in this process (``nmt_in_process``) sets torch's threads for itself; the next test gets
+    the worker's share back."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def nmt_in_process(*args: object, stdin: str | None = None):
+    """``nmt ARGS`` in this process (no interpreter and torch to start per call), as a finished process
+    (``returncode``, ``stdout``, ``stderr``): for the tests where a real process is not the point."""
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
+
+    result = CliRunner().invoke(app, [str(arg) for arg in args], input=stdin)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def kill_at_first_checkpoint(cmd: list[str], run_dir: Path, timeout: float = 180) -> int:
     """Start ``nmt train`` (``cmd``), SIGKILL it once a step checkpoint exists; return that checkpoint's step."""
     import signal

@@ -381,20 +381,14 @@ def _deal_banks(
     """The constrained sentences' candidates dealt from their banks, for all of them at once in tensors (Hu et
     al. 2019): per sentence (positions ``bound`` among the open ones), up to 2K candidates in the order dealt.
 
-    A row's candidates are its K best tokens and every token its state wants, each with the state it leads to
-    and that state's progress (hard: its bank; soft: one bank, the bonus in the score). A sentence's candidates
-    are ranked by score, each gets its depth in its bank (how many of its bank rank above it), and they are dealt
-    by depth, the most advanced bank first at each depth: the round-robin of Post & Vilar's allocation."""
-    k = config.beam
+    Each row's candidates (:func:`_row_candidates`) lead to states whose progress is their bank (hard; soft: one
+    bank, the bonus in the score); :func:`_dealt` deals each sentence's candidates from its banks."""
     device = logits.device
     open_searches = [s for s in (searches[p] for p in bound) if s is not None]
     rows = torch.tensor([p * rows_per_sent + r for p in bound for r in range(rows_per_sent)], device=device)
     log_probs = mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows])  # (R, V)
     states = [state for search in open_searches for state in search.states]
-    tables = [search.table(state) for search in open_searches for state in search.states]
-    progress_now = torch.tensor(
-        [search.progress[state] for search in open_searches for state in search.states], device=device
-    )
+    progress_now = [search.progress[state] for search in open_searches for state in search.states]
     if mode == "hard":  # no ending before every constraint is met, except at the length limit
         unmet = [
             not search.done[state] and lengths[p] < max_len[p]
@@ -402,56 +396,81 @@ def _deal_banks(
             for state in search.states
         ]
         log_probs[torch.tensor(unmet, device=device), EOS_ID] = float("-inf")
+    tables = [search.table(state) for search in open_searches for state in search.states]
+    now = torch.tensor(progress_now, device=device)[:, None]
     totals = scores.view(-1)[rows][:, None]  # (R, 1)
-    top_values, top_tokens = top_k_rows(log_probs, min(k, log_probs.size(1)))  # (R, K)
-    is_eos = top_tokens == EOS_ID
-    own = torch.tensor(states, device=device)[:, None]
-    fallback = torch.tensor([t.fallback for t in tables], device=device)[:, None]
-    fallback_progress = torch.tensor([t.fallback_progress for t in tables], device=device)[:, None]
-    cand_scores = totals + top_values
-    cand_tokens = top_tokens
-    cand_states = torch.where(is_eos, own, fallback)
-    cand_progress = torch.where(is_eos, progress_now[:, None], fallback_progress)
-    width = max(len(t.wanted) for t in tables)
-    if width:
-        pad = [width - len(t.wanted) for t in tables]
-        wanted = torch.tensor([t.wanted + [PAD_ID] * n for t, n in zip(tables, pad)], device=device)  # (R, W)
-        valid = torch.tensor([[True] * len(t.wanted) + [False] * n for t, n in zip(tables, pad)], device=device)
-        after = torch.tensor([t.after + [0] * n for t, n in zip(tables, pad)], device=device)
-        after_progress = torch.tensor([t.after_progress + [0] * n for t, n in zip(tables, pad)], device=device)
-        # a best token that is also wanted is one candidate, the wanted one (it leads to its own state)
-        also_wanted = ((top_tokens[:, :, None] == wanted[:, None, :]) & valid[:, None, :]).any(dim=2)
-        cand_scores = cand_scores.masked_fill(also_wanted, float("-inf"))
-        wanted_scores = (totals + log_probs.gather(1, wanted)).masked_fill(~valid, float("-inf"))
-        cand_scores = torch.cat([cand_scores, wanted_scores], dim=1)
-        cand_tokens = torch.cat([cand_tokens, wanted], dim=1)
-        cand_states = torch.cat([cand_states, after], dim=1)
-        cand_progress = torch.cat([cand_progress, after_progress], dim=1)
+    cand_scores, cand_tokens, cand_states, cand_progress = _row_candidates(
+        log_probs, totals, tables, torch.tensor(states, device=device)[:, None], now, config.beam
+    )
     if mode == "soft":
-        cand_scores = cand_scores + SOFT_BONUS * (cand_progress > progress_now[:, None])
+        cand_scores = cand_scores + SOFT_BONUS * (cand_progress > now)
         banks = torch.zeros_like(cand_progress)
     else:
         banks = cand_progress
-    n = len(open_searches)
-    per_row = cand_scores.size(1)
+    n, per_row = len(open_searches), cand_scores.size(1)
     cand_rows = (
         torch.tensor(bound, device=device)[:, None, None] * rows_per_sent
         + torch.arange(rows_per_sent, device=device)[None, :, None]
     ).expand(n, rows_per_sent, per_row)
-    flat = [t.reshape(n, rows_per_sent * per_row) for t in (cand_scores, cand_tokens, cand_states, banks, cand_rows)]
-    by_score = flat[0].argsort(dim=1, descending=True, stable=True)
-    ranked_scores, ranked_tokens, ranked_states, ranked_banks, ranked_rows = (t.gather(1, by_score) for t in flat)
-    usable = ranked_scores > float("-inf")
-    top_bank = int(ranked_banks.max()) + 1
-    members = torch.nn.functional.one_hot(ranked_banks, top_bank) * usable[:, :, None]  # (n, C, banks)
-    depth = (members.cumsum(dim=1) - members).gather(2, ranked_banks[:, :, None]).squeeze(2)
-    turn = (depth * top_bank + (top_bank - 1 - ranked_banks)).masked_fill(~usable, torch.iinfo(torch.long).max)
-    order = turn.argsort(dim=1, stable=True)[:, : 2 * k]
-    dealt = [t.gather(1, order).tolist() for t in (ranked_scores, ranked_rows, ranked_tokens, ranked_states)]
-    usable_dealt = usable.gather(1, order).tolist()
+    width = rows_per_sent * per_row
+    return _dealt(
+        cand_scores.reshape(n, width), cand_tokens.reshape(n, width), cand_states.reshape(n, width),
+        banks.reshape(n, width), cand_rows.reshape(n, width), 2 * config.beam,
+    )  # fmt: skip
+
+
+def _row_candidates(
+    log_probs: Tensor, totals: Tensor, tables: list[_StateTable], own: Tensor, now: Tensor, k: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Each row's candidates, (R, K + W) each: summed score, token, the state it leads to and that state's
+    progress. Its K best tokens (EOS keeps the row's state ``own``, any other token not wanted leads to the
+    fallback state), then every token its state wants (padding: -inf)."""
+    device = log_probs.device
+    top_values, top_tokens = top_k_rows(log_probs, min(k, log_probs.size(1)))  # (R, K)
+    is_eos = top_tokens == EOS_ID
+    fallback = torch.tensor([t.fallback for t in tables], device=device)[:, None]
+    fallback_progress = torch.tensor([t.fallback_progress for t in tables], device=device)[:, None]
+    columns = [
+        totals + top_values,
+        top_tokens,
+        torch.where(is_eos, own, fallback),
+        torch.where(is_eos, now, fallback_progress),
+    ]
+    width = max(len(t.wanted) for t in tables)
+    if not width:
+        return columns[0], columns[1], columns[2], columns[3]
+    pad = [width - len(t.wanted) for t in tables]
+    wanted = torch.tensor([t.wanted + [PAD_ID] * n for t, n in zip(tables, pad)], device=device)  # (R, W)
+    valid = torch.tensor([[True] * len(t.wanted) + [False] * n for t, n in zip(tables, pad)], device=device)
+    after = torch.tensor([t.after + [0] * n for t, n in zip(tables, pad)], device=device)
+    after_progress = torch.tensor([t.after_progress + [0] * n for t, n in zip(tables, pad)], device=device)
+    # a best token that is also wanted is one candidate, the wanted one (it leads to its own state)
+    also_wanted = ((top_tokens[:, :, None] == wanted[:, None, :]) & valid[:, None, :]).any(dim=2)
+    columns[0] = columns[0].masked_fill(also_wanted, float("-inf"))
+    wanted_scores = (totals + log_probs.gather(1, wanted)).masked_fill(~valid, float("-inf"))
+    scores, tokens, states, progress = (
+        torch.cat([column, extra], dim=1) for column, extra in zip(columns, (wanted_scores, wanted, after, after_progress))
+    )
+    return scores, tokens, states, progress
+
+
+def _dealt(scores: Tensor, tokens: Tensor, states: Tensor, banks: Tensor, rows: Tensor, count: int) -> list[list[Candidate]]:
+    """Each sentence's candidates (one row of each (n, C) argument) dealt from its banks: ranked by score, each
+    gets its depth in its bank (how many of its bank rank above it), and they are dealt by depth, the most
+    advanced bank first at each depth (the round-robin of Post & Vilar's allocation); the first ``count``."""
+    by_score = scores.argsort(dim=1, descending=True, stable=True)
+    scores, tokens, states, banks, rows = (t.gather(1, by_score) for t in (scores, tokens, states, banks, rows))
+    usable = scores > float("-inf")
+    top_bank = int(banks.max()) + 1
+    members = torch.nn.functional.one_hot(banks, top_bank) * usable[:, :, None]  # (n, C, banks)
+    depth = (members.cumsum(dim=1) - members).gather(2, banks[:, :, None]).squeeze(2)
+    turn = (depth * top_bank + (top_bank - 1 - banks)).masked_fill(~usable, torch.iinfo(torch.long).max)
+    order = turn.argsort(dim=1, stable=True)[:, :count]
+    dealt = [t.gather(1, order).tolist() for t in (scores, rows, tokens, states)]
+    kept = usable.gather(1, order).tolist()
     return [
         [(score, row, token, state) for score, row, token, state, ok in zip(*columns, oks) if ok]
-        for *columns, oks in zip(*dealt, usable_dealt)
+        for *columns, oks in zip(*dealt, kept)
     ]
 
 

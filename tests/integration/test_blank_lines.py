@@ -5,19 +5,11 @@ whitespace-only and 1,000-token lines among ordinary ones, and answers one outpu
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from typer.testing import CliRunner
-
-from nmt_cli.cli import app
+from conftest import nmt_in_process
 
 HOSTILE = ["", " ", "\t \t", "   ", " ".join(["word"] * 1000)]
-
-
-def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    result = CliRunner().invoke(app, list(args), input=stdin)
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def lines_of(src: list[str]) -> list[str]:
@@ -44,7 +36,7 @@ def test_every_format_and_option_answers_each_line(overfit, output_format, optio
     run, src, _ = overfit
     lines = lines_of(src)
     out = tmp_path / "out.txt"
-    result = nmt(
+    result = nmt_in_process(
         "translate", "-m", str(run), "--format", output_format, *options, "-o", str(out), stdin="\n".join(lines) + "\n"
     )
     assert result.returncode == 0, result.stderr
@@ -74,7 +66,7 @@ def test_every_format_and_option_answers_each_line(overfit, output_format, optio
 def test_markup_lines_that_are_blank_or_only_tags(overfit, options):
     run, src, _ = overfit
     lines = ["", "  ", "<b></b>", "<br/>", f"<b>{src[0]}</b>", " ".join(["<i>word</i>"] * 300)]
-    result = nmt("translate", "-m", str(run), *options, stdin="\n".join(lines) + "\n")
+    result = nmt_in_process("translate", "-m", str(run), *options, stdin="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr
     written = result.stdout.splitlines()
     assert len(written) == len(lines)
@@ -94,6 +86,6 @@ def test_documents_of_blank_lines_and_one_huge_line(overfit, tmp_path, suffix):
     source = tmp_path / f"doc{suffix}"
     source.write_text(body, encoding="utf-8")
     out = tmp_path / f"out{suffix}"
-    result = nmt("translate", "-m", str(run), "-i", str(source), "-o", str(out))
+    result = nmt_in_process("translate", "-m", str(run), "-i", str(source), "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert out.is_file() and source.read_text(encoding="utf-8") == body

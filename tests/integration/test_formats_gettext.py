@@ -14,6 +14,7 @@ import subprocess
 from collections import Counter
 
 import pytest
+from conftest import nmt_in_process
 
 polib = pytest.importorskip("polib", reason="polib is in the files extra")
 
@@ -42,21 +43,11 @@ def catalogue(src: list[str]) -> str:
     return header + "\n".join(entries)
 
 
-def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """``nmt ARGS`` in this process (no interpreter and torch to start per call), as a finished process."""
-    from typer.testing import CliRunner
-
-    from nmt_cli.cli import app
-
-    result = CliRunner().invoke(app, list(args), input=stdin)
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
-
-
 @pytest.fixture(scope="module")
 def translated_lines(overfit):
     """What ``nmt translate`` gives, line by line, for the model's sentences."""
     run, src, _ = overfit
-    result = nmt("translate", "-m", str(run), stdin="\n".join(src[:12]) + "\n")
+    result = nmt_in_process("translate", "-m", str(run), stdin="\n".join(src[:12]) + "\n")
     assert result.returncode == 0, result.stderr
     return dict(zip(src[:12], result.stdout.splitlines()))
 
@@ -67,7 +58,7 @@ def test_a_catalogue_keeps_its_structure_and_msgfmt_accepts_it(overfit, translat
     template.write_text(catalogue(src), encoding="utf-8")
     before = template.read_bytes()
     output = tmp_path / "de.po"
-    result = nmt("translate", "-m", str(run), "-i", str(template), "-o", str(output))
+    result = nmt_in_process("translate", "-m", str(run), "-i", str(template), "-o", str(output))
     assert result.returncode == 0, result.stderr
     assert template.read_bytes() == before  # only read
 
@@ -104,7 +95,7 @@ def test_no_fuzzy_retranslate_and_other_encodings(overfit, translated_lines, tmp
     text = catalogue(src).replace("charset=CHARSET", "charset=ISO-8859-1").replace("Language: ", "Language: de")
     latin.write_bytes(text.replace("\n", "\r\n").encode("iso-8859-1"))
     out = tmp_path / "latin.de.po"
-    result = nmt("translate", "-m", str(run), "-i", str(latin), "-o", str(out), "--no-fuzzy", "--retranslate")
+    result = nmt_in_process("translate", "-m", str(run), "-i", str(latin), "-o", str(out), "--no-fuzzy", "--retranslate")
     assert result.returncode == 0, result.stderr
     data = out.read_bytes()
     assert b"\r\n" in data and b"\n" not in data.replace(b"\r\n", b"")  # CRLF kept
@@ -116,7 +107,7 @@ def test_no_fuzzy_retranslate_and_other_encodings(overfit, translated_lines, tmp
     wide = tmp_path / "wide.po"
     wide.write_bytes(b"\xff\xfe" + catalogue(src).encode("utf-16-le"))
     out = tmp_path / "wide.de.po"
-    assert nmt("translate", "-m", str(run), "-i", str(wide), "-o", str(out)).returncode == 0
+    assert nmt_in_process("translate", "-m", str(run), "-i", str(wide), "-o", str(out)).returncode == 0
     assert out.read_bytes().startswith(b"\xff\xfe")
     assert polib.pofile(out.read_bytes()[2:].decode("utf-16-le")).metadata["Language"] == "de"
 
@@ -125,10 +116,10 @@ def test_bad_catalogues_and_formats_are_one_line(overfit, tmp_path):
     run = str(overfit[0])
     broken = tmp_path / "broken.po"
     broken.write_text('msgid "a"\nmsgid "b"\nmsgstr ""\n', encoding="utf-8")
-    result = nmt("translate", "-m", run, "-i", str(broken), "-o", str(tmp_path / "out.po"))
+    result = nmt_in_process("translate", "-m", run, "-i", str(broken), "-o", str(tmp_path / "out.po"))
     assert result.returncode == 1 and f"{broken}:2: not valid gettext syntax" in " ".join(result.stderr.split())
     assert not (tmp_path / "out.po").exists() and "Traceback" not in result.stderr
-    unknown = nmt("translate", "-m", run, "-i", str(broken), "--file-format", "pdf")
+    unknown = nmt_in_process("translate", "-m", run, "-i", str(broken), "--file-format", "pdf")
     assert unknown.returncode == 1 and "choose from lines, text, po, html" in unknown.stderr
 
 
@@ -205,10 +196,10 @@ def test_confidence_marks_only_doubtful_entries_fuzzy_and_says_why(overfit, tmp_
     extra = f'\n# checked by Anna\nmsgid "{unseen}"\nmsgstr ""\n'
     template.write_text(catalogue(src) + extra, encoding="utf-8")
     output = tmp_path / "de.po"
-    result = nmt("translate", "-m", str(run), "-i", str(template), "-o", str(output), "--confidence")
+    result = nmt_in_process("translate", "-m", str(run), "-i", str(template), "-o", str(output), "--confidence")
     assert result.returncode == 0, result.stderr
     lines = "\n".join([src[0], src[2], unseen]) + "\n"
-    judged = nmt("translate", "-m", str(run), "--confidence", "--format", "jsonl", stdin=lines)
+    judged = nmt_in_process("translate", "-m", str(run), "--confidence", "--format", "jsonl", stdin=lines)
     records = {sentence: json.loads(line) for sentence, line in zip(lines.split("\n"), judged.stdout.splitlines())}
     by_id = {e.msgid: e for e in polib.pofile(str(output))}
     for sentence, record in records.items():
@@ -220,10 +211,10 @@ def test_confidence_marks_only_doubtful_entries_fuzzy_and_says_why(overfit, tmp_
     assert any("fuzzy" not in e.flags for e in by_id.values() if e.msgid in records)  # trusted ones are not flagged
     again = tmp_path / "again.po"
     rerun = ["-i", str(output), "-o", str(again), "--confidence", "--retranslate", "--fuzzy-below", "1"]
-    assert nmt("translate", "-m", str(run), *rerun).returncode == 0
+    assert nmt_in_process("translate", "-m", str(run), *rerun).returncode == 0
     redone = {e.msgid: e for e in polib.pofile(str(again))}[unseen]
     assert redone.tcomment.count("nmt confidence") == 1 and "fuzzy" in redone.flags  # replaced, not added
     page = tmp_path / "page.html"
     page.write_text(f"<p>{src[0]}</p>", encoding="utf-8")
-    refused = nmt("translate", "-m", str(run), "-i", str(page), "-o", str(tmp_path / "out.html"), "--confidence")
+    refused = nmt_in_process("translate", "-m", str(run), "-i", str(page), "-o", str(tmp_path / "out.html"), "--confidence")
     assert refused.returncode == 1 and "not html documents" in refused.stderr and "Traceback" not in refused.stderr

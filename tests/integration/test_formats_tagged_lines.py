@@ -7,17 +7,11 @@ in what the model reads), and every line must have the source's tag tree.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from conftest import nmt_in_process
 
 from nmt_cli.formats.markup import strip
 from nmt_cli.formats.markup_tree import tag_tree
-
-
-def nmt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmt_cli", *args], input=stdin, capture_output=True, text=True, timeout=300)
 
 
 def tagged(sentence: str, k: int) -> str:
@@ -38,7 +32,7 @@ def tagged(sentence: str, k: int) -> str:
 @pytest.fixture(scope="module")
 def plain(overfit):
     run, src, _ = overfit
-    result = nmt("translate", "-m", str(run), stdin="\n".join(src[:20]) + "\n")
+    result = nmt_in_process("translate", "-m", str(run), stdin="\n".join(src[:20]) + "\n")
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
 
@@ -49,7 +43,7 @@ def test_tagged_lines_keep_their_tags_and_the_plain_translation(overfit, plain, 
     source = tmp_path / "tagged.en"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "tagged.de"
-    result = nmt("translate", "-m", str(run), "-i", str(source), "-o", str(output), "--markup")
+    result = nmt_in_process("translate", "-m", str(run), "-i", str(source), "-o", str(output), "--markup")
     assert result.returncode == 0, result.stderr
     out = output.read_text(encoding="utf-8").splitlines()
     assert len(out) == len(lines)
@@ -57,14 +51,14 @@ def test_tagged_lines_keep_their_tags_and_the_plain_translation(overfit, plain, 
         assert tag_tree(translated) == tag_tree(line), (line, translated)
         assert strip(translated).split() == expected.split(), (line, translated)
     # from stdin too, the same lines
-    piped = nmt("translate", "-m", str(run), "--markup", stdin="\n".join(lines) + "\n")
+    piped = nmt_in_process("translate", "-m", str(run), "--markup", stdin="\n".join(lines) + "\n")
     assert piped.returncode == 0 and piped.stdout.splitlines() == out
 
 
 def test_markup_refuses_what_it_cannot_mean(overfit):
     run = str(overfit[0])
     for flag in (["--nbest", "2", "--beam", "2"], ["--alignments"]):
-        result = nmt("translate", "-m", run, "--markup", *flag, stdin="<b>x</b>\n")
+        result = nmt_in_process("translate", "-m", run, "--markup", *flag, stdin="<b>x</b>\n")
         assert result.returncode == 1 and "--markup" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -78,7 +72,7 @@ def test_an_html_page_comes_back_with_its_markup_and_each_block_translated(overf
     source = tmp_path / "page.html"
     source.write_text(page, encoding="utf-8")
     output = tmp_path / "page.de.html"
-    result = nmt("translate", "-m", str(run), "-i", str(source), "-o", str(output))
+    result = nmt_in_process("translate", "-m", str(run), "-i", str(source), "-o", str(output))
     assert result.returncode == 0, result.stderr
     out = output.read_text(encoding="utf-8")
     assert '<html lang="de">' in out and 'var keep = "as is";' in out and "<pre>keep this</pre>" in out
@@ -91,14 +85,14 @@ def test_an_html_page_comes_back_with_its_markup_and_each_block_translated(overf
 def test_keep_tags_keeps_the_named_elements_as_written(overfit, tmp_path):
     run, src, _ = overfit
     line = f"<keyword>{src[0]}</keyword> and <b>{src[1]}</b>"
-    kept = nmt("translate", "-m", str(run), "--markup", "--keep-tags", "keyword", stdin=line + "\n")
+    kept = nmt_in_process("translate", "-m", str(run), "--markup", "--keep-tags", "keyword", stdin=line + "\n")
     assert kept.returncode == 0, kept.stderr
     assert f"<keyword>{src[0]}</keyword>" in kept.stdout and "<b>" in kept.stdout
     page = tmp_path / "page.html"
     page.write_text(f"<html><body><p><keyword>{src[0]}</keyword> {src[1]}</p></body></html>\n", encoding="utf-8")
     out = tmp_path / "out.html"
-    done = nmt("translate", "-m", str(run), "-i", str(page), "-o", str(out), "--keep-tags", "keyword")
+    done = nmt_in_process("translate", "-m", str(run), "-i", str(page), "-o", str(out), "--keep-tags", "keyword")
     assert done.returncode == 0, done.stderr
     assert f"<keyword>{src[0]}</keyword>" in out.read_text(encoding="utf-8")
-    bad = nmt("translate", "-m", str(run), "--markup", "--keep-tags", "a b", stdin="x\n")
+    bad = nmt_in_process("translate", "-m", str(run), "--markup", "--keep-tags", "a b", stdin="x\n")
     assert bad.returncode != 0 and "--keep-tags: 'a b' is not an element name" in bad.stderr

@@ -88,6 +88,20 @@ def test_soft_mode_runs_the_plain_beam_with_a_bonus():
     assert all(len(h) == 1 for h in found)
 
 
+def test_the_soft_bonus_decides_which_hypotheses_stay(monkeypatch):
+    """A bonus far above any score gap puts every one-token term in the output: the bonus ranks the candidates
+    (were it added after they were chosen, a term the model finds unlikely would never be picked)."""
+    from nmt_cli.decode import constrained
+
+    monkeypatch.setattr(constrained, "SOFT_BONUS", 50.0)
+    model, src = _model(), _sources(6, seed=2)
+    plain = beam_search(model, src, DecodeConfig(beam=4))
+    unlikely = [next(t for t in range(4, VOCAB) if t not in hyps[0].tokens) for hyps in plain]  # absent without it
+    wanted = [(_constraint((token,)),) for token in unlikely]
+    found = constrained_beam_search(model, src, DecodeConfig(beam=4), wanted, mode="soft")
+    assert all(token in hyps[0].tokens for token, hyps in zip(unlikely, found))
+
+
 def test_a_translation_holds_a_term_where_a_word_begins():
     term = Constraint(((1,),), "file", ("Datei", "Dateien"))
     assert term.met_by("Die Datei.") and term.met_by("Dateiname") and term.met_by("„Dateien“")
