@@ -122,11 +122,23 @@ def test_lock_of_a_live_process_refuses(recipe_file, tmp_path):
 # --------------------------------------------------------------------------- resume checks before any write
 
 
-@pytest.fixture()
-def short_run(recipe_file, tmp_path) -> Path:
-    """A run trained for 6 updates, checkpoints at 3 and 6 (all kept)."""
-    result = nmt(*train_args(recipe_file, "train.max_steps=6"))
+@pytest.fixture(scope="module")
+def trained_short_run(prepared, tmp_path_factory) -> Path:
+    """A run trained once for 6 updates by ``nmt train``, checkpoints at 3 and 6 (all kept)."""
+    folder = tmp_path_factory.mktemp("short_run")
+    text = Path(prepared.run_dir.parent / "tiny.yaml").read_text()
+    recipe = folder / "r.yaml"
+    recipe.write_text(text.replace(f"dir: {prepared.run_dir}", f"dir: {folder / 'run'}"))
+    result = nmt(*train_args(recipe, "train.max_steps=6"))
     assert result.returncode == 0, result.stderr
+    return folder / "run"
+
+
+@pytest.fixture()
+def short_run(trained_short_run, recipe_file, tmp_path) -> Path:
+    """Each test's own copy of the short run, in the folder ``recipe_file`` trains into (a run resumes from a
+    copied folder as from its own)."""
+    shutil.copytree(trained_short_run, tmp_path / "run")
     return tmp_path / "run"
 
 
