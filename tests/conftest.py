@@ -272,6 +272,16 @@ def overfit(tmp_path_factory: pytest.TempPathFactory, multi30k: Path):
     return load_recipe(path, OVERFIT_SETTINGS).run_dir, src, tgt
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _first_worker_trains_the_model(request: pytest.FixtureRequest) -> None:
+    """Under pytest-xdist the first worker trains the shared ``overfit`` model before its first test, while the
+    others run the tests that do not need it: the files that do, all scheduled last, then find it ready."""
+    if os.environ.get("PYTEST_XDIST_WORKER") != "gw0" or not MULTI30K.exists():
+        return
+    if any("overfit" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("overfit")
+
+
 def start_server(model: Path, *args: str) -> tuple:
     """``nmt serve -m MODEL ARGS`` in its own process on a free loopback port, once it answers /health:
     (process, url, log lines, the thread that reads them; a full pipe would stop the server)."""
