@@ -22,8 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench_per_token import FAIRSEQ_MODEL, parse_arm
-from common import ROOT, WORK, print_table, record
+from common import FAIRSEQ_MODEL, ROOT, WORK, parse_arm, print_table, record
 
 
 def run_nmt(run_dir: Path, steps: int, overrides: list[str], env: dict) -> list[float]:

@@ -107,3 +107,49 @@ def alternate_translations(models: dict, lines: list[str], batch_sizes: str, rou
         rows.append(row | {"same output": f"{same}/{len(lines)}"})
         print(rows[-1], flush=True)
     return rows
+
+
+# The Transformer of recipes/multi30k_ende.yaml in fairseq 0.12's terms (../shared/peers/train_side_by_side.sh):
+# the peer arm of the races against fairseq.
+FAIRSEQ_MODEL = [
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "3",
+    "--decoder-layers",
+    "3",
+    "--encoder-embed-dim",
+    "256",
+    "--decoder-embed-dim",
+    "256",
+    "--encoder-ffn-embed-dim",
+    "1024",
+    "--decoder-ffn-embed-dim",
+    "1024",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--share-all-embeddings",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--optimizer",
+    "adam",
+    "--adam-betas",
+    "(0.9,0.98)",
+    "--lr",
+    "1e-3",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "400",
+    "--max-tokens",
+    "4096",
+]
+
+
+def parse_arm(text: str) -> tuple[str, list[str]]:
+    name, _, overrides = text.partition("=")
+    return name, [item for item in overrides.split(",") if item]

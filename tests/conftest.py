@@ -12,6 +12,7 @@ fail loudly when the ``CI`` environment variable is set (CI always has the data)
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gzip
 import itertools
@@ -47,9 +48,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     machines without a GPU (CI); the files that need the trained model run last."""
     tests = Path(__file__).resolve().parent
     # The files that need the trained ``overfit`` model run last: while one worker trains it (a minute), the
-    # others run everything else instead of waiting for it.
+    # others run everything else instead of waiting for it. Within each half, the files with the most tests go
+    # first, so that the last ones handed out are small and the workers finish together. pytest-xdist keeps this
+    # order (``--no-loadscope-reorder`` in pyproject's addopts; its own order, by size alone, would hand out a file
+    # that needs the model while it is still being trained).
     needing = {item.path for item in items if "overfit" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: item.path in needing)
+    tests_in = collections.Counter(item.path for item in items)
+    items.sort(key=lambda item: (item.path in needing, -tests_in[item.path], str(item.path)))
     skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         tier = Path(item.path).resolve().relative_to(tests).parts[0]

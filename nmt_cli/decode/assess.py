@@ -8,8 +8,9 @@ loop (``"confidence": true``), so both assess a translation the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sentencepiece as spm
 import torch
@@ -39,6 +40,28 @@ class Assessment:
     def shown_confidence(self) -> float:
         """The calibrated confidence, or without a calibration exp(mean token log-probability), in [0, 1] too."""
         return self.confidence if self.confidence is not None else math.exp(self.features.mean_logprob)
+
+    def fields(self) -> dict[str, Any]:
+        """What a JSON answer (``--format jsonl``, the server) says of this translation's confidence."""
+        calibrated = self.confidence is not None
+        return {"confidence": round(self.shown_confidence, 4), "calibrated": calibrated, "flags": self.flags}
+
+    @staticmethod
+    def of_text(lines: Sequence[Assessment | None]) -> dict[str, Any]:
+        """The same for a text of several lines (a server request's text; None: a line with nothing to judge):
+        its least trusted line's confidence (a text is as good as its worst sentence), the flags of all its
+        lines and, for a text of several lines, each line's own."""
+        judged = [a for a in lines if a is not None]
+        fields: dict[str, Any] = {
+            "confidence": round(min((a.shown_confidence for a in judged), default=1.0), 4),
+            "calibrated": all(a.confidence is not None for a in judged),
+            "flags": sorted({flag for a in judged for flag in a.flags}),
+        }
+        if len(lines) > 1:
+            fields["lines"] = [
+                {"confidence": round(a.shown_confidence, 4), "flags": a.flags} if a is not None else None for a in lines
+            ]
+        return fields
 
 
 @dataclass(frozen=True)

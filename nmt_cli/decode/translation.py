@@ -38,9 +38,7 @@ class Translation(NamedTuple):
         if confidence:
             assessment = self.assessment
             assert assessment is not None  # --confidence: the translator assessed every hypothesis
-            record["confidence"] = round(assessment.shown_confidence, 4)
-            record["calibrated"] = assessment.confidence is not None
-            record["flags"] = assessment.flags
+            record.update(assessment.fields())
             record["features"] = assessment.features.as_dict()
         if alignments:
             record["alignment"] = self.alignment

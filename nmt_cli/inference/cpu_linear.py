@@ -22,7 +22,7 @@ one row runs instead as a batch of products over parts of the input (one part pe
 times its block of rows of W^T, then the products summed: MKL's batched product gives each thread a
 part. The weight is stored transposed for this, so the blocks are views (no copy).
 
-Every figure behind these choices is in docs/choices.md (``benchmarks/bench_cpu_linear.py`` measures them).
+Every figure behind these choices is in docs/choices.md (``benchmarks/studies/bench_cpu_linear.py`` measures them).
 
 ``NMT_CPU_LINEAR`` overrides the choice: ``packed`` (oneDNN by rows on any processor, one row
 included), ``onednn`` (the previous kernels: 2-7 rows as W x^T through the BLAS, else oneDNN
@@ -55,7 +55,8 @@ CHOICES = ("auto", "onednn", "packed", "blas")
 PACKED_FOR_ROWS = 16
 # From this many input rows on (an encoder's groups of sources, default-batched beam search's first
 # steps), the BLAS's product beats oneDNN's on processors without AVX-512; with AVX-512 the packed product
-# stays ahead at every size, see blas_min_rows (``bench_cpu_linear.py --micro``; figures in docs/choices.md).
+# stays ahead at every size, see blas_min_rows (``benchmarks/studies/bench_cpu_linear.py --micro``; figures in
+# docs/choices.md).
 BLAS_MIN_ROWS = 512
 
 

@@ -600,20 +600,8 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
 
 
 def _confidence_fields(assessed_per_line: list[list[Assessment]], rank: int) -> dict[str, Any]:
-    """The confidence of a text's ``rank``-th translation: its least trusted line's (a text is as good as its
-    worst sentence), the flags of all its lines and, for a text of several lines, each line's own."""
-    lines = [found[min(rank, len(found) - 1)] if found else None for found in assessed_per_line]
-    judged = [a for a in lines if a is not None]
-    assessed: dict[str, Any] = {
-        "confidence": round(min((a.shown_confidence for a in judged), default=1.0), 4),
-        "calibrated": all(a.confidence is not None for a in judged),
-        "flags": sorted({flag for a in judged for flag in a.flags}),
-    }
-    if len(lines) > 1:
-        assessed["lines"] = [
-            {"confidence": round(a.shown_confidence, 4), "flags": a.flags} if a is not None else None for a in lines
-        ]
-    return assessed
+    """The confidence of a text's ``rank``-th translation (a line with fewer alternatives: its last)."""
+    return Assessment.of_text([found[min(rank, len(found) - 1)] if found else None for found in assessed_per_line])
 
 
 def _describe(model: ServedModel) -> dict[str, Any]:

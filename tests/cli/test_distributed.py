@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import nmt_in_process
 
 from nmt_cli.train import checkpoint
 
@@ -102,17 +103,14 @@ def test_killed_two_process_run_resumes_with_one_or_two(recipe_path, tmp_path):
     assert saved, "no checkpoint was written before the kill"
     k = int(saved[-1].stem.split("_")[1])
     for nproc, target in ((1, k + 3), (2, k + 6)):
-        cmd = [
-            sys.executable,
-            "-m",
-            "nmt_cli",
-            "train",
-            str(recipe_path),
-            "--nproc",
-            str(nproc),
-            *sets(*COMMON, f"train.dir={run_dir}", f"train.max_steps={target}"),
-        ]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        args = ["train", str(recipe_path), "--nproc", str(nproc)]
+        args += sets(*COMMON, f"train.dir={run_dir}", f"train.max_steps={target}")
+        # one process resumes in this one (no interpreter to start); two are torchrun's
+        result = (
+            nmt_in_process(*args)
+            if nproc == 1
+            else subprocess.run([sys.executable, "-m", "nmt_cli", *args], capture_output=True, text=True, timeout=300)
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         assert "resuming from" in result.stderr
         assert checkpoint.step_path(run_dir, target).is_file()

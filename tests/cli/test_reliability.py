@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import read_lines, tiny_recipe_yaml, write_slice
+from conftest import nmt_in_process, read_lines, tiny_recipe_yaml, write_slice
 from typer.testing import CliRunner
 
 from nmt_cli.cli import app
@@ -39,8 +39,10 @@ def snapshot(folder: Path) -> dict[str, str]:
     }
 
 
-def nmt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmt_cli", *args], capture_output=True, text=True, timeout=timeout)
+def nmt(*args: str) -> subprocess.CompletedProcess:
+    """``nmt ARGS`` run in this process: these tests check what a command refuses and writes, not how a
+    process ends, and starting an interpreter and torch for each would take most of their time."""
+    return nmt_in_process(*args)
 
 
 def one_line_error(result) -> str:
@@ -216,10 +218,15 @@ def test_stale_temporary_files_of_dead_processes_are_removed(short_run, recipe_f
     dead = subprocess.Popen(["true"])
     dead.wait()
     stale = [short_run / f".model.pt.tmp{dead.pid}", short_run / "checkpoints" / f".step_00000009.pt.tmp{dead.pid}"]
-    alive = short_run / f".best.pt.tmp{os.getpid()}"  # a living writer's file is left alone
+    living = subprocess.Popen(["sleep", "300"])  # another process still writing: its file is left alone
+    alive = short_run / f".best.pt.tmp{living.pid}"
     for path in (*stale, alive):
         path.write_bytes(b"partial")
-    result = nmt(*train_args(recipe_file, "train.max_steps=9"))
+    try:
+        result = nmt(*train_args(recipe_file, "train.max_steps=9"))
+    finally:
+        living.kill()
+        living.wait()
     assert result.returncode == 0, result.stderr
     assert not any(p.exists() for p in stale) and alive.exists()
     assert str(stale[0]) in " ".join(result.stderr.split())

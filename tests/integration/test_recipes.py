@@ -32,17 +32,17 @@ def test_paper_setups():
 
 
 @pytest.mark.parametrize("name", ["multi30k_ende", "multi30k_enfr"])
-def test_small_recipes_train_a_few_steps(name, multi30k, m30k_slice, tmp_path):
-    """EN-DE on the whole corpus; EN-FR, the same recipe but for its target, on the 3,000-pair slice (learning a
-    vocabulary from all 29,000 pairs twice costs half a minute and tests nothing more)."""
-    whole = name == "multi30k_ende"
+def test_small_recipes_train_a_few_steps(name, m30k_slice, tmp_path):
+    """Each recipe, as written but for its data, on the 3,000-pair slice: the EN-DE one on the whole corpus is
+    tests/cli/test_documented_runs.py's (the README's own commands); learning a vocabulary from all 29,000 pairs
+    again here costs half a minute and tests nothing more."""
     recipe = load_recipe(
         RECIPES / f"{name}.yaml",
         [
-            f"data.root={multi30k if whole else m30k_slice}",
+            f"data.root={m30k_slice}",
             f"data.output={tmp_path / 'data'}",
             f"train.dir={tmp_path / 'run'}",
-            f"data.test=[{'test_2016_flickr' if whole else 'test'}]",
+            "data.test=[test]",
             "train.max_steps=3",
             "train.max_time=",
             "train.max_tokens=1024",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import OVERFIT_STEPS, kill_at_first_checkpoint
+from conftest import OVERFIT_STEPS, kill_at_first_checkpoint, nmt_in_process
 
 from nmt_cli.config import load_recipe
 from nmt_cli.errors import CheckpointError, NmtError
@@ -76,11 +76,12 @@ def test_resume_after_sigkill_is_bitwise_exact(prepared, tmp_path):
     ema = ["--set", "train.ema_decay=0.9"]
     killed = tmp_path / "killed"
     k = kill_at_first_checkpoint(_train_cmd(recipe_path, killed, 10_000) + ema, killed, timeout=120)
-    resumed = subprocess.run(_train_cmd(recipe_path, killed, 2 * k) + ema, capture_output=True, text=True)
+    # the resume and the straight run in this process: the kill above is what needed a process of its own
+    resumed = nmt_in_process(*_train_cmd(recipe_path, killed, 2 * k)[3:], *ema)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from {checkpoint.step_path(killed, k)}" in resumed.stderr.replace("\n", "")
     straight = tmp_path / "straight"
-    subprocess.run(_train_cmd(recipe_path, straight, 2 * k) + ema, check=True, capture_output=True)
+    assert nmt_in_process(*_train_cmd(recipe_path, straight, 2 * k)[3:], *ema).returncode == 0
     a, b = _state(checkpoint.step_path(killed, 2 * k)), _state(checkpoint.step_path(straight, 2 * k))
     assert a.keys() == b.keys()
     assert all(torch.equal(a[key], b[key]) for key in a)

@@ -2,7 +2,7 @@
 wall-clock budget, one at a time, then scored as ``bench_quality.py`` scores (last 5 checkpoints
 averaged, beam 4).
 
-    python benchmarks/bench_variants.py [--variants base,prenorm,...] [--minutes 10] [--threads 2]
+    python benchmarks/studies/bench_variants.py [--variants base,prenorm,...] [--minutes 10] [--threads 2]
 
 Per variant: updates done in the budget, validation perplexity of the averaged model (Multi30k val),
 BLEU on Multi30k test 2016, and the heads' attention-map similarity at the last validation. Run it
@@ -17,8 +17,10 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
-from common import ROOT, WORK, print_table, record
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the helpers every script shares
+from common import ROOT, WORK, print_table, record  # noqa: E402
 
 # name -> recipe overrides; the base is recipes/multi30k_ende.yaml (post-norm, sinusoidal, 4 heads,
 # dropout 0.1, label smoothing 0.1, inverse-sqrt with 400 warm-up updates)
@@ -101,7 +103,7 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
     print_table(f"Table 3 on a CPU: {args.minutes:g} minutes each, {args.threads} threads", rows)
-    record("variants", rows, "python benchmarks/bench_variants.py " + " ".join(sys.argv[1:]))
+    record("variants", rows, "python benchmarks/studies/bench_variants.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Which kernel should run a linear layer at inference on the CPU, in fp32.
 
-    python benchmarks/bench_cpu_linear.py MODEL --micro [--rows 1,2,4,8,16,32,64,128] [--repeats 3]
-    python benchmarks/bench_cpu_linear.py MODEL [--lines 60] [--rounds 3] [--batch-sizes 1,16]
+    python benchmarks/studies/bench_cpu_linear.py MODEL --micro [--rows 1,2,4,8,16,32,64,128] [--repeats 3]
+    python benchmarks/studies/bench_cpu_linear.py MODEL [--lines 60] [--rounds 3] [--batch-sizes 1,16]
 
 PyTorch runs ``F.linear`` in fp32 through its BLAS (MKL in the official x86 wheels). On processors
 that MKL does not tune for (AMD here), products with few rows, as in a decoder step, run far below
@@ -29,10 +29,13 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import SHARED, alternate_translations, record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the helpers every script shares
+from common import SHARED, alternate_translations, record  # noqa: E402
 
 from nmt_cli.decode.loading import load_model
 from nmt_cli.inference.cpu_linear import (
@@ -58,7 +61,7 @@ parser.add_argument(
 parser.add_argument("--threads", type=int, default=2)
 args = parser.parse_args()
 torch.set_num_threads(args.threads)
-command = "python benchmarks/bench_cpu_linear.py " + " ".join(sys.argv[1:])
+command = "python benchmarks/studies/bench_cpu_linear.py " + " ".join(sys.argv[1:])
 
 
 def step_microseconds(products, inputs: dict, budget_s: float = 0.3) -> float:

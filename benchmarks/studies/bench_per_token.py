@@ -1,6 +1,6 @@
 """Learning per target token, nmt against fairseq: training and validation NLL after the same updates.
 
-    python benchmarks/bench_per_token.py --steps 200 --fairseq-venv FSQ --fairseq-bin BIN \\
+    python benchmarks/studies/bench_per_token.py --steps 200 --fairseq-venv FSQ --fairseq-bin BIN \\
         --arm nmt= --arm fsinit=model.init=fairseq --set model.dropout=0 [--baseline OLD_CHECKOUT] [--parallel 2]
 
 Every arm trains m30k-small (`recipes/multi30k_ende.yaml`) for ``--steps`` updates with
@@ -25,45 +25,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import ROOT, WORK, print_table, record
-
-FAIRSEQ_MODEL = [
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "3",
-    "--decoder-layers",
-    "3",
-    "--encoder-embed-dim",
-    "256",
-    "--decoder-embed-dim",
-    "256",
-    "--encoder-ffn-embed-dim",
-    "1024",
-    "--decoder-ffn-embed-dim",
-    "1024",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
-    "--share-all-embeddings",
-    "--criterion",
-    "label_smoothed_cross_entropy",
-    "--label-smoothing",
-    "0.1",
-    "--optimizer",
-    "adam",
-    "--adam-betas",
-    "(0.9,0.98)",
-    "--lr",
-    "1e-3",
-    "--lr-scheduler",
-    "inverse_sqrt",
-    "--warmup-updates",
-    "400",
-    "--max-tokens",
-    "4096",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the helpers every script shares
+from common import FAIRSEQ_MODEL, ROOT, WORK, parse_arm, print_table, record  # noqa: E402
 
 
 def run_nmt(name: str, overrides: list[str], steps: int, log_every: int, threads: int, out: Path, code: Path = ROOT) -> dict:
@@ -145,11 +108,6 @@ def _env(threads: int) -> dict:
         "MKL_NUM_THREADS": str(threads),
         "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
     }
-
-
-def parse_arm(text: str) -> tuple[str, list[str]]:
-    name, _, overrides = text.partition("=")
-    return name, [item for item in overrides.split(",") if item]
 
 
 def main() -> None:

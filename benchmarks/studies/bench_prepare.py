@@ -1,6 +1,6 @@
 """Prepare time and peak RSS on Multi30k EN-DE at 1x and 10x (290k pairs), with 1 and 2 workers.
 
-    python benchmarks/bench_prepare.py [--repeats 3] [--scales 1,10]
+    python benchmarks/studies/bench_prepare.py [--repeats 3] [--scales 1,10]
 
 ``--scales`` lists the corpus sizes (multiples of the training set); the first is the baseline of
 the peak-RSS ratios printed at the end, one per scale and worker count.
@@ -15,8 +15,10 @@ import argparse
 import gzip
 import shutil
 import sys
+from pathlib import Path
 
-from common import SHARED, WORK, median, print_table, record, timed_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the helpers every script shares
+from common import SHARED, WORK, median, print_table, record, timed_run  # noqa: E402
 
 RECIPE = """
 data:
@@ -79,7 +81,7 @@ def main() -> None:
     for row in rows[2:]:
         ratio = row["peak RSS MiB (median)"] / base[row["workers"]]
         print(f"peak RSS {row['scale']}x / {scales[0]}x ({row['workers']} worker(s)): {ratio:.2f}")
-    record("prepare", rows, "python benchmarks/bench_prepare.py " + " ".join(sys.argv[1:]))
+    record("prepare", rows, "python benchmarks/studies/bench_prepare.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
