@@ -142,18 +142,19 @@ def template_dataset() -> Path:
     return recipe.data_dir
 
 
-def our_trainer(model: str, data: Path, max_tokens: str, compiled: bool):
+def our_trainer(model: str, data: Path, max_tokens: str, compiled: bool, packed: bool = False):
     from nmt_cli.config import load_recipe
     from nmt_cli.train.distributed import init_distributed
     from nmt_cli.train.loop import Trainer
 
-    run = WORK / f"gpu_{model}_{'compiled' if compiled else 'eager'}"
+    run = WORK / f"gpu_{model}_{'compiled' if compiled else 'eager'}{'_packed' if packed else ''}"
     overrides = [
         f"data.output={data}",
         f"train.dir={run}",
         "train.precision=bf16",
         f"train.max_tokens={max_tokens}",
         f"train.compile={'true' if compiled else 'false'}",
+        f"train.packed={'true' if packed else 'false'}",
         "train.device=cuda",
         "train.validate_every=0",
         "train.save_every=0",
@@ -256,9 +257,9 @@ def run_train_bench(args: argparse.Namespace) -> None:
     data = wmt_like_dataset(template_dataset(), WORK / "gpu_wmt_like", args.pairs)
     rows = []
     for model in args.models.split(","):
-        compiled_modes = [mode == "on" for mode in args.compile.split(",")]
-        trainers = {c: our_trainer(model, data, args.max_tokens, c) for c in compiled_modes}
-        first = trainers[compiled_modes[0]]
+        arms = [(c == "on", p == "on") for c in args.compile.split(",") for p in args.packed.split(",")]
+        trainers = {arm: our_trainer(model, data, args.max_tokens, *arm) for arm in arms}
+        first = trainers[arms[0]]
         batches = first._epoch_batches()
         rng = np.random.default_rng(0)
         # The timed batches: a random sample of the epoch (its order is already shuffled), same for every arm.
@@ -270,8 +271,8 @@ def run_train_bench(args: argparse.Namespace) -> None:
         # Round 0 is a whole untimed round per arm: on the H100 a first round ran at a third of the
         # later rounds' speed (the caching allocator growing to every batch shape), 20 warm-up updates or not.
         for round_ in range(args.rounds + 1):
-            for compiled, trainer in trainers.items():
-                name = "nmt compiled" if compiled else "nmt"
+            for (compiled, packed), trainer in trainers.items():
+                name = "nmt" + (" compiled" if compiled else "") + (" packed" if packed else "")
                 warmup = args.warmup
                 figures = time_ours(trainer, batches, warmup, args.steps)
                 print(f"  {model} round {round_} {name}: {figures}", flush=True)
@@ -326,7 +327,7 @@ def run_train_bench(args: argparse.Namespace) -> None:
             "gpu_train",
             [{**r, "peak_tflops": peak / 1e12, "device": device_line()} for r in rows],
             f"python benchmarks/bench_gpu.py train --models {args.models} --max-tokens {args.max_tokens} "
-            f"--steps {args.steps} --rounds {args.rounds} --compile {args.compile}",
+            f"--steps {args.steps} --rounds {args.rounds} --compile {args.compile} --packed {args.packed}",
         )
 
 
@@ -671,6 +672,7 @@ def main() -> None:
     train.add_argument("--rounds", type=int, default=2)
     train.add_argument("--pairs", type=int, default=200_000)
     train.add_argument("--compile", default="off", help="off, on, or off,on")
+    train.add_argument("--packed", default="off", help="train.packed: off, on, or off,on (arms: every pairing)")
     train.add_argument("--no-peer", dest="peer", action="store_false")
     decode = sub.add_parser("decode")
     decode.add_argument("--model", required=True)

@@ -4,12 +4,14 @@
 #   benchmarks/run_gpu.sh train  LOGDIR   training throughput, base and big, nmt vs the HF MarianMT loop
 #   benchmarks/run_gpu.sh decode LOGDIR   train a base-size Multi30k model for 150 s, then decode vs HF generate
 #   benchmarks/run_gpu.sh profile LOGDIR  torch.profiler top kernels: training (base, big) and decoding, nmt and HF
+#   benchmarks/run_gpu.sh packed LOGDIR   training throughput with train.packed off and on (padding-free batches)
 # DECODE_TRAIN_SECONDS (default 150) sets how long the decode and profile stages train their model;
 # DECODE_ARGS replaces the decode stage's "--lines 500 --bs1-lines 40" (e.g. add --eager-too).
 #   benchmarks/run_gpu.sh wave   LOGDIR   one call of about 9 minutes: a profile of big-model updates (where the time
-#                                       goes), training MFU base and big with train.compile off and on against the HF
-#                                       loop, and decoding against generate with this code and, where OLD_CODE names a
-#                                       checkout of an earlier nmt, with that code on the same model (trained by it)
+#                                       goes), training MFU base and big with train.compile and train.packed off
+#                                       and on against the HF loop, and decoding against generate with this code
+#                                       and, where OLD_CODE names a checkout of an earlier nmt, with that code on
+#                                       the same model (trained by it)
 # Reads the corpora from $NMT_TEST_DATA (default ../shared/data: Multi30k, newstest2014); needs `pip install -e .`
 # done or PYTHONPATH at the checkout.
 set -euo pipefail
@@ -30,6 +32,9 @@ case $stage in
   train-auto)
     python3 benchmarks/bench_gpu.py train --models base,big --max-tokens auto --steps 30 --warmup 8 --rounds 2 \
       2>&1 | tee "$logs/train_auto.log" ;;
+  packed)  # train.packed: padding-free batches (the variable-length flash kernel) against padded ones, eager
+    python3 benchmarks/bench_gpu.py train --models base,big --max-tokens 12288 --packed off,on --steps 30 --warmup 10 \
+      --rounds 3 2>&1 | tee "$logs/packed.log" ;;
   compile)  # slow: dynamic batch shapes recompile (3+ minutes for base on the H100)
     python3 benchmarks/bench_gpu.py train --models big --compile off,on --steps 30 --warmup 8 --rounds 2 --no-peer \
       2>&1 | tee "$logs/compile.log" ;;
@@ -56,8 +61,8 @@ case $stage in
     # Each part under its own time limit, so that one that overruns leaves the others their figures.
     timeout 110 python3 benchmarks/bench_gpu.py profile --models big --max-tokens 12288 --updates 2 --no-peer \
       2>&1 | tee "$logs/profile_big.log" || echo "profile: exit $?"
-    timeout 230 python3 benchmarks/bench_gpu.py train --models base,big --max-tokens 12288 --compile off,on --steps 12 \
-      --warmup 3 --rounds 2 2>&1 | tee "$logs/train.log" || echo "train: exit $?"
+    timeout 300 python3 benchmarks/bench_gpu.py train --models base,big --max-tokens 12288 --compile off,on \
+      --packed off,on --steps 12 --warmup 3 --rounds 2 2>&1 | tee "$logs/train.log" || echo "train: exit $?"
     data=$PWD/benchmarks/work/gpu_m30k run=$PWD/benchmarks/work/gpu_base_m30k old=${OLD_CODE:-.}
     base=(--set data.root=$shared/multi30k --set data.output=$data --set train.dir=$run --set train.precision=bf16
           --set train.max_time=${DECODE_TRAIN_SECONDS:-35}s --set train.validate_every=0 --set train.lr=7e-4
@@ -74,5 +79,5 @@ case $stage in
       (cd "$old" && PYTHONPATH=$PWD timeout 75 python3 benchmarks/bench_gpu.py "${decode[@]}") 2>&1 \
         | tee "$logs/decode_old.log" || echo "decode (old code): exit $?"
     fi ;;
-  *) echo "stage: tests, train, train-auto, compile, decode, profile or wave" >&2; exit 2 ;;
+  *) echo "stage: tests, train, train-auto, packed, compile, decode, profile or wave" >&2; exit 2 ;;
 esac

@@ -305,6 +305,12 @@ class TrainConfig:
         False, "torch.compile each encoder and decoder layer (regional, shapes symbolic): fuses the element-wise work"
     )
     activation_checkpointing: bool = _opt(False, "recompute layer activations in backward (saves memory)")
+    packed: bool = _opt(
+        False,
+        "padding-free batches: each batch's sentences laid end to end, attention kept within each (on CUDA in "
+        "bf16/fp16 the variable-length flash-attention kernel; elsewhere the padded computation, slower); "
+        "absolute positions, sentence-level models",
+    )
     train_previous: bool = _opt(
         False,
         "model.recurrence: also train each batch's previous pairs (their loss counted), as Transformer-XL trains the "
@@ -477,6 +483,8 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
         fail("data.tag_synthetic", "tags the data.synthetic corpora; name them in data.synthetic")
     if recipe.vocab.extend and not recipe.vocab.from_:
         fail("vocab.extend", "extends a reused vocabulary; set vocab.from to the model whose vocabulary to extend")
+    if recipe.train.packed and (conflict := _packed_conflict(recipe)):
+        fail("train.packed", conflict)
     if recipe.train.precision == "fp16" and recipe.train.device == "cpu":
         fail("train.precision", "fp16 needs CUDA; use bf16 or fp32 on the CPU")
     if recipe.train.average_last > recipe.train.keep_last > 0:
@@ -488,6 +496,21 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
     for i, item in enumerate(recipe.download):
         if not item.url or not re.fullmatch(r"[0-9a-f]{64}", item.sha256):
             fail(f"download[{i}]", "needs a url and a 64-digit hex sha256 (quote it in YAML)")
+
+
+def _packed_conflict(recipe: Recipe) -> str | None:
+    """Why ``train.packed`` cannot train this recipe, or None: a packed batch holds each sentence's tokens
+    alone (model/packing.py), so what reads across sentences or needs their padded grid is refused."""
+    m = recipe.model
+    if m.positions not in ("sinusoidal", "learned"):
+        return f"needs absolute positions (model.positions: {m.positions} is relative); turn one off"
+    if m.concat_target:  # (model.recurrence runs on XL's relative positions, refused above)
+        return "packs sentences one by one; model.concat_target reads the previous ones with them: turn one off"
+    if m.attention_dropout:
+        return "the packed attention kernel has no dropout; set model.attention_dropout: 0"
+    if recipe.train.guided_alignment:
+        return "guided alignment reads padded attention weights; turn one off"
+    return None
 
 
 def require_data(recipe: Recipe, source: str = "recipe") -> None:

@@ -336,3 +336,24 @@ def nmt_log_probs(loaded, source: str, target: str) -> torch.Tensor:
         hidden = loaded.model.decode(torch.tensor([[2] + tgt]), memory, mask)
         log_probs = torch.log_softmax(loaded.model.logits(hidden)[0], -1)
     return log_probs[torch.arange(len(tgt) + 1), torch.tensor(tgt + [3])]
+
+
+# Rows of a batch for train.packed's tests: every row but one padded on at least one side.
+PACKING_LENGTHS = [(7, 5), (3, 9), (11, 2), (1, 1), (6, 6)]
+
+
+def padded_pairs(lengths: list[tuple[int, int]], seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    """Random right-padded rows (pad id 0) of the given (source, target) lengths, as ``data/batches.py`` pads
+    them, with the counts a real batch carries: (src, tgt_in, tgt_out, target tokens, source tokens)."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, width_s, width_t = len(lengths), max(s for s, _ in lengths), max(t for _, t in lengths)
+    src = torch.full((rows, width_s), 0)
+    tgt = torch.full((rows, width_t + 1), 0)
+    for row, (s, t) in enumerate(lengths):
+        src[row, :s] = torch.randint(4, 60, (s,), generator=generator)
+        tgt[row, : t + 1] = torch.randint(4, 60, (t + 1,), generator=generator)
+    tgt_in, tgt_out = tgt[:, :-1].clone(), tgt[:, 1:].clone()
+    for row, (_, t) in enumerate(lengths):
+        tgt_out[row, t:] = 0  # tgt_in holds t tokens (BOS y), tgt_out the same t (y EOS)
+        tgt_in[row, t:] = 0
+    return src, tgt_in, tgt_out, sum(t for _, t in lengths), sum(s for s, _ in lengths)

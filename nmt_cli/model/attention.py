@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .dropout import apply_dropout
+from .packing import Layout, Packing
 from .positions import sinusoids
 from .recurrence import Past
 
@@ -108,6 +109,30 @@ def attention(
             future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(t_k - t_q + 1)
             mask = ~future if mask is None else mask & ~future
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+
+
+def packed_attention(q: Tensor, k: Tensor, v: Tensor, queries: Layout, keys: Layout, causal: bool) -> Tensor:
+    """:func:`attention` within each sentence of a packed batch (``packing.py``): q (1, H, Nq, d_k) laid out
+    by ``queries``, k and v (1, H, Nk, d_k) by ``keys``; the i-th query sentence sees the i-th key sentence
+    alone. On CUDA in half precision, PyTorch's variable-length flash-attention kernel (no padding, no mask);
+    elsewhere :func:`attention` itself over the padded layout (unpacked for it, packed again)."""
+    q_rows, k_rows, v_rows = (t[0].transpose(0, 1) for t in (q, k, v))  # (N, H, d_k)
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        from torch.nn.attention.varlen import varlen_attn  # imported when used: a recent module
+
+        out = varlen_attn(
+            q_rows, k_rows, v_rows, queries.offsets, keys.offsets, queries.width, keys.width,
+            window_size=(-1, 0) if causal else (-1, -1),
+        )  # fmt: skip
+        assert isinstance(out, Tensor)  # no auxiliary outputs asked for
+        return out.transpose(0, 1).unsqueeze(0)
+
+    def padded(rows: Tensor, layout: Layout) -> Tensor:
+        return layout.unpack(rows).transpose(1, 2)  # (B, H, T, d_k)
+
+    mask = keys.mask[:, None, None, :]
+    out = attention(padded(q_rows, queries), padded(k_rows, keys), padded(v_rows, keys), mask, causal=causal)
+    return queries.pack(out.transpose(1, 2)).transpose(0, 1).unsqueeze(0)  # (1, H, Nq, d_k)
 
 
 Kernel = Literal["fused", "written out", "in place"]
@@ -281,15 +306,18 @@ class SelfAttention(_Heads):
     def forward(
         self,
         x: Tensor,
-        mask: Tensor | None = None,
+        mask: Tensor | Layout | None = None,
         causal: bool = False,
         past: Past | None = None,
         keep: list[tuple[Tensor, Tensor]] | None = None,
     ) -> Tensor:
         """Attention of ``x`` (B, T, D) over itself, and over ``past``'s keys/values first where given
         (segment-level recurrence, ``recurrence.py``: no gradient through them); ``keep`` receives this
-        input's keys and values (detached), for the next sentence's past."""
+        input's keys and values (detached), for the next sentence's past. A packed batch's ``x`` is
+        (1, N, D) and its ``mask`` the sentences' :class:`Layout`."""
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))  # each (B, H, T, d_k)
+        if isinstance(mask, Layout):  # a packed batch (packing.py): absolute positions only, no past
+            return self._merge(packed_attention(q, k, v, mask, mask, causal))
         if keep is not None:
             keep.append((k.detach(), v.detach()))
         if past is not None:
@@ -337,9 +365,13 @@ class CrossAttention(_Heads):
         k, v = self.kv(memory).chunk(2, dim=-1)
         return self._split(k), self._split(v)
 
-    def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, mask: Tensor | Packing | None = None) -> Tensor:
+        """``x`` (B, T, D) over ``memory`` (B, S, D); a packed batch's are (1, N, D) and its ``mask`` the
+        :class:`Packing` of its two sides."""
         q = self._split(self.q(x))  # (B, H, T, d_k)
         k, v = self.memory_keys_values(memory)  # (B, H, S, d_k)
+        if isinstance(mask, Packing):
+            return self._merge(packed_attention(q, k, v, mask.target, mask.source, causal=False))
         return self._merge(attention(q, k, v, mask, self._attention_dropout()))  # (B, T, D)
 
     def attention_map(self, x: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:

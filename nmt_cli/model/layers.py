@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from .attention import CrossAttention, SelfAttention
 from .dropout import Dropout, apply_dropout
+from .packing import Layout, Packing
 from .recurrence import Kept, Past
 
 Arrangement = Literal["post", "pre", "rezero", "none"]
@@ -111,9 +112,9 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
-    def forward(self, x: Tensor, src_mask: Tensor, past: Past | None = None, keep: Kept | None = None) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | Layout, past: Past | None = None, keep: Kept | None = None) -> Tensor:
         """``past``: the previous sentences' keys/values this layer attends to as well (recurrence.py);
-        ``keep`` receives this sentence's."""
+        ``keep`` receives this sentence's. A packed batch (packing.py) gives its source's layout as the mask."""
         x = self.res_attn(x, lambda h: self.self_attn(h, mask=src_mask, past=past, keep=keep))
         return self.res_ffn(x, self.ffn)
 
@@ -131,11 +132,14 @@ class DecoderLayer(nn.Module):
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
     def forward(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor, past: Past | None = None, keep: Kept | None = None
+        self, x: Tensor, memory: Tensor, src_mask: Tensor | Packing, past: Past | None = None, keep: Kept | None = None
     ) -> Tensor:
         """``x`` (B, T, D) the embedded shifted target, ``memory`` (B, S, D) the encoder output; ``past`` the
-        previous target sentences' self-attention keys/values (recurrence.py), ``keep`` receives this one's."""
-        x = self.res_self(x, lambda h: self.self_attn(h, causal=True, past=past, keep=keep))
+        previous target sentences' self-attention keys/values (recurrence.py), ``keep`` receives this one's.
+        A packed batch (packing.py) gives its :class:`Packing` as the mask: its target's layout then bounds
+        the self-attention too."""
+        own = src_mask.target if isinstance(src_mask, Packing) else None
+        x = self.res_self(x, lambda h: self.self_attn(h, mask=own, causal=True, past=past, keep=keep))
         x = self.res_cross(x, lambda h: self.cross_attn(h, memory, mask=src_mask))
         return self.res_ffn(x, self.ffn)
 

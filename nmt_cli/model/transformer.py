@@ -23,6 +23,7 @@ from .dropout import Dropout
 from .guided import GUIDED_HEAD, alignment_loss, guided_layer
 from .layers import DecoderLayer, EncoderLayer, Residual
 from .loss import label_smoothed_nll, output_loss
+from .packing import Layout, Packing
 from .positions import LearnedPositions, SinusoidalPositions
 from .recurrence import Kept, Past, join_pasts, right_aligned
 
@@ -59,14 +60,24 @@ class Transformer(nn.Module):
         if config.tie_output:
             self.output.weight = self.tgt_embed.weight
         self.activation_checkpointing = False
+        self.packed = False  # train.packed: training batches without padding (packing.py); the trainer sets it
         _initialise(self, config)
 
     # ----------------------------------------------------------------- embeddings
 
     def _embed(self, embedding: nn.Embedding, tokens: Tensor) -> Tensor:
-        x = embedding(tokens) * self.embed_scale  # (B, T, D)
-        if self.positions is not None:
-            positions = self.positions(tokens.size(1))
+        positions = self.positions(tokens.size(1)) if self.positions is not None else None
+        return self._scaled_with_positions(embedding(tokens), positions)  # (B, T, D)
+
+    def _embed_packed(self, embedding: nn.Embedding, tokens: Tensor, layout: Layout) -> Tensor:
+        """:meth:`_embed` of the real tokens of ``tokens`` (B, T) alone, laid end to end: (1, N, D)."""
+        positions = self.positions.at(layout.positions) if self.positions is not None else None
+        return self._scaled_with_positions(embedding(layout.pack(tokens)), positions).unsqueeze(0)
+
+    def _scaled_with_positions(self, x: Tensor, positions: Tensor | None) -> Tensor:
+        """Embeddings scaled by sqrt(d_model), plus the absolute positions' (section 3.4), then dropout."""
+        x = x * self.embed_scale
+        if positions is not None:
             x = x + (positions if positions.dtype == x.dtype else positions.to(x.dtype))
         return self.embed_dropout(x) if self.training else x
 
@@ -150,7 +161,21 @@ class Transformer(nn.Module):
             return checkpoint(layer.forward_aligned, x, memory, src_mask, GUIDED_HEAD, past, use_reentrant=False)
         return layer.forward_aligned(x, memory, src_mask, GUIDED_HEAD, past)
 
-    def _run(self, layer: nn.Module, *args: Tensor, past: Past | None = None, keep: Kept | None = None) -> Tensor:
+    def _packed_hidden(self, src: Tensor, tgt_in: Tensor, packing: Packing) -> Tensor:
+        """:meth:`encode` then :meth:`decode` of a packed batch: the decoder states of the target's real
+        positions, (1, N, D) in ``packing.target``'s order."""
+        x = self._embed_packed(self.src_embed, src, packing.source)
+        for layer in self.encoder_layers:
+            x = self._run(layer, x, packing.source)
+        memory = self.encoder_norm(x)
+        y = self._embed_packed(self.tgt_embed, tgt_in, packing.target)
+        for decoder_layer in self.decoder_layers:
+            y = self._run(decoder_layer, y, memory, packing)
+        return self.decoder_norm(y)
+
+    def _run(
+        self, layer: nn.Module, *args: Tensor | Layout | Packing, past: Past | None = None, keep: Kept | None = None
+    ) -> Tensor:
         if keep is not None or past is not None:
             # a layer that keeps its keys/values runs whole: recomputing it would keep them twice
             if self.activation_checkpointing and self.training and keep is None:
@@ -213,6 +238,7 @@ class Transformer(nn.Module):
         alignment: Tensor | None = None,
         alignment_weight: float = 0.0,
         previous: Sequence[PreviousPairs] | None = None,
+        source_tokens: int | None = None,
     ) -> tuple[Tensor, Tensor, int]:
         """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch; with ``alignment``
         (the batch's word links, :class:`..data.batches.Batch`) and a weight, the loss adds that weight times
@@ -221,8 +247,16 @@ class Transformer(nn.Module):
 
         ``target_tokens``, the number of non-padding targets when the caller knows it, saves a wait for the GPU:
         selecting an unknown number of positions must first read that number back from it. In training the
-        previous pairs' loss and tokens are counted in (:meth:`previous_pasts`).
+        previous pairs' loss and tokens are counted in (:meth:`previous_pasts`). ``source_tokens`` likewise: a
+        packed batch (``self.packed``, training) finds its real tokens with both counts.
         """
+        if self.packed and self.training:
+            assert target_tokens is not None and source_tokens is not None, "a packed batch needs its token counts"
+            assert previous is None and not (alignment is not None and alignment_weight > 0), "train.packed refuses them"
+            packing = Packing(Layout.of(src, self.pad_id, source_tokens), Layout.of(tgt_in, self.pad_id, target_tokens))
+            hidden = self._packed_hidden(src, tgt_in, packing)  # (1, N, D)
+            loss, nll = self._output_loss(hidden, packing.target.pack(tgt_out)[None], epsilon, target_tokens)
+            return loss, nll, target_tokens
         past_encoder, past_decoder, previous_loss, previous_nll = (
             self.previous_pasts(previous, epsilon) if previous else (None, None, None, None)
         )
@@ -253,9 +287,10 @@ class Transformer(nn.Module):
         alignment: Tensor | None = None,
         alignment_weight: float = 0.0,
         previous: Sequence[PreviousPairs] | None = None,
+        source_tokens: int | None = None,
     ) -> tuple[Tensor, Tensor, int]:
         """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
-        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens, alignment, alignment_weight, previous)
+        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens, alignment, alignment_weight, previous, source_tokens)
 
 
 def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:

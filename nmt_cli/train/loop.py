@@ -72,6 +72,7 @@ class Trainer:
         self.model: Transformer = build_model(recipe.model, self.data.src_size, self.data.tgt_size, PAD_ID)
         self.model.to(info.device)
         self.model.activation_checkpointing = self.config.activation_checkpointing
+        self.model.packed = self.config.packed
         _prefer_memory_efficient_attention(info.device)
         self.optimizer = _optimizer(self.model, recipe)
         self.ema = WeightAverage(self.model, self.config.ema_decay) if self.config.ema_decay else None
@@ -288,6 +289,11 @@ class Trainer:
             self.scaler, self._autocast, self.config.guided_alignment,
         )  # fmt: skip
 
+    def _probe_loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        """The loss of one of the memory probe's batches, whose tokens are all real (no padding)."""
+        smoothing = self.config.label_smoothing
+        return self.model(src, tgt_in, tgt_out, smoothing, tgt_out.numel(), None, 0.0, None, src.numel())[0]
+
     def _probe_batch_size(self) -> int:
         """``train.max_tokens: auto`` on a GPU: the largest batch whose update fits, the same on every process."""
         longest = min(int(self.data.train.pair_lengths.max()), self.recipe.model.max_positions)
@@ -296,7 +302,7 @@ class Trainer:
             self.optimizer,
             (self.data.src_size, self.data.tgt_size),
             longest,
-            lambda src, tgt_in, tgt_out: self.model(src, tgt_in, tgt_out, self.config.label_smoothing)[0],
+            self._probe_loss,
             self._autocast,
             self.info,
             self.log,
