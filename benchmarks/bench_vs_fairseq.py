@@ -22,18 +22,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import FAIRSEQ_MODEL, ROOT, WORK, parse_arm, print_table, record
+from common import NMT_RACE_SETTINGS, ROOT, WORK, fairseq_train, parse_arm, print_table, record
 
 
 def run_nmt(run_dir: Path, steps: int, overrides: list[str], env: dict) -> list[float]:
     sets = [
         f"train.dir={run_dir}",
         f"train.max_steps={steps}",
-        "train.max_time=",
-        "train.valid_bleu=false",
-        "train.validate_every=0",
-        "train.save_every=0",
-        "train.average_last=0",
+        *NMT_RACE_SETTINGS,
         "train.log_every=25",
         "train.threads=2",
         *overrides,
@@ -51,20 +47,7 @@ def run_nmt(run_dir: Path, steps: int, overrides: list[str], env: dict) -> list[
 
 def run_fairseq(venv: Path, data_bin: Path, steps: int, env: dict, log: Path) -> list[float]:
     cmd = [
-        str(venv / "bin" / "fairseq-train"),
-        str(data_bin),
-        "--cpu",
-        "--seed",
-        "1",
-        "--source-lang",
-        "en",
-        "--target-lang",
-        "de",
-        *FAIRSEQ_MODEL,
-        "--dropout",
-        "0.1",
-        "--max-update",
-        str(steps),
+        *fairseq_train(venv, data_bin, 0.1, steps),
         "--disable-validation",
         "--no-save",
         "--log-format",

@@ -150,6 +150,24 @@ FAIRSEQ_MODEL = [
 ]
 
 
+# nmt's side of a race against fairseq: no time limit, and no validation, checkpoint or average to interrupt it.
+NMT_RACE_SETTINGS = [
+    "train.max_time=",
+    "train.valid_bleu=false",
+    "train.validate_every=0",
+    "train.save_every=0",
+    "train.average_last=0",
+]
+
+
+def fairseq_train(venv: Path, data_bin: Path, dropout: float, steps: int) -> list[str]:
+    """``fairseq-train`` on the CPU with that Transformer: how every race's fairseq command begins."""
+    return [
+        str(venv / "bin" / "fairseq-train"), str(data_bin), "--cpu", "--seed", "1", "--source-lang", "en",
+        "--target-lang", "de", *FAIRSEQ_MODEL, "--dropout", str(dropout), "--max-update", str(steps),
+    ]  # fmt: skip
+
+
 def parse_arm(text: str) -> tuple[str, list[str]]:
     name, _, overrides = text.partition("=")
     return name, [item for item in overrides.split(",") if item]

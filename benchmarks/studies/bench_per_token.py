@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the helpers every script shares
-from common import FAIRSEQ_MODEL, ROOT, WORK, parse_arm, print_table, record  # noqa: E402
+from common import NMT_RACE_SETTINGS, ROOT, WORK, fairseq_train, parse_arm, print_table, record  # noqa: E402
 
 
 def run_nmt(name: str, overrides: list[str], steps: int, log_every: int, threads: int, out: Path, code: Path = ROOT) -> dict:
@@ -36,11 +36,7 @@ def run_nmt(name: str, overrides: list[str], steps: int, log_every: int, threads
         f"data.output={ROOT / 'data-bin' / 'multi30k_ende'}",
         f"train.dir={run_dir}",
         f"train.max_steps={steps}",
-        "train.max_time=",
-        "train.valid_bleu=false",
-        "train.validate_every=0",
-        "train.save_every=0",
-        "train.average_last=0",
+        *NMT_RACE_SETTINGS,
         f"train.log_every={log_every}",
         f"train.threads={threads}",
         *overrides,
@@ -62,20 +58,7 @@ def run_nmt(name: str, overrides: list[str], steps: int, log_every: int, threads
 
 def run_fairseq(venv: Path, data_bin: Path, dropout: float, steps: int, log_every: int, threads: int, out: Path) -> dict:
     cmd = [
-        str(venv / "bin" / "fairseq-train"),
-        str(data_bin),
-        "--cpu",
-        "--seed",
-        "1",
-        "--source-lang",
-        "en",
-        "--target-lang",
-        "de",
-        *FAIRSEQ_MODEL,
-        "--dropout",
-        str(dropout),
-        "--max-update",
-        str(steps),
+        *fairseq_train(venv, data_bin, dropout, steps),
         "--validate-interval",
         "1000",
         "--no-save",

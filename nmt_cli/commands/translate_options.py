@@ -74,6 +74,8 @@ class TranslateOptions:
         given_files += [(p, "--glossary") for p in self.glossaries] + [(p, "--keep-terms") for p in self.keep_terms]
         for path, flag in given_files:
             if path is not None and not path.is_file():
+                if path.exists() and not path.is_dir():  # a pipe (bash's <(...)), read more than once below
+                    raise NmtError(f"{flag} {path}: a pipe, not a file; write it to a file and give that")
                 raise NmtError(f"{flag} {path}: file not found")
         self._check_glossary_options()
         if self.alignment_layer is not None and not self.alignments:

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .dropout import apply_dropout
-from .packing import Layout, Packing
+from .packing import Layout, Packing, has_variable_length_kernel
 from .positions import sinusoids
 from .recurrence import Past
 
@@ -117,8 +117,8 @@ def packed_attention(q: Tensor, k: Tensor, v: Tensor, queries: Layout, keys: Lay
     alone. On CUDA in half precision, PyTorch's variable-length flash-attention kernel (no padding, no mask);
     elsewhere :func:`attention` itself over the padded layout (unpacked for it, packed again)."""
     q_rows, k_rows, v_rows = (t[0].transpose(0, 1) for t in (q, k, v))  # (N, H, d_k)
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-        from torch.nn.attention.varlen import varlen_attn  # imported when used: a recent module
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and has_variable_length_kernel():
+        from torch.nn.attention.varlen import varlen_attn  # PyTorch 2.9 on
 
         out = varlen_attn(
             q_rows, k_rows, v_rows, queries.offsets, keys.offsets, queries.width, keys.width,

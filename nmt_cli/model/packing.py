@@ -12,6 +12,8 @@ Only the layers' inputs change: every other operation works token by token, so p
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from dataclasses import dataclass
 
 import torch
@@ -63,3 +65,18 @@ class Packing:
 
     source: Layout
     target: Layout
+
+
+@functools.cache
+def has_variable_length_kernel() -> bool:
+    """Whether this PyTorch has the variable-length flash-attention kernel (``torch.nn.attention.varlen``)."""
+    return importlib.util.find_spec("torch.nn.attention.varlen") is not None
+
+
+def packed_attention_kernel(device: torch.device, precision: str) -> str:
+    """What computes a packed batch's attention on ``device`` in ``precision``, in words (for the run's log)."""
+    if device.type == "cuda" and precision in ("bf16", "fp16"):
+        if has_variable_length_kernel():
+            return "the variable-length flash-attention kernel"
+        return f"the padded computation (PyTorch {torch.__version__} has no variable-length kernel; 2.9 on has)"
+    return "the padded computation (the variable-length kernel needs CUDA and bf16 or fp16)"

@@ -24,6 +24,7 @@ from ..config import Recipe, dump_recipe
 from ..data.batches import collate, make_batches, target_tokens
 from ..data.vocab import PAD_ID
 from ..errors import NmtError, TrainingStopped
+from ..model.packing import packed_attention_kernel
 from ..model.transformer import Transformer, build_model
 from ..utils.allocator import keep_freed_memory, release_freed_memory
 from ..utils.cpu import check_parallelism
@@ -81,6 +82,9 @@ class Trainer:
         # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
         self.precision = resolve_precision(self.config.precision, info.device)
+        if self.config.packed:
+            kernel = packed_attention_kernel(info.device, self.precision)
+            log(f"train.packed: sentences laid end to end, attention through {kernel}")
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         self.state = TrainState()
         self.report = Reporter(self.folder, self.config.tensorboard, info, log)

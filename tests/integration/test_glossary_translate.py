@@ -4,6 +4,7 @@ approved translation, lines without terms come out as without a glossary, proble
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -60,7 +61,10 @@ def test_glossary_problems_are_one_line(overfit, tmp_path):
     long.write_text("dog\t" + " ".join(["Hundehütte"] * 400) + "\n")
     glossary = tmp_path / "ok.tsv"
     glossary.write_text("dog\tHund\n")
+    pipe = tmp_path / "pipe"  # what bash's --glossary <(...) hands over
+    os.mkfifo(pipe)
     for extra, message in (
+        (["--glossary", str(pipe)], f"--glossary {pipe}: a pipe, not a file; write it to a file"),
         (["--glossary", str(empty)], f"{empty}:2: an empty term"),
         (["--glossary", str(twice)], f"{twice}:2: 'dog' is already translated as 'Hund'"),
         (["--glossary", str(tmp_path / "none.tsv")], "--glossary"),

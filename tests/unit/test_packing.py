@@ -99,3 +99,12 @@ def test_what_a_packed_batch_cannot_train_is_refused_in_one_line(overrides, name
     message = str(refused.value)
     assert "train.packed" in message and named in message and "\n" not in message
     assert load_recipe("recipes/multi30k_ende.yaml", ["train.packed=true"]).train.packed
+
+
+def test_the_run_log_names_what_computes_a_packed_batchs_attention():
+    from nmt_cli.model.packing import has_variable_length_kernel, packed_attention_kernel
+
+    assert packed_attention_kernel(torch.device("cpu"), "bf16").startswith("the padded computation")
+    on_gpu = packed_attention_kernel(torch.device("cuda"), "bf16")  # words only: no device is touched
+    assert ("variable-length flash-attention kernel" in on_gpu) == has_variable_length_kernel()
+    assert packed_attention_kernel(torch.device("cuda"), "fp32").startswith("the padded computation")
