@@ -44,7 +44,16 @@ from .body import read_fields
 from .languages import LanguageDetector, language_name
 from .loop import Job, QueueFull, ShuttingDown
 from .metrics import ServerMetrics
-from .requests import BadRequest, Limits, ServedModel, TranslationRequest, parse_request, pick_model, shown
+from .requests import (
+    BadRequest,
+    Limits,
+    ServedModel,
+    TranslationRequest,
+    parse_request,
+    pick_model,
+    request_glossary,
+    shown,
+)
 
 log = logging.getLogger("nmt.serve")
 # Paths counted under their own name in nmt_http_responses_total; any other is "other" (bounded labels).
@@ -234,7 +243,8 @@ def _file_routes(models: list[ServedModel], limits: Limits) -> APIRouter:
     @router.post("/translate_file")
     async def translate_file(request: Request) -> Response:
         """LibreTranslate's: a multipart ``file`` (any format ``nmt_cli/formats`` reads), answered with the URL of
-        its translation; the sentences go through the model's decoding loop like any request's."""
+        its translation; the sentences go through the model's decoding loop like any request's, with the terms of
+        a ``glossary`` field (a served glossary's name, or JSON pairs) as ``/translate``'s."""
         try:
             fields, _ = await read_fields(request, limits.max_body_bytes)
             upload = fields.get("file")
@@ -245,8 +255,9 @@ def _file_routes(models: list[ServedModel], limits: Limits) -> APIRouter:
                 formats = ", ".join(sorted(EXTENSIONS))
                 raise BadRequest(400, f"{shown(name)}: not a document format this server translates ({formats})")
             model, _ = pick_model({k: v for k, v in fields.items() if k in ("source", "target")}, models, [], None)
+            glossary = request_glossary(fields, limits, model)
             data = await upload.read()
-            sentences = _sentences_through_loop(model)
+            sentences = _sentences_through_loop(model, glossary=glossary)
             try:
                 document = DocumentRequest(sentences, model.source, model.target, Path(name), limits=limits.unpack)
                 translated, _ = await asyncio.to_thread(translate_document, data, document)

@@ -118,9 +118,7 @@ def parse_request(
     confidence = _boolean(fields, "confidence", from_form)
     if confidence and html:
         raise BadRequest(400, '"confidence" is given for "format": "text" only; leave it out for HTML')
-    glossary = _glossary(fields.get("glossary"), limits) if "glossary" in fields else None
-    if glossary is not None and (model.loaded.recipe.model.concat or model.loaded.recipe.model.recurrence):
-        raise BadRequest(400, '"glossary" is applied by sentence-level models only so far; leave it out')
+    glossary = request_glossary(fields, limits, model)
     return TranslationRequest(
         texts,
         single,
@@ -134,6 +132,25 @@ def parse_request(
         glossary=glossary,
         ignored=[shown(k) for k in ignored],
     )
+
+
+def request_glossary(fields: dict[str, Any], limits: Limits, model: ServedModel) -> Glossary | None:
+    """A request's "glossary" (None without one): the name of one loaded at start-up, or its own list of pairs;
+    in a form (``/translate_file``'s upload) that list comes as JSON text."""
+    if "glossary" not in fields:
+        return None
+    value = fields["glossary"]
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise BadRequest(
+                400, f'"glossary" is not valid JSON ({err.msg}); send a served glossary\'s name or a list of pairs'
+            ) from None
+    glossary = _glossary(value, limits)
+    if model.loaded.recipe.model.concat or model.loaded.recipe.model.recurrence:
+        raise BadRequest(400, '"glossary" is applied by sentence-level models only so far; leave it out')
+    return glossary
 
 
 def _glossary(value: Any, limits: Limits) -> Glossary:

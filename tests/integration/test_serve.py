@@ -507,3 +507,13 @@ def test_a_glossary_named_or_sent_steers_the_translation(overfit):
         for glossary, words in (("staff", 'no glossary named "staff"; served: people'), ([["man", ""]], "an empty term")):
             answer = client.post("/translate", json={"text": line, "glossary": glossary})
             assert answer.status_code == 400 and words in answer.json()["error"], answer.json()
+        # an uploaded document: the same terms from a form field (a name, or the pairs as JSON)
+        for glossary in ("people", '[["man", "Kerl"]]'):
+            upload = {"file": ("page.md", f"# {line}\n\n{line}\n".encode())}
+            form = {"source": "en", "target": "de", "glossary": glossary}
+            answer = client.post("/translate_file", files=upload, data=form)
+            assert answer.status_code == 200, answer.json()
+            document = client.get(answer.json()["translatedFileUrl"].split("testserver", 1)[1]).text
+            assert document.count("Kerl") == 2, document
+        refused = client.post("/translate_file", files=upload, data={"source": "en", "target": "de", "glossary": "[["})
+        assert refused.status_code == 400 and '"glossary" is not valid JSON' in refused.json()["error"]
