@@ -226,6 +226,16 @@ def test_bf16_autocast_trains_on_cpu(prepared, tmp_path):
     assert all(t.dtype == torch.float32 for t in weights.values() if t.is_floating_point())
 
 
+def test_packed_batches_train_as_padded_ones_and_the_log_says_how(prepared, tmp_path):
+    """``train.packed``: the run trains (dropout off in the tiny recipe, so its losses are the padded run's up to
+    rounding) and its log names the computation behind the packed attention."""
+    messages, records = _short_run(prepared, tmp_path / "packed", "train.packed=true")
+    _, padded = _short_run(prepared, tmp_path / "padded")
+    assert any(m.startswith("train.packed: sentences laid end to end, attention through the padded") for m in messages)
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses == pytest.approx([r["loss"] for r in padded if "loss" in r], rel=1e-4) and len(losses) == 3
+
+
 def test_gradient_accumulation_and_clipping_run(prepared, tmp_path):
     messages, records = _short_run(
         prepared, tmp_path, "train.update_freq=2", "train.clip_norm=0.5", "train.lr_schedule=noam", "train.warmup=2"
