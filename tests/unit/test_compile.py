@@ -41,3 +41,29 @@ def test_compiled_layers_give_the_eager_loss_and_gradients_without_recompiling_f
         torch.testing.assert_close(c_loss, loss, rtol=1e-5, atol=1e-5)
         for grad, c_grad in zip(grads, c_grads):
             torch.testing.assert_close(c_grad, grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow  # as above: inductor compiles C++ on the CPU
+def test_compiled_layers_take_packed_batches():
+    """``train.compile`` with ``train.packed``: the compiled layers read a packed batch's layout and give the
+    eager layers' loss and gradients."""
+    from conftest import PACKING_LENGTHS, padded_pairs
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0), 60, 60, 0).train()
+    model.packed = True
+
+    def loss_and_grads(batch: tuple) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        src, tgt_in, tgt_out, target_tokens, source_tokens = batch
+        loss = model(src, tgt_in, tgt_out, 0.1, target_tokens, None, 0.0, None, source_tokens)[0]
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    batches = [padded_pairs(PACKING_LENGTHS, 1), padded_pairs([(4, 3), (9, 8), (2, 5)], 2)]
+    eager = [loss_and_grads(batch) for batch in batches]
+    compile_layers(model)
+    for (loss, grads), (c_loss, c_grads) in zip(eager, [loss_and_grads(batch) for batch in batches]):
+        torch.testing.assert_close(c_loss, loss, rtol=1e-5, atol=1e-5)
+        for grad, c_grad in zip(grads, c_grads):
+            torch.testing.assert_close(c_grad, grad, rtol=1e-4, atol=1e-5)
