@@ -134,8 +134,6 @@ class TranslateOptions:
             return
         if self.sampling:
             raise NmtError("--glossary and --keep-terms steer beam search; drop --sampling")
-        if self.prefix is not None:
-            raise NmtError("--prefix and --glossary (or --keep-terms) together are not supported; drop one of them")
 
     def _check_document_options(self, chosen: str) -> None:
         """What line-by-line options mean nothing for a document."""

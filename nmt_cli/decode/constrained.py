@@ -42,6 +42,7 @@ from .search import (
     length_penalty,
     mask_specials,
     max_output_lengths,
+    prefix_tokens,
     search_steps,
     step_logits,
 )
@@ -219,14 +220,16 @@ def constrained_beam_search(
     nbest: int = 1,
     mode: GlossaryMode = "hard",
     encoded: tuple[Tensor, Tensor] | tuple[list[Tensor], Tensor] | None = None,
+    prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search whose outputs meet each sentence's ``constraints`` (one tuple per row of ``src``; empty:
-    none). Returns each sentence's ``nbest`` best finished hypotheses, as :func:`.search.beam_search` does."""
+    none) and start with its ``prefix`` where given ((n, P) target ids, PAD-padded; a term the prefix holds is
+    met by it). Returns each sentence's ``nbest`` best finished hypotheses, as :func:`.search.beam_search` does."""
     k = config.beam
     device = src.device
     n_sent = src.size(0)
     memory, src_mask = encoded if encoded is not None else model.encode(src)
-    max_len = with_room(max_output_lengths(src, config, model.config.max_positions), constraints, model)
+    max_len = with_room(max_output_lengths(src, config, model.config.max_positions), constraints, model, prefix)
     width = int(max_len.max()) + 1
     steps = search_steps(model, memory, src_mask, config, True, k, width, None)  # type: ignore[arg-type]
     sent = torch.arange(n_sent, device=device)
@@ -240,10 +243,11 @@ def constrained_beam_search(
         n, rows_per_sent = scores.shape
         open_max_len = max_len[sent]
         at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent)
+        forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
         logits = step_logits(steps, tokens)
         chosen = constrained_step(
             logits, scores, history, t, open_max_len, fin_scores, fin_tokens, sent, [searches[i] for i in sent.tolist()],
-            config, nbest, at_limit, mode,
+            config, nbest, at_limit, mode, forced,
         )  # fmt: skip
         keep = (~chosen.done).nonzero().flatten()
         if len(keep) == 0:
@@ -265,9 +269,14 @@ def searches_for(constraints: list[tuple[Constraint, ...]], rows: int = 1) -> li
     return [_Sentence.start(c, rows) if c else None for c in constraints]
 
 
-def with_room(max_len: Tensor, constraints: list[tuple[Constraint, ...]], model: Transformer | Ensemble) -> Tensor:
-    """Length limits that leave room for every constraint (their longest alternatives, one after another)."""
+def with_room(
+    max_len: Tensor, constraints: list[tuple[Constraint, ...]], model: Transformer | Ensemble, prefix: Tensor | None = None
+) -> Tensor:
+    """Length limits that leave room for every constraint (their longest alternatives, one after another), after
+    the target ``prefix`` where one is given."""
     room = torch.tensor([sum(max(len(a) for a in c.alternatives) for c in cs) for cs in constraints], device=max_len.device)
+    if prefix is not None:
+        room = room + (prefix != PAD_ID).sum(dim=1)
     return torch.maximum(max_len, room).clamp(max=model.config.max_positions - 1)
 
 
@@ -285,10 +294,12 @@ def constrained_step(
     nbest: int,
     at_limit: Tensor,
     mode: GlossaryMode = "hard",
+    forced: Tensor | None = None,
 ) -> BeamStep:
     """One step of beam search over n open sentences, some of them constrained (``searches``, one per open
     sentence; None: free): what :func:`.search.beam_step` is to the plain search, with the same arguments and
-    answer, for the offline search and the continuous one alike. Free sentences go through ``beam_step`` on the
+    answer (``forced``: a target prefix's token per row, -1: free), for the offline search and the continuous one
+    alike. Free sentences go through ``beam_step`` on the
     same logits; the others' survivors are dealt from their banks, and their finished hypotheses (those with
     every constraint first) are written into their rows of ``fin_scores``/``fin_tokens``."""
     k = config.beam
@@ -309,6 +320,7 @@ def constrained_step(
         chosen = beam_step(
             whole[rows], scores[at], history[rows], lengths if isinstance(lengths, int) else lengths[at], max_len[at],
             fin_scores, fin_tokens, fin_rows[at], config, nbest, at_limit[rows] if bool(at_limit[rows].any()) else None,
+            forced[rows] if forced is not None else None,
         )  # fmt: skip
         width_k = chosen.scores.size(1)
         new_scores[at, :width_k], new_tokens[at, :width_k] = chosen.scores, chosen.tokens
@@ -316,7 +328,7 @@ def constrained_step(
         done[at] = chosen.done
     if bound:
         limits = max_len.tolist()
-        dealt = _deal_banks(whole, scores, bound, rows_per_sent, searches, ended_at, limits, at_limit, config, mode)
+        dealt = _deal_banks(whole, scores, bound, rows_per_sent, searches, ended_at, limits, at_limit, config, mode, forced)
         rows_out: list[list[tuple[float, int, int]]] = []
         ended_out: list[bool] = []
         for p, candidates in zip(bound, dealt):
@@ -377,6 +389,7 @@ def _deal_banks(
     at_limit: Tensor,
     config: DecodeConfig,
     mode: GlossaryMode,
+    forced: Tensor | None = None,
 ) -> list[list[Candidate]]:
     """The constrained sentences' candidates dealt from their banks, for all of them at once in tensors (Hu et
     al. 2019): per sentence (positions ``bound`` among the open ones), up to 2K candidates in the order dealt.
@@ -386,7 +399,7 @@ def _deal_banks(
     device = logits.device
     open_searches = [s for s in (searches[p] for p in bound) if s is not None]
     rows = torch.tensor([p * rows_per_sent + r for p in bound for r in range(rows_per_sent)], device=device)
-    log_probs = mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows])  # (R, V)
+    log_probs = mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows], forced[rows] if forced is not None else None)
     states = [state for search in open_searches for state in search.states]
     progress_now = [search.progress[state] for search in open_searches for state in search.states]
     if mode == "hard":  # no ending before every constraint is met, except at the length limit

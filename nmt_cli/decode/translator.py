@@ -409,9 +409,7 @@ class Translator:
         if constraints is not None and any(constraints[i] for i in batch):
             return self._search_constrained(batch, encoded, prefixes, constraints), None, None
         src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
-        prefix = None
-        if prefixes is not None and any(prefixes[i] for i in batch):
-            prefix = pad_rows([prefixes[i][: self.max_src] or [PAD_ID] for i in batch]).to(self.device)
+        prefix = self._prefix(batch, prefixes)
         if pasts is not None:
             found, left = self.search_with_pasts(src, prefix, [pasts[i] for i in batch])
             return found, None, left
@@ -434,23 +432,29 @@ class Translator:
         """A batch holding glossary terms: constrained beam search. Its sentences without terms go through the
         plain beam step on the same logits (their outputs are unconstrained decoding's); under greedy search
         they are searched apart, greedily, and the rest with a beam of at least ``CONSTRAINED_MIN_BEAM``."""
-        if prefixes is not None and any(prefixes[i] for i in batch):
-            raise NmtError("a target prefix and glossary terms in one sentence are not supported; drop --prefix")
         if self.config.beam >= CONSTRAINED_MIN_BEAM:
             src = pad_rows([encoded[i] + [EOS_ID] for i in batch]).to(self.device)
-            wanted = [constraints[i] for i in batch]
-            return constrained_beam_search(self.loaded.model, src, self.config, wanted, self.nbest, self.glossary_mode)
+            wanted, prefix = [constraints[i] for i in batch], self._prefix(batch, prefixes)
+            return constrained_beam_search(
+                self.loaded.model, src, self.config, wanted, self.nbest, self.glossary_mode, prefix=prefix
+            )
         found: dict[int, list[Hypothesis]] = {}
         plain = [i for i in batch if not constraints[i]]
         if plain:
-            found.update(zip(plain, self._search(plain, encoded, None)[0]))
+            found.update(zip(plain, self._search(plain, encoded, prefixes)[0]))
         bound = [i for i in batch if constraints[i]]
         src = pad_rows([encoded[i] + [EOS_ID] for i in bound]).to(self.device)
         config = replace(self.config, beam=CONSTRAINED_MIN_BEAM)
-        wanted = [constraints[i] for i in bound]
-        hyps = constrained_beam_search(self.loaded.model, src, config, wanted, self.nbest, self.glossary_mode)
+        wanted, prefix = [constraints[i] for i in bound], self._prefix(bound, prefixes)
+        hyps = constrained_beam_search(self.loaded.model, src, config, wanted, self.nbest, self.glossary_mode, prefix=prefix)
         found.update(zip(bound, hyps))
         return [found[i] for i in batch]
+
+    def _prefix(self, batch: list[int], prefixes: list[list[int]] | None) -> torch.Tensor | None:
+        """The target prefixes of the sentences ``batch`` indexes, (n, P) PAD-padded; None when none has one."""
+        if prefixes is None or not any(prefixes[i] for i in batch):
+            return None
+        return pad_rows([prefixes[i][: self.max_src] or [PAD_ID] for i in batch]).to(self.device)
 
     @torch.inference_mode()
     def search_with_pasts(

@@ -39,6 +39,22 @@ def test_glossary_terms_come_out_approved_and_other_lines_unchanged(overfit, tmp
             assert record["translation"] == before and record["missing_terms"] == []
 
 
+def test_a_target_prefix_and_a_glossary_together(overfit, tmp_path):
+    """``--prefix`` with ``--glossary``: each output starts with its line's prefix and holds the line's terms."""
+    run_dir, src, tgt = overfit
+    i = next(n for n, line in enumerate(src) if " man " in f" {line.lower()} ")
+    source, prefixes, glossary = tmp_path / "in.txt", tmp_path / "prefix.txt", tmp_path / "terms.tsv"
+    source.write_text(f"{src[i]}\n{src[0]}\n")
+    start = "Heute"  # not how the memorised translation starts
+    assert not tgt[i].startswith(start)
+    prefixes.write_text(f"{start}\n\n")  # the second line: no prefix
+    glossary.write_text("man\tKerl\n")
+    code, out = _translate("-m", str(run_dir), "-i", str(source), "--prefix", str(prefixes), "--glossary", str(glossary))
+    assert code == 0, out
+    first, _ = out.splitlines()
+    assert first.startswith(start) and "Kerl" in first, first
+
+
 def test_kept_names_are_copied_as_written(overfit, tmp_path):
     run_dir, src, _ = overfit
     keep = tmp_path / "names.txt"

@@ -78,6 +78,23 @@ def test_every_constraint_comes_out_whole_and_free_sentences_as_without_constrai
         assert met == sorted(met, reverse=True)  # a hypothesis without every term only after those with them
 
 
+def test_a_target_prefix_comes_first_and_the_terms_after_or_within_it():
+    """With ``prefix``, every output starts with its sentence's prefix and still holds its terms (a term the prefix
+    holds counts as met); sentences without terms give what plain beam search with the prefix gives."""
+    model, src = _model(), _sources(4, seed=1)
+    config = DecodeConfig(beam=4, max_len_a=1.5, max_len_b=5)
+    prefix = pad_rows([[8, 9], [14], [8, 9], [33, 12, 5]])
+    wanted = [(_constraint((11, 12)),), (), (_constraint((9,)),), (_constraint((20,)), _constraint((21, 22)))]
+    found = constrained_beam_search(model, src, config, wanted, nbest=1, prefix=prefix)
+    plain = beam_search(model, src, config, nbest=1, prefix=prefix)
+    for row, (constraints, (best,)) in enumerate(zip(wanted, found)):
+        start = [t for t in prefix[row].tolist() if t]
+        assert best.tokens[: len(start)] == start, (row, best.tokens)
+        assert all(any(_holds(best.tokens, a) for a in c.alternatives) for c in constraints), (row, best.tokens)
+    assert found[1] == plain[1]
+    assert found[2][0].tokens == plain[2][0].tokens  # its term is met by its prefix: nothing more is forced
+
+
 def test_soft_mode_runs_the_plain_beam_with_a_bonus():
     model, src = _model(), _sources(3, seed=1)
     config = DecodeConfig(beam=4)
