@@ -503,7 +503,7 @@ def _packed_conflict(recipe: Recipe) -> str | None:
     alone (model/packing.py), so what reads across sentences or needs their padded grid is refused."""
     m = recipe.model
     if m.positions not in ("sinusoidal", "learned"):
-        return f"needs absolute positions (model.positions: {m.positions} is relative); turn one off"
+        return f"needs absolute positions (sinusoidal or learned), not model.positions: {m.positions}; turn one off"
     if m.concat_target:  # (model.recurrence runs on XL's relative positions, refused above)
         return "packs sentences one by one; model.concat_target reads the previous ones with them: turn one off"
     if m.attention_dropout:

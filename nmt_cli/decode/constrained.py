@@ -299,9 +299,9 @@ def constrained_step(
     """One step of beam search over n open sentences, some of them constrained (``searches``, one per open
     sentence; None: free): what :func:`.search.beam_step` is to the plain search, with the same arguments and
     answer (``forced``: a target prefix's token per row, -1: free), for the offline search and the continuous one
-    alike. Free sentences go through ``beam_step`` on the
-    same logits; the others' survivors are dealt from their banks, and their finished hypotheses (those with
-    every constraint first) are written into their rows of ``fin_scores``/``fin_tokens``."""
+    alike. Free sentences go through ``beam_step`` on the same logits; the others' survivors are dealt from their
+    banks, and their finished hypotheses (those with every constraint first) are written into their rows of
+    ``fin_scores``/``fin_tokens``."""
     k = config.beam
     n, rows_per_sent = scores.shape
     device = scores.device
