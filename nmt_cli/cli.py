@@ -18,6 +18,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from .errors import NmtError
 from .utils.files import describe_os_error
@@ -35,12 +36,14 @@ app = typer.Typer(
     # "[hub]" and "[recipe key decode.beam; default 4]").
     rich_markup_mode=None,
 )
-_stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+# Messages are printed as written: a message quotes file names, terms and hints such as
+# "pip install 'nmt-cli[serve]'", which Rich would read as style tags (or emoji codes such as ":100:").
+_stderr = Console(stderr=True, soft_wrap=True, highlight=False, markup=False, emoji=False)
 
 
 def report_error(message: str) -> None:
     """Print a user-facing error as one red line on stderr."""
-    _stderr.print(f"[bold red]error:[/] {message}", markup=True)
+    _stderr.print(Text.assemble(("error:", "bold red"), " ", message))
 
 
 def friendly(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -46,5 +46,4 @@ def run(
     console.print(
         f"{loaded.tgt_vocab.decode(hypothesis.tokens)}\nattention of {len(maps.encoder)}+{len(maps.decoder)} "
         f"layers written to {output}",
-        markup=False,
     )

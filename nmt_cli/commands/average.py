@@ -24,9 +24,9 @@ def run(
     paths = select_checkpoints(inputs, last)
     _check_output(output, paths)
     average_checkpoints(paths, output)
-    console.print(f"averaged {len(paths)} checkpoints into {output}:", markup=False)
+    console.print(f"averaged {len(paths)} checkpoints into {output}:")
     for path in paths:
-        console.print(f"  {path}", markup=False)
+        console.print(f"  {path}")
 
 
 def _check_output(output: Path, inputs: list[Path]) -> None:

@@ -52,7 +52,6 @@ def run(
         console.print(
             f"warning: {len(sources) - distinct:,} of the {len(sources):,} pairs repeat another pair; a fit on "
             f"{distinct:,} distinct pairs, and its scores on them, say less than the count suggests",
-            markup=False,
             soft_wrap=True,
         )
     report = calibrate(model, sources, references, threshold, resolve_device(device))
@@ -61,7 +60,6 @@ def run(
         f"calibrated on {report.pairs:,} pairs ({report.acceptable:.0%} acceptable: sentence chrF >= {threshold:g}); "
         f"on these pairs AUROC for bad translations {report.auroc_confidence:.3f} (mean log-probability alone "
         f"{report.auroc_seq_logprob:.3f}), expected calibration error {report.calibration_error:.3f}",
-        markup=False,
         soft_wrap=True,
     )
-    console.print(f"wrote {output}; translate with: nmt translate -m {output} --confidence", markup=False, soft_wrap=True)
+    console.print(f"wrote {output}; translate with: nmt translate -m {output} --confidence", soft_wrap=True)

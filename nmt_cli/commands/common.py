@@ -7,11 +7,20 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ..config import DecodeConfig, Recipe, load_recipe, option_help, override_section
 from ..errors import NmtError
 
-console = Console(stderr=True, highlight=False)
+# Everything is printed as written (file names, terms and hints like "pip install 'nmt-cli[serve]'" would be
+# read as Rich style tags, ":100:" as an emoji); styles are given as Text parts (see `styled`).
+console = Console(stderr=True, highlight=False, emoji=False)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """A line of plain strings and (text, style) pairs, with no markup read from any of them."""
+    return Text.assemble(*parts)
+
 
 RecipeArg = typer.Argument(..., help="Recipe YAML file.", show_default=False)
 SetOption = typer.Option(

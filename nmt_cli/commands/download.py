@@ -20,7 +20,5 @@ def run(
     from ..data.download import download_all
 
     resolved = recipe_from_cli(recipe, overrides)
-    written = download_all(
-        resolved, log=lambda msg: console.print(msg, markup=False), cache=cache / "downloads" if cache else None
-    )
-    console.print(f"{len(written)} file(s) ready in {resolved.data.root}; next: nmt prepare {recipe}", markup=False)
+    written = download_all(resolved, log=lambda msg: console.print(msg), cache=cache / "downloads" if cache else None)
+    console.print(f"{len(written)} file(s) ready in {resolved.data.root}; next: nmt prepare {recipe}")

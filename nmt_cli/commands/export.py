@@ -32,7 +32,6 @@ def run(
         folder = export_marian(load_model(model), output)
         console.print(
             f"MarianMT folder written to {folder}; load it with transformers' MarianMTModel.from_pretrained",
-            markup=False,
             soft_wrap=True,
         )
         return
@@ -42,6 +41,5 @@ def run(
     console.print(
         f"CTranslate2 model written to {written}; translate with: "
         f"nmt translate --engine ctranslate2 -m {written} < input.txt",
-        markup=False,
         soft_wrap=True,
     )

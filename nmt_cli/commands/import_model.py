@@ -35,7 +35,7 @@ def hf(
 
     _refuse_existing(output)
     if looks_like_hub_name(source):
-        console.print(f"fetching {source} from the HuggingFace hub", markup=False, soft_wrap=True)
+        console.print(f"fetching {source} from the HuggingFace hub", soft_wrap=True)
         folder = fetch_marian(source, revision)
     else:
         folder = Path(source)
@@ -84,6 +84,5 @@ def _refuse_existing(output: Path) -> None:
 def _done(source: Path | str, written: Path) -> None:
     console.print(
         f"imported {source} into {written}; translate with: nmt translate -m {written} < input.txt",
-        markup=False,
         soft_wrap=True,
     )

@@ -28,7 +28,7 @@ def checked_utf8(handle: IO[bytes], name: str) -> Iterator[str]:
     """Each line of ``handle`` as text; invalid UTF-8 is one line naming ``name`` and the line."""
     for number, raw in enumerate(handle, start=1):
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
-            console.print(f"{name}: removed the UTF-8 byte-order mark at the start", markup=False)
+            console.print(f"{name}: removed the UTF-8 byte-order mark at the start")
             raw = raw[len(codecs.BOM_UTF8) :]
         try:
             yield raw.decode("utf-8")
@@ -65,14 +65,12 @@ def report_stats(stats, seconds: float, show: bool, max_positions: int) -> None:
         console.print(
             f"note: {stats.control_lines:,} input line(s) held control characters (NUL, escape, ...), each "
             "translated as a space",
-            markup=False,
             soft_wrap=True,
         )
     if stats.truncated:
         console.print(
             f"warning: {stats.truncated} input line(s) longer than the model's {max_positions - 1} "
             f"tokens (model.max_positions {max_positions}, EOS included) were truncated",
-            markup=False,
             soft_wrap=True,
         )
     failures = getattr(stats, "term_failures", None)
@@ -82,7 +80,6 @@ def report_stats(stats, seconds: float, show: bool, max_positions: int) -> None:
             f"warning: {len(failures):,} of the {stats.term_lines:,} line(s) with glossary terms came out without "
             f"one of them (lines {shown}): no translation holding every term fitted the length limit "
             "(--format jsonl lists each line's missing_terms)",
-            markup=False,
             soft_wrap=True,
         )
     if show:
@@ -90,5 +87,4 @@ def report_stats(stats, seconds: float, show: bool, max_positions: int) -> None:
         console.print(
             f"translated {stats.sentences:,} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
             f"{stats.output_tokens / max(seconds, 1e-9):.0f} target tokens/s)",
-            markup=False,
         )

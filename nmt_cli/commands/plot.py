@@ -26,4 +26,4 @@ def run(
         raise NmtError(f"{output}: is a folder; name the .png file to write")
     curves = [read_run(folder, name) for folder, name in zip(runs, run_names(runs))]
     plot_runs(curves, output, x)  # type: ignore[arg-type]
-    console.print(f"curves of {len(curves)} run(s) written to {output}", markup=False)
+    console.print(f"curves of {len(curves)} run(s) written to {output}")

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..data.prepare import prepare
-from .common import RecipeArg, SetOption, console, recipe_from_cli
+from .common import RecipeArg, SetOption, console, recipe_from_cli, styled
 
 
 def run(
@@ -28,8 +28,8 @@ def run(
     if download:
         from ..data.download import download_all
 
-        download_all(resolved, log=lambda msg: console.print(msg, markup=False))
-    meta = prepare(resolved, force=force, log=lambda msg: console.print(msg, markup=False))
+        download_all(resolved, log=lambda msg: console.print(msg))
+    meta = prepare(resolved, force=force, log=lambda msg: console.print(msg))
     _print_summary(meta, resolved.data_dir)
 
 
@@ -52,5 +52,7 @@ def _print_summary(meta: dict[str, Any], out: Path) -> None:
         f"vocabulary: {vocab['type']} {vocab['src_size']:,}"
         + ("" if vocab["joint"] else f" / {vocab['tgt_size']:,}")
         + (" joint" if vocab["joint"] else " per side")
-        + f"; dataset written to [bold]{out}[/]"
+        + "; dataset written to ",
+        styled((str(out), "bold")),
+        sep="",
     )

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..utils.allocator import bound_kernel_caches
 from ..utils.run_folder import RunFolder
-from .common import SetOption, console
+from .common import SetOption, console, styled
 
 
 def run(
@@ -23,14 +23,14 @@ def run(
     from ..pipeline import quickstart_recipe, run_quickstart
 
     recipe = quickstart_recipe(pair, workdir, minutes, overrides)
-    console.print(f"[bold]nmt quickstart[/]: {pair}, about {minutes:g} minutes of training; working in {workdir}/")
+    plan = f": {pair}, about {minutes:g} minutes of training; working in {workdir}/"
+    console.print(styled(("nmt quickstart", "bold"), plan))
     if not recipe.data.align:
         console.print(
             "note: without guided alignment (pip install 'nmt-cli[align]' adds it): documents' tags follow raw attention",
-            markup=False,
             soft_wrap=True,
         )
-    result = run_quickstart(recipe, log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    result = run_quickstart(recipe, log=lambda msg: console.print(msg, soft_wrap=True))
     _summary(result, pair)
 
 
@@ -39,7 +39,7 @@ def _summary(result, pair: str) -> None:
     for ours, base in zip(result.scores, result.baseline):
         scores.add_row(ours.name, f"{ours.score:.1f}", f"{base.score:.1f}")
     console.print(scores)
-    console.print(f"[dim]{result.scores[0].signature}[/]", soft_wrap=True)
+    console.print(styled((result.scores[0].signature, "dim")), soft_wrap=True)
     examples = Table("source", "reference", "nmt output", title="examples", show_lines=True)
     for row in result.examples:
         examples.add_row(*row)
@@ -48,9 +48,10 @@ def _summary(result, pair: str) -> None:
     recipe_file = RunFolder(r.run_dir).recipe_file
     timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result.seconds.items())
     # Plain lines, not a panel: a panel would cut long paths, and these are meant to be copied.
-    console.print(f"\n[bold]model folder:[/] {result.run_dir}   ({timing})", soft_wrap=True)
-    console.print(f'[bold]try it:[/] echo "Cannot open file" | nmt translate -m {result.run_dir}', soft_wrap=True)
-    console.print("[bold]each step by hand:[/]")
+    console.print(styled("\n", ("model folder:", "bold"), f" {result.run_dir}   ({timing})"), soft_wrap=True)
+    try_it = f' echo "Cannot open file" | nmt translate -m {result.run_dir}'
+    console.print(styled(("try it:", "bold"), try_it), soft_wrap=True)
+    console.print(styled(("each step by hand:", "bold")))
     for command in (
         f"nmt prepare {recipe_file}",
         f"nmt train {recipe_file}",
@@ -58,4 +59,4 @@ def _summary(result, pair: str) -> None:
         f"nmt translate -m {result.run_dir} -i {result.test_source} -o {result.hypotheses}",
         f"nmt score {result.hypotheses} {result.test_reference} --metrics bleu,chrf",
     ):
-        console.print(f"  {command}", markup=False, soft_wrap=True)
+        console.print(f"  {command}", soft_wrap=True)

@@ -190,4 +190,4 @@ def _rounded(value: float | None) -> float | None:
 
 
 def _note(message: str) -> None:
-    console.print(message, markup=False, soft_wrap=True)
+    console.print(message, soft_wrap=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..utils.allocator import TRAINING_KERNEL_CACHE_CAPACITY, bound_kernel_caches
-from .common import RecipeArg, SetOption, console, recipe_from_cli
+from .common import RecipeArg, SetOption, console, recipe_from_cli, styled
 
 
 def run(
@@ -53,15 +53,14 @@ def run(
             args += ["--from", start_from]
         if gpus:
             args += ["--set", "train.device=cuda"]
-        console.print(f"launching {processes} processes through torchrun", markup=False)
+        console.print(f"launching {processes} processes through torchrun")
         raise typer.Exit(launch(processes, args))
     from ..train.loop import train
 
-    run_dir = train(
-        resolved, resume=resume, start_from=start_from, log=lambda msg: console.print(msg, markup=False, soft_wrap=True)
-    )
+    run_dir = train(resolved, resume=resume, start_from=start_from, log=lambda msg: console.print(msg, soft_wrap=True))
     if int(os.environ.get("RANK", "0")) == 0:
-        console.print(f"done: translate with  [bold]nmt translate -m {run_dir}[/] < input.txt", soft_wrap=True)
+        command = (f"nmt translate -m {run_dir}", "bold")
+        console.print(styled("done: translate with  ", command, " < input.txt"), soft_wrap=True)
     sys.stdout.flush()
 
 

@@ -281,7 +281,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
             input, output, plan.file_format, sentences, translator.languages, gettext_options, limits, plan.kept_tags
         )
         if show:
-            console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}", markup=False)
+            console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}")
     elif input is not None and (output is not None or plan.shard is not None):
         identity = job_identity(
             translator.config, o.models, o.engine, o.dtype, o.nbest, o.alignments, o.alignment_layer, prefix,
@@ -393,7 +393,6 @@ def _run_job(input, output, shard, launched, chunk_lines, identity, texts, resta
             console.print(
                 f"{output}: {job.kept:,} of {job.shard_size:,} lines translated are kept beside it; run the same "
                 "command to continue",
-                markup=False,
                 soft_wrap=True,
             )
         raise

@@ -29,9 +29,7 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
         ct2 = CTranslate2Engine(models[0], device.type, threads, COMPUTE_TYPES[o.dtype], workers)
         config = with_decoding(ct2.decode_config, options)
         if config.length_penalty == "gnmt" and config.alpha and options["length_penalty"] is None:
-            console.print(
-                "note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead", markup=False
-            )
+            console.print("note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead")
         return CTranslate2Translator(ct2, config, o.nbest, o.chunk_lines)
     from ..decode.loading import load_ensemble
     from ..decode.translator import Translator
@@ -58,7 +56,6 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
         console.print(
             f"note: {models[0]} has no calibration: confidences are exp(mean token log-probability), "
             'uncalibrated (marked ~ in text, "calibrated": false in jsonl); nmt calibrate fits one',
-            markup=False,
             soft_wrap=True,
         )
     return translator

@@ -20,3 +20,45 @@ def test_library_errors_are_said_without_python_internals():
     said = reason(unsafe)
     assert "os.system" in said and "could run code" in said and "weights_only" not in said
     assert len(reason(RuntimeError("x" * 500))) <= 160 and reason(RuntimeError("")) == "RuntimeError"
+
+
+def _extra_hints() -> list[str]:
+    """Every "pip install 'nmt-cli[EXTRA]'" hint written in the package's source."""
+    import re
+    from pathlib import Path
+
+    import nmt_cli
+
+    root = Path(nmt_cli.__file__).parent
+    hints = {m for path in root.rglob("*.py") for m in re.findall(r"pip install 'nmt-cli\[[a-z0-9,]+\]'", path.read_text())}
+    return sorted(hints)
+
+
+def test_every_extra_hint_reaches_the_terminal_whole(capsys):
+    from nmt_cli.cli import report_error
+
+    hints = _extra_hints()
+    assert len(hints) >= 6  # serve, files, plot, hub, align, ...
+    for hint in hints:
+        report_error(f"this needs an extra: {hint}")
+        assert capsys.readouterr().err.strip() == f"error: this needs an extra: {hint}"
+
+
+def test_errors_quoting_markup_or_emoji_codes_print_as_written(capsys):
+    from nmt_cli.cli import report_error
+
+    for quoted in ("[/x]", "[/]", "[bold]", "[", "a:100:b", "[link=file:///etc]x[/link]", "\\[escaped]"):
+        report_error(f"{quoted}: no such file")
+        assert capsys.readouterr().err.strip() == f"error: {quoted}: no such file"
+
+
+def test_the_command_line_prints_a_markup_like_path_whole(tmp_path):
+    import subprocess
+    import sys
+
+    odd = tmp_path / "runs[/]x[bold]:100:"
+    done = subprocess.run(
+        [sys.executable, "-m", "nmt_cli", "translate", "-m", str(odd)], input="", capture_output=True, text=True
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: {odd}: ")
