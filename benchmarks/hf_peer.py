@@ -2,7 +2,7 @@
 
 MarianMT is the paper's architecture in transformers (post-norm layers, sinusoidal positions,
 sqrt(d)-scaled embeddings shared by encoder, decoder and output). Two layouts differ and are
-mapped by ``nmt export --format hf``'s code (``convert/marian.py``): our self-attention holds Q, K, V in one
+mapped by ``nmt export --for hf``'s code (``convert/marian.py``): our self-attention holds Q, K, V in one
 fused matrix (cross-attention: Q, and K|V), and our sinusoid table interleaves sin/cos where Marian's puts all
 sines first. The mapping is checked in ``tests/unit/test_hf_peer.py``: same logits as our model on the same input.
 
@@ -78,7 +78,7 @@ def to_marian(model: Transformer, attention: str = "sdpa") -> nn.Module:
 
 
 def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our parameters under MarianMTModel's names and layout: ``nmt export --format hf``'s own mapping
+    """Our parameters under MarianMTModel's names and layout: ``nmt export --for hf``'s own mapping
     (``convert/marian.py``), with the position table MarianMTModel keeps among its weights."""
     table = sinusoidal_table(model.config.max_positions, model.config.d_model)
     marian_table = placed(table, "in", torch.argsort(sines_then_cosines(model.config.d_model)))

@@ -25,8 +25,12 @@ from .utils.files import describe_os_error
 from .utils.signals import Interrupted, signals_unwind
 from .version import __version__
 
+# `-h` as well as `--help`, on every command (as git and cargo take it).
+HELP_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
     name="nmt",
+    context_settings=HELP_SETTINGS,
     help="Transformer neural machine translation: prepare, train, translate, score.",
     no_args_is_help=True,
     add_completion=False,
@@ -111,23 +115,35 @@ def _register() -> None:
         translate,
     )
 
-    app.command("quickstart")(friendly(quickstart.run))
-    app.command("prepare")(friendly(prepare.run))
-    app.command("train")(friendly(train.run))
-    app.command("translate")(friendly(translate.run))
-    app.command("score")(friendly(score.run))
-    app.command("calibrate")(friendly(calibrate.run))
-    app.command("average")(friendly(average.run))
-    app.command("config")(friendly(config.run))
-    app.command("download")(friendly(download.run))
-    app.command("export")(friendly(export.run))
-    imports = typer.Typer(help=import_model.HELP, no_args_is_help=True, rich_markup_mode=None)
-    imports.command("hf")(friendly(import_model.hf))
-    imports.command("fairseq")(friendly(import_model.fairseq))
-    app.add_typer(imports, name="import")
-    app.command("plot")(friendly(plot.run))
-    app.command("attention")(friendly(attention.run))
-    app.command("serve")(friendly(serve.run))
+    # Each command's one-line summary for `nmt --help`, whole (Click would cut the docstring's first sentence
+    # at 45 characters with "...").
+    commands = (
+        ("quickstart", quickstart.run, "Run the whole job on a bundled corpus (offline, CPU)."),
+        ("prepare", prepare.run, "Clean corpora, learn the vocabulary, encode the data."),
+        ("train", train.run, "Train the model a recipe describes (resumes by default)."),
+        ("translate", translate.run, "Translate lines or documents with a trained model."),
+        ("score", score.run, "Score translations (BLEU, chrF, TER) or score with a model."),
+        ("calibrate", calibrate.run, "Fit --confidence to your data; writes a new model file."),
+        ("average", average.run, "Average the parameters of several checkpoints."),
+        ("config", config.run, "Print a recipe fully resolved, or every key explained."),
+        ("download", download.run, "Download a recipe's public corpora, checksums verified."),
+        ("export", export.run, "Export a model for CTranslate2 or HuggingFace."),
+        ("plot", plot.run, "Plot the learning curves of one or several runs."),
+        ("attention", attention.run, "Draw a model's attention heatmaps for one sentence."),
+        ("serve", serve.run, "Serve models over HTTP (LibreTranslate's API, a web page)."),
+    )
+    for name, run, summary in commands:
+        app.command(name, short_help=summary, context_settings=HELP_SETTINGS)(friendly(run))
+    imports = typer.Typer(
+        help=import_model.HELP, no_args_is_help=True, rich_markup_mode=None, context_settings=HELP_SETTINGS
+    )
+    imports.command("hf", short_help="Import a HuggingFace MarianMT (OPUS-MT) model.", context_settings=HELP_SETTINGS)(
+        friendly(import_model.hf)
+    )
+    imports.command("fairseq", short_help="Import a fairseq Transformer checkpoint.", context_settings=HELP_SETTINGS)(
+        friendly(import_model.fairseq)
+    )
+    app.add_typer(imports, name="import", short_help="Bring in a model trained by another toolkit.")
 
 
 _register()
@@ -136,10 +152,49 @@ _register()
 def command() -> Any:
     """The ``nmt`` command as Click runs it, its values named the conventional way in ``--help``: ``PATH``,
     ``INTEGER``, ``FLOAT``, ``TEXT``, the choices ``[fp32|bf16]``, a command's arguments in capitals (Typer's
-    own labels are Python's types: ``<list[Path]>``, ``<int range>``, ``<str>``)."""
-    group = typer.main.get_command(app)
+    own labels are Python's types: ``<list[Path]>``, ``<int range>``, ``<str>``); translate's many options
+    under titles."""
+    from .commands.translate import OPTION_GROUPS
+
+    group: Any = typer.main.get_command(app)
     _name_values(group)
+    _group_options(group.commands["translate"], OPTION_GROUPS)
+    _wrap_at_spaces_only()
     return group
+
+
+def _group_options(command: Any, groups: dict[str, tuple[str, ...]]) -> None:
+    """``--help`` lists ``command``'s options under ``groups``' titles (Click has one flat list); an option no
+    group names, and ``--help`` itself, come last under "Other"."""
+    by_name = {param.name: param for param in command.params}
+    unknown = {name for names in groups.values() for name in names} - set(by_name)
+    assert not unknown, f"option groups name no option: {unknown}"
+
+    def format_options(ctx: Any, formatter: Any) -> None:
+        listed: set[str] = set()
+        for title, names in [*groups.items(), ("Other", ())]:
+            if title == "Other":
+                names = tuple(p.name for p in command.get_params(ctx) if p.name not in listed)
+            records = [r for r in (by_name.get(n, _help_param(command, ctx, n)).get_help_record(ctx) for n in names) if r]
+            listed.update(names)
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
+    command.format_options = format_options
+
+
+def _help_param(command: Any, ctx: Any, name: str) -> Any:
+    return next(p for p in command.get_params(ctx) if p.name == name)
+
+
+def _wrap_at_spaces_only() -> None:
+    """Help text wraps at spaces, never inside an option name or word at its hyphen (``--paper-`` /
+    ``bleu's``): Click's wrapper is the standard library's, whose hyphen rule is one class attribute."""
+    import textwrap
+
+    wrapper = importlib.import_module(_click_exceptions().__name__.rsplit(".", 1)[0] + "._textwrap").TextWrapper
+    wrapper.wordsep_re = textwrap.TextWrapper.wordsep_simple_re
 
 
 def _name_values(command: Any) -> None:

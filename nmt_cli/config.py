@@ -639,9 +639,9 @@ def option_help(cls: type, name: str) -> str:
     """A command-line option's help, from the recipe key it overrides: its meaning, choices and default."""
     f = next(f for f in fields(cls) if f.name == name)
     hint = typing.get_type_hints(cls)[name]
-    choices = f" ({' | '.join(typing.get_args(hint))})" if typing.get_origin(hint) is Literal else ""
     prefix = next(_key_of(r) for r in fields(Recipe) if typing.get_type_hints(Recipe)[r.name] is cls)
-    return f"{f.metadata['help']}{choices}. [recipe key {prefix}.{_key_of(f)}; default {f.default}]"
+    default = f.default if hint is not bool else ("on" if f.default else "off")
+    return f"{f.metadata['help']}. [recipe key {prefix}.{_key_of(f)}; default: {default}]"
 
 
 def _build(cls: type, data: Any, path: str, source: str) -> Any:

@@ -8,18 +8,21 @@ import typer
 
 from ..errors import NmtError
 from ..utils.run_folder import STEP_PATTERN, refuse_output_inside_runs, run_holding
-from .common import console
+from .common import console, deprecated
 
 
 def run(
     inputs: list[Path] = typer.Argument(..., help="Checkpoint files, or one run folder (with --last)."),
     output: Path = typer.Option(..., "--output", "-o", help="The averaged model file to write."),
-    last: int = typer.Option(
-        0, "--last", "-n", min=0, max=1_000_000, help="Average the last N step checkpoints of a run folder."
-    ),
+    last: int = typer.Option(0, "--last", min=0, max=1_000_000, help="Average the last N step checkpoints of a run folder."),
+    last_old: int = typer.Option(None, "-n", min=0, max=1_000_000, hidden=True),  # -n means --nbest in translate
 ) -> None:
     """Average model parameters (float64 accumulation); refuses mismatched architectures."""
     from ..train.checkpoint import average_checkpoints, select_checkpoints
+
+    if last_old is not None:
+        deprecated("nmt average -n", "--last")
+        last = last or last_old
 
     paths = select_checkpoints(inputs, last)
     _check_output(output, paths)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 from rich.console import Console
@@ -28,6 +29,11 @@ SetOption = typer.Option(
 )
 
 
+def deprecated(old: str, new: str) -> None:
+    """One line on stderr for an old spelling that still works (scripts written for it keep running)."""
+    console.print(f"note: {old} is deprecated; use {new} (the old spelling will go in a later release)", soft_wrap=True)
+
+
 def recipe_from_cli(path: Path, overrides: list[str]) -> Recipe:
     """Load the recipe named on the command line with its ``--set`` overrides."""
     return load_recipe(path, overrides)
@@ -36,7 +42,13 @@ def recipe_from_cli(path: Path, overrides: list[str]) -> Recipe:
 def decode_option(name: str, *flags: str) -> Any:
     """A command-line option that overrides the model's ``decode.NAME``: its help, choices and default
     come from the recipe's declaration, and its value is checked as a recipe value (see :func:`with_decoding`)."""
-    return typer.Option(None, *flags, help=option_help(DecodeConfig, name), show_default=False)
+    return typer.Option(None, *flags, help=option_help(DecodeConfig, name), show_default=False, metavar=_choices(name))
+
+
+def _choices(name: str) -> str | None:
+    """``[a|b]`` for a recipe key with fixed choices (shown as Click shows its own), else Click's own name."""
+    hint = typing.get_type_hints(DecodeConfig)[name]
+    return "[" + "|".join(typing.get_args(hint)) + "]" if typing.get_origin(hint) is Literal else None
 
 
 def with_decoding(config: DecodeConfig, values: dict[str, Any]) -> DecodeConfig:

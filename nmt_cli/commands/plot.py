@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import typer
 
@@ -13,7 +14,7 @@ from .common import console
 def run(
     runs: list[Path] = typer.Argument(..., help="Run folders (or their metrics.jsonl files)."),
     output: Path = typer.Option(..., "--output", "-o", help="The PNG file to write."),
-    x: str = typer.Option("updates", "--x", help="updates, or hours (training time)."),
+    x: Literal["updates", "hours"] = typer.Option("updates", "--x", help="updates, or hours (training time)."),
 ) -> None:
     """Plot loss, perplexity, BLEU and learning rate of one or several runs (needs matplotlib)."""
     from ..curves import plot_runs, read_run, run_names

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 from rich.table import Table
@@ -16,7 +16,7 @@ def run(
     recipe: Path = RecipeArg,
     overrides: list[str] = SetOption,
     force: bool = typer.Option(False, "--force", help="Redo every step, even those up to date."),
-    encoding_errors: str = typer.Option(
+    encoding_errors: Literal["strict", "replace"] = typer.Option(
         None, "--encoding-errors", help="On invalid UTF-8: strict (stop) or replace (go on).", show_default=False
     ),
     download: bool = typer.Option(False, "--download", help="First fetch the corpora the recipe names (nmt download)."),

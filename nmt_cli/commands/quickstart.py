@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import typer
 from rich.table import Table
@@ -13,7 +14,7 @@ from .common import SetOption, console, styled
 
 
 def run(
-    pair: str = typer.Option("en-de", "--pair", help="en-de or en-fr (bundled software messages)."),
+    pair: Literal["en-de", "en-fr"] = typer.Option("en-de", "--pair", help="en-de or en-fr (bundled software messages)."),
     minutes: float = typer.Option(10.0, "--minutes", min=0.1, max=10_080, help="Training time budget on this machine."),
     workdir: Path = typer.Option(Path("nmt-quickstart"), "--dir", help="Where data, model and outputs go."),
     overrides: list[str] = SetOption,

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
 
 import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import console, device_option, resolve_device
+from .common import console, deprecated, device_option, resolve_device
 
 
 def run(
     files: list[str] = typer.Argument(
         ..., help="HYP REF [REF...] (HYP may be - for stdin); with --compare: HYP_A HYP_B REF [REF...]."
     ),
-    metrics: str = typer.Option("bleu", "--metrics", "-m", help="Comma-separated: bleu,chrf,ter."),
+    metrics: str = typer.Option("bleu", "--metrics", help="Comma-separated: bleu,chrf,ter."),
     tokenize: str = typer.Option(
         None, "--tokenize", "-tok", help="sacreBLEU tokenizer for BLEU (default 13a).", show_default=False
     ),
@@ -34,12 +37,13 @@ def run(
     models: list[str] = typer.Option(
         None,
         "--model",
+        "-m",
         help="Forced scores instead: `nmt score --model M SRC HYP` "
         "prints each pair's log-probability under model M (for filtering and "
         "reranking); repeat --model for an ensemble.",
         show_default=False,
     ),
-    output_format: str = typer.Option(
+    output_format: Literal["jsonl", "tsv"] = typer.Option(
         "jsonl", "--format", help="With --model: jsonl or tsv (total, per token, normalised by the length penalty)."
     ),
     device: str = device_option(when="With --model: "),
@@ -56,6 +60,10 @@ def run(
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
     from ..score import metrics as m
 
+    if models and _metric_names(models, m.METRICS):
+        # `-m` meant --metrics here before it meant --model, as it does in every other command.
+        deprecated(f"nmt score -m {models[0]} (metrics)", f"--metrics {models[0]}")
+        metrics, models = models[0], []
     if models:
         _forced(models, files, output_format, device, docids)
         return
@@ -111,6 +119,12 @@ def _print_comparison(results: list, files: list[str], as_json: bool) -> None:
             f"{r.metric}: A ({files[0]}) {r.score_a:.2f}  B ({files[1]}) {r.score_b:.2f} "
             f"(+/- {r.ci_b:.2f})  p = {r.p_value:.4f}: {verdict} at 0.05  [{r.signature}]"
         )
+
+
+def _metric_names(models: list[str], known: Iterable[str]) -> bool:
+    """Whether ``-m`` was given the metrics, as it once took them: one value, no such file, only metric names."""
+    names = models[0].lower().split(",")
+    return len(models) == 1 and not Path(models[0]).exists() and all(name.strip() in known for name in names)
 
 
 def _forced(models: list[str], files: list[str], output_format: str, device: str, docids: str | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Literal
 
 import typer
 
@@ -25,7 +26,9 @@ def run(
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on."),
     device: str = device_option(),
     threads: int = ThreadsOption,
-    dtype: str = typer.Option("fp32", "--dtype", help="Weights and arithmetic: fp32, bf16 or fp16."),
+    dtype: Literal["fp32", "bf16", "fp16"] = typer.Option(
+        "fp32", "--dtype", help="Weights and arithmetic: fp32, bf16 or fp16."
+    ),
     batching: bool = typer.Option(
         True,
         "--batching/--no-batching",
@@ -53,11 +56,13 @@ def run(
         max=1e9,
         help="An uploaded .docx with a part (over 1 MiB) that unpacks to more times its packed size: 413.",
     ),
-    log_level: str = typer.Option("info", "--log-level", help="critical, error, warning, info or debug."),
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = typer.Option(
+        "info", "--log-level", help="How much the server logs."
+    ),
     glossaries: list[str] = typer.Option(
         [],
         "--glossary",
-        metavar="NAME=FILE",
+        metavar="[NAME=]PATH",
         help='A glossary requests may name ("glossary": "NAME"): TSV, CSV or TBX as nmt translate reads it; '
         "FILE alone is named after its file name. Repeat for several. Requests may also send their own pairs.",
         show_default=False,

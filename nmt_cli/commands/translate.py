@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import typer
 
@@ -22,6 +22,26 @@ from .translate_options import Engines, Plan, Precisions, TranslateOptions
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
     from ..decode.translation import Translation
+
+
+# `nmt translate --help` lists its options under these titles, in this order (cli.py draws them).
+OPTION_GROUPS = {
+    "Input and output": ("models", "input", "output", "output_format", "nbest", "progress"),
+    "Search": (
+        "beam", "alpha", "length_penalty", "stop", "max_len_a", "max_len_b", "prefix",
+        "sampling", "temperature", "top_k", "top_p", "seed",
+    ),
+    "Documents": (
+        "file_format", "markup", "keep_tags", "docids", "alignments", "alignment_layer",
+        "fuzzy", "retranslate", "fuzzy_below", "max_unpacked_mb", "max_unpack_ratio",
+    ),
+    "Terminology": ("glossaries", "keep_terms", "glossary_mode"),
+    "Quality": ("confidence",),
+    "Long jobs": ("chunk_lines", "shard", "restart"),
+    "Engine": (
+        "engine", "device", "threads", "dtype", "batch_tokens", "batch_size", "workers", "cuda_graphs",
+    ),
+}  # fmt: skip
 
 
 def run(
@@ -133,6 +153,7 @@ def run(
     file_format: str = typer.Option(
         None,
         "--file-format",
+        metavar="FORMAT",
         help=file_format_help(),
         show_default=False,
     ),
@@ -198,13 +219,13 @@ def run(
         help="Names copied into the translation exactly as written, one a line. Repeat for several files.",
         show_default=False,
     ),
-    glossary_mode: str = typer.Option(
+    glossary_mode: Literal["hard", "soft"] = typer.Option(
         "hard",
         "--glossary-mode",
         help="hard: every term is in the output (constrained beam search; a sentence where none fits the length "
         "limit is reported); soft: terms are favoured by a score bonus, fluency first.",
     ),
-    output_format: str = typer.Option(
+    output_format: Literal["text", "jsonl", "tsv"] = typer.Option(
         "text",
         "--format",
         help="text (translations; with --confidence a tab, the confidence and the flags follow), jsonl (one "

@@ -1,4 +1,4 @@
-"""Export to CTranslate2 (``nmt export MODEL OUT --format ctranslate2``); ``decode/ctranslate2_engine.py``
+"""Export to CTranslate2 (``nmt export MODEL OUT --for ctranslate2``); ``decode/ctranslate2_engine.py``
 translates with the folder it writes.
 
 The CTranslate2 Transformer spec is filled from our weights directly: fused QKV for

@@ -1,4 +1,4 @@
-"""``nmt import hf`` and ``nmt export --format hf``: MarianMT folders (OPUS-MT's HuggingFace layout) in and out.
+"""``nmt import hf`` and ``nmt export --for hf``: MarianMT folders (OPUS-MT's HuggingFace layout) in and out.
 
 The folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``),
 ``source.spm``/``target.spm`` and ``vocab.json``, the one id space both SentencePiece models map into. The

@@ -44,7 +44,7 @@ class CTranslate2Engine:
 
         if not (folder / "model.bin").is_file():
             raise NmtError(
-                f"{folder}: not a CTranslate2 model folder; create it with nmt export MODEL_DIR OUT --format ctranslate2"
+                f"{folder}: not a CTranslate2 model folder; create it with nmt export MODEL_DIR OUT --for ctranslate2"
             )
         try:
             self.translator = ctranslate2.Translator(

@@ -26,7 +26,7 @@ runner = CliRunner()
 def test_exported_model_gives_the_same_greedy_outputs(overfit, tmp_path):
     run_dir, src, _ = overfit
     out = tmp_path / "ct2"
-    result = runner.invoke(app, ["export", str(run_dir), str(out), "--format", "ctranslate2"])
+    result = runner.invoke(app, ["export", str(run_dir), str(out), "--for", "ctranslate2"])
     assert result.exit_code == 0, result.output
     loaded = load_model(run_dir)
     lines = src + ["A dog runs on the beach.", "Three people are sitting at a table outside a cafe.", ""]

@@ -169,7 +169,7 @@ def hf_log_probs(folder: Path, source: str, target: str) -> torch.Tensor:
 
 
 def test_exported_folders_score_in_transformers_as_in_nmt(marian_folder, prepared, overfit, tmp_path):
-    """`nmt export --format hf`: an imported model going back, and a model nmt trained (joint vocabulary)."""
+    """`nmt export --for hf`: an imported model going back, and a model nmt trained (joint vocabulary)."""
     from nmt_cli.config import load_recipe
     from nmt_cli.train.loop import train
 
@@ -180,16 +180,16 @@ def test_exported_folders_score_in_transformers_as_in_nmt(marian_folder, prepare
     _, src, tgt = overfit
     for model, sources, targets in ((imported, lines("test.en.gz", 4), lines("test.de.gz", 4)), (trained, src[:4], tgt[:4])):
         folder = tmp_path / f"hf-{model.name}"
-        result = CliRunner().invoke(app, ["export", str(model), str(folder), "--format", "hf"])
+        result = CliRunner().invoke(app, ["export", str(model), str(folder), "--for", "hf"])
         assert result.exit_code == 0, result.output
         loaded = load_model(model)
         for source, target in zip(sources, targets):
             torch.testing.assert_close(
                 hf_log_probs(folder, source, target), nmt_log_probs(loaded, source, target), atol=1e-4, rtol=1e-4
             )
-    again = CliRunner().invoke(app, ["export", str(trained), str(tmp_path / f"hf-{trained.name}"), "--format", "hf"])
+    again = CliRunner().invoke(app, ["export", str(trained), str(tmp_path / f"hf-{trained.name}"), "--for", "hf"])
     assert again.exit_code == 1 and "not empty" in again.output
-    pre_norm = CliRunner().invoke(app, ["export", str(overfit[0]), str(tmp_path / "hf-pre"), "--format", "hf"])
+    pre_norm = CliRunner().invoke(app, ["export", str(overfit[0]), str(tmp_path / "hf-pre"), "--for", "hf"])
     assert pre_norm.exit_code == 1 and "model.norm is pre; MarianMT expresses model.norm: post" in pre_norm.output
 
 
