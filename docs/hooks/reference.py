@@ -3,7 +3,9 @@
 - ``reference/cli.md``: every command and option, read from the Typer application (``nmt_cli.cli.app``);
 - ``reference/recipe.md``: every recipe key with its default and meaning, read from the config dataclasses
   (what ``nmt config --explain`` prints);
-- ``changelog.md``: the repository's CHANGELOG.md.
+- ``changelog.md``: the repository's CHANGELOG.md;
+- the signatures at the end of ``reference/python-api.md``: every name ``nmt_cli.__all__`` exports, with its
+  signature and the first paragraph of its docstring, read from the code.
 """
 
 from __future__ import annotations
@@ -20,6 +22,33 @@ def on_files(files: Files, config: Any) -> Files:
     files.append(File.generated(config, "reference/recipe.md", content=recipe_reference()))
     files.append(File.generated(config, "changelog.md", content=CHANGELOG.read_text(encoding="utf-8")))
     return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if page.file.src_uri == "reference/python-api.md":
+        return markdown + "\n" + api_signatures()
+    return markdown
+
+
+def api_signatures() -> str:
+    """One entry per exported name: ``name(signature)`` in a code block, then its docstring's first paragraph."""
+    import inspect
+
+    import nmt_cli
+
+    lines = ["## Signatures", "", "Generated from the code at every build of these pages.", ""]
+    for name in nmt_cli.__all__:
+        if name.startswith("_"):
+            continue
+        obj = getattr(nmt_cli, name)
+        try:
+            signature = f"{name}{inspect.signature(obj)}"
+        except (TypeError, ValueError):  # a protocol or a class without an inspectable constructor
+            signature = name
+        kind = "class" if inspect.isclass(obj) else "def"
+        doc = (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ")
+        lines += [f"### `{name}`", "", "```python", f"{kind} {signature}", "```", "", doc, ""]
+    return "\n".join(lines)
 
 
 CHANGELOG = Path(__file__).resolve().parents[2] / "CHANGELOG.md"  # the repository's, shown on the site as written

@@ -40,6 +40,7 @@ from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, DocumentRequest, Sentences, translate_document
 from ..terms.glossary import Glossary
 from ..terms.matching import TermMatcher
+from ..version import __version__
 from .body import read_fields
 from .languages import LanguageDetector, language_name
 from .loop import Job, QueueFull, ShuttingDown
@@ -130,7 +131,17 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
         for model in models:  # uvicorn has answered every request by now (SIGTERM drains them first)
             await asyncio.to_thread(model.loop.stop)
 
-    app = FastAPI(title="nmt serve", lifespan=lifespan, default_response_class=SafeJSONResponse)
+    # No generated /docs or /redoc pages: they load their scripts from a CDN (nothing offline) and the routes
+    # read their bodies themselves, so the generated schema would show none; docs/serving.md documents them.
+    app = FastAPI(
+        title="nmt serve",
+        version=__version__,
+        lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.add_middleware(CountResponses, metrics=metrics)
 
     @app.exception_handler(HTTPException)

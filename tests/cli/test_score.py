@@ -50,9 +50,8 @@ def test_same_lines_as_the_sacrebleu_command(files):
 
 
 def test_json_matches_sacrebleu_scores(files):
-    ours = json.loads(
-        runner.invoke(app, ["score", str(files / "hyp.de"), str(files / "ref.de"), "--json", "--metrics", "bleu,chrf"]).stdout
-    )
+    args = ["score", str(files / "hyp.de"), str(files / "ref.de"), "--json", "--metrics", "bleu,chrf"]
+    ours = json.loads(runner.invoke(app, args).stdout)
     theirs = json.loads(
         "\n".join(sacrebleu_cli(str(files / "ref.de"), "-i", str(files / "hyp.de"), "-m", "bleu", "-w", "4"))
     )

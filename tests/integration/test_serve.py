@@ -257,6 +257,8 @@ def test_models_health_metrics_and_page(client, loaded):
         assert name in metrics
     page = client.get("/")
     assert page.status_code == 200 and 'id="go"' in page.text
+    # no generated API page that loads its scripts from a CDN and shows no request bodies
+    assert all(client.get(route).status_code == 404 for route in ("/docs", "/redoc", "/openapi.json"))
 
 
 # --------------------------------------------------------------------------- a real server process
