@@ -35,7 +35,7 @@ OPTION_GROUPS = {
         "file_format", "markup", "keep_tags", "docids", "alignments", "alignment_layer",
         "fuzzy", "retranslate", "fuzzy_below", "max_unpacked_mb", "max_unpack_ratio",
     ),
-    "Terminology": ("glossaries", "keep_terms", "glossary_mode"),
+    "Terminology": ("glossaries", "keep_terms", "glossary_mode", "protect"),
     "Quality": ("confidence",),
     "Long jobs": ("chunk_lines", "shard", "restart"),
     "Engine": (
@@ -231,6 +231,12 @@ def run(
         help="text (translations; with --confidence a tab, the confidence and the flags follow), jsonl (one "
         "object a line: translation, score, confidence, flags, alignment) or tsv.",
     ),
+    protect: bool = typer.Option(
+        True,
+        "--protect/--no-protect",
+        help="Lines: paths, URLs, e-mail addresses, options, numbers and identifiers are hidden from the model and "
+        "come back exactly as written (documents always keep them). Not with --prefix or --markup.",
+    ),
 ) -> None:
     """Translate lines with beam search (or greedy with --beam 1)."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
@@ -243,7 +249,7 @@ def run(
         models, input, output, nbest, device, threads, dtype, engine, prefix, docids, alignments, alignment_layer,
         sampling, progress, chunk_lines, shard, restart, file_format, fuzzy, retranslate, fuzzy_below, keep_tags,
         max_unpacked_mb, max_unpack_ratio, markup, confidence, output_format, glossaries, keep_terms, glossary_mode,
-        decoding,
+        protect, decoding,
     )  # fmt: skip
     translate_with(options, options.checked())
 
@@ -254,6 +260,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     import torch
 
     from ..decode.file_job import Shard, file_sha256, job_identity
+    from ..decode.protected import ProtectedEngine
     from ..decode.translation import output_lines
     from ..formats.unpack import MIB, UnpackLimits
     from ..score.metrics import read_lines
@@ -263,6 +270,8 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     torch.set_num_threads(threads)
     target = resolve_device(o.device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
     translator = open_engine(o, target, threads, plan.aligned)
+    if plan.line_by_line and o.protect and not o.markup and o.prefix is None:
+        translator = ProtectedEngine(translator, getattr(translator, "terms", None))
     input, output, prefix, docids = o.input, o.output, o.prefix, o.docids
     prefixes = read_lines(prefix) if prefix is not None else None
     documents = read_lines(docids) if docids is not None else None
@@ -308,7 +317,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
             translator.config, o.models, o.engine, o.dtype, o.nbest, o.alignments, o.alignment_layer, prefix,
             o.chunk_lines,
         )  # fmt: skip
-        identity["settings"].update(markup=o.markup, confidence=o.confidence, format=o.output_format)
+        identity["settings"].update(markup=o.markup, confidence=o.confidence, format=o.output_format, protect=o.protect)
         if docids is not None:  # other documents, another job
             identity["docids"] = file_sha256(docids)
         if o.glossaries or o.keep_terms:  # other terms, other translations

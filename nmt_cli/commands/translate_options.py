@@ -52,6 +52,7 @@ class TranslateOptions:
     glossaries: list[Path]
     keep_terms: list[Path]
     glossary_mode: str
+    protect: bool
     decoding: dict[str, Any]
 
     def checked(self) -> Plan:

@@ -50,7 +50,7 @@ def _check_glossary_use(loaded: LoadedModel, config: DecodeConfig, reads_documen
         )
 
 
-def _check_term_lengths(glossary: Glossary, loaded: LoadedModel) -> None:
+def check_term_lengths(glossary: Glossary, loaded: LoadedModel) -> None:
     """A term whose translation alone takes more pieces than a translation may hold can never be met: refused,
     naming its file and line (a quarter of the model's length, so the sentence around it has room too)."""
     limit = max(1, (loaded.recipe.model.max_positions - 1) // 4)
@@ -174,7 +174,7 @@ class Translator:
         self.glossary_mode = glossary_mode
         if self.terms is not None:
             _check_glossary_use(loaded, config, self.document is not None)
-            _check_term_lengths(self.terms.glossary, loaded)
+            check_term_lengths(self.terms.glossary, loaded)
 
     def translate(
         self,

@@ -39,7 +39,7 @@ _KINDS = {
     "variable": r"\$[A-Za-z_]\w*|\$\([A-Za-z_]\w*\)",
     "identifier": r"\w+(?:::\w+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(\)|[A-Za-z][A-Za-z0-9]*_\w+"
     r"|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][a-z]+[A-Z][A-Za-z0-9]*|[a-z_]\w*(?:\.[a-z_]\w*){2,}",
-    "number": r"(?:[A-Za-z]+[-_]?)?\d[\w.,:/+%-]*",
+    "number": r"(?:[A-Za-z]+[-_.]?)?\d[\w.,:/+%-]*",  # 42, 1,024, v2.1, X.509
 }
 # A protected span starts at a word's edge: "and/or" and "e-mail" hold none.
 _PROTECTED = re.compile(
@@ -131,6 +131,20 @@ def mask(text: str, spans: Iterable[tuple[int, int]] | None = None, avoid: str =
     return Masked("".join(out), originals)
 
 
+def mask_line(text: str, keep: Iterable[tuple[int, int]] = (), free: Iterable[tuple[int, int]] = ()) -> Masked:
+    """A plain line (``nmt translate``'s lines, the server's text) with its protected spans masked, and the
+    ``keep`` spans too (names to copy); a span that overlaps one of ``free`` (glossary terms, which the search
+    must see to translate) is left as it is. Tabs stay as they are: in a plain line a word's position is what
+    alignments count, and a mask never holds a space."""
+    keep, free = list(keep), list(free)
+    spans = [(a, b) for a, b in protected_spans(text) if not text[a:b].isspace() and not _overlaps(a, b, free + keep)]
+    return mask(text, sorted(spans + [(a, b) for a, b in keep if b > a]))
+
+
+def _overlaps(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
+    return any(start < b and a < end for a, b in spans)
+
+
 def unmask(text: str, originals: dict[str, str]) -> str:
     """``text`` with each mask replaced by its original (longest masks first: ``%lu`` before ``%u``)."""
     if not originals:
@@ -141,4 +155,4 @@ def unmask(text: str, originals: dict[str, str]) -> str:
     return pattern.sub(lambda m: originals[m.group(0).strip(" ")], text)
 
 
-__all__ = ["Masked", "has_words", "mask", "masks", "protected_spans", "unmask"]
+__all__ = ["Masked", "has_words", "mask", "mask_line", "masks", "protected_spans", "unmask"]

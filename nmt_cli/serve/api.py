@@ -35,11 +35,12 @@ from ..decode.assess import Assessment, Assessor
 from ..decode.attention_maps import parse_pharaoh
 from ..decode.constrained import CONSTRAINED_MIN_BEAM, term_constraints
 from ..decode.search import Hypothesis
-from ..decode.translator import Aligner, Translator
+from ..decode.translator import Aligner, Translator, check_term_lengths
 from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, DocumentRequest, Sentences, translate_document
+from ..formats.protect import Masked, mask_line
 from ..terms.glossary import Glossary
-from ..terms.matching import TermMatcher
+from ..terms.matching import compiled
 from ..version import __version__
 from .body import read_fields
 from .languages import LanguageDetector, language_name
@@ -118,6 +119,8 @@ class Decoded:
     assessments: list[list[list[Assessment]]] | None = None  # per text, per line, per hypothesis ("confidence")
     missing_terms: list[list[str]] | None = None  # per text, the glossary terms its best translation lacks
     placed_terms: list[list[dict[str, str]]] | None = None  # per text, the terms it holds: source and translation
+    # per text, per line: what the model read (paths, URLs, numbers... masked) and what each mask stands for
+    masked: list[list[Masked]] | None = None
 
 
 def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics) -> FastAPI:
@@ -153,6 +156,10 @@ def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics
         log.error("internal error: %s: %s", type(err).__name__, str(err).splitlines()[0] if str(err) else "")
         return SafeJSONResponse({"error": f"internal error ({type(err).__name__}); the server goes on"}, status_code=500)
 
+    for glossary in limits.glossaries.values():  # checked and compiled now, off every request's path
+        for model in models:
+            check_term_lengths(glossary, model.loaded)
+        compiled(glossary, keep=True)
     detector = LanguageDetector(sorted({m.source for m in models} | {m.target for m in models}))
     app.include_router(_server_routes(models, metrics, limits.glossaries))
     app.include_router(_language_routes(models, limits, detector))
@@ -339,9 +346,12 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
     """Queue the request's non-empty lines and wait for them; None if the client disconnected."""
     loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
     lines = [text.split("\n") for text in parsed.texts]
-    flat = [line.strip() for text_lines in lines for line in text_lines]
+    # The model never reads what must come back unchanged (formats/protect.py), as with nmt translate's lines.
+    shown = [mask_line(line.strip()) for text_lines in lines for line in text_lines]
+    flat = [line.text for line in shown]
     if loaded.recipe.model.concat or loaded.recipe.model.recurrence:  # no glossary here (parse_request)
-        return await asyncio.to_thread(_decode_with_translator, parsed, lines, flat)
+        decoded = await asyncio.to_thread(_decode_with_translator, parsed, lines, flat)
+        return replace(decoded, masked=_regroup(shown, lines))
     todo = [i for i, line in enumerate(flat) if line]
     encoded = loaded.src_vocab.encode([flat[i] for i in todo], out_type=int)
     truncated_flat = [False] * len(flat)
@@ -351,7 +361,7 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
     assessed_flat: list[list[Assessment]] = [[] for _ in flat]
     constraints, config = None, parsed.config
     if parsed.glossary is not None:  # each sentence's terms join the running batch with it (decode/constrained.py)
-        matcher = TermMatcher(parsed.glossary)
+        matcher = compiled(parsed.glossary)
         constraints = [term_constraints(matcher, loaded.tgt_vocab, flat[i]) for i in todo]
         config = replace(config, beam=max(config.beam, CONSTRAINED_MIN_BEAM))
     if todo:
@@ -397,7 +407,7 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
         missing = [sorted({t for terms in text for t in terms}) for text in _regroup(lacking, lines)]
         placed = [[term for terms in text for term in terms] for text in _regroup(holding, lines)]
     hypotheses, truncated = _regroup(results_flat, lines), _regroup(truncated_flat, lines)
-    return Decoded(lines, hypotheses, truncated, assessments, missing, placed)
+    return Decoded(lines, hypotheses, truncated, assessments, missing, placed, _regroup(shown, lines))
 
 
 class TranslatedFiles:
@@ -425,7 +435,7 @@ def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Gloss
     the alignments are computed in the loop's thread (the model is the loop's alone), as confidence is. With a
     ``glossary``, each sentence's terms go with it (decode/constrained.py)."""
     loaded, max_src = model.loaded, model.loaded.recipe.model.max_positions - 1
-    matcher = TermMatcher(glossary) if glossary is not None else None
+    matcher = compiled(glossary) if glossary is not None else None
     config = loaded.recipe.decode
     if matcher is not None:
         config = replace(config, beam=max(config.beam, CONSTRAINED_MIN_BEAM))
@@ -573,12 +583,13 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
     vocab = parsed.model.loaded.tgt_vocab
     texts = []
     for n, hyps_per_line in enumerate(decoded.hypotheses):
+        shown = decoded.masked[n] if decoded.masked is not None else [Masked(line, {}) for line in decoded.lines[n]]
         alternatives = []
         for rank in range(parsed.nbest):
             picked = [hyps[min(rank, len(hyps) - 1)] if hyps else None for hyps in hyps_per_line]
             if rank and all(h is None or len(hyps) <= rank for h, hyps in zip(picked, hyps_per_line)):
                 break
-            text = "\n".join(vocab.decode(h.tokens) if h else "" for h in picked)
+            text = "\n".join(line.restore(vocab.decode(h.tokens)) if h else "" for h, line in zip(picked, shown))
             scores = [h.score for h in picked if h]
             alternative = {"text": text, "score": sum(scores) / len(scores) if scores else 0.0}
             if decoded.assessments is not None:

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 from ..config import DecodeConfig
 from ..decode.loading import LoadedModel
-from ..errors import DataError
+from ..decode.translator import check_term_lengths
+from ..errors import DataError, NmtError
 from ..formats.unpack import UnpackLimits
 from ..terms.glossary import Glossary, glossary_from_pairs
 from ..utils.text import replace_control_characters
@@ -150,6 +151,11 @@ def request_glossary(fields: dict[str, Any], limits: Limits, model: ServedModel)
     glossary = _glossary(value, limits)
     if model.loaded.recipe.model.concat or model.loaded.recipe.model.recurrence:
         raise BadRequest(400, '"glossary" is applied by sentence-level models only so far; leave it out')
+    if glossary is not limits.glossaries.get(value if isinstance(value, str) else ""):  # served ones: at start-up
+        try:
+            check_term_lengths(glossary, model.loaded)  # the command line's own check
+        except NmtError as err:
+            raise BadRequest(400, str(err)) from None
     return glossary
 
 

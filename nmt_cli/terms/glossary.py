@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,8 +110,30 @@ def read_keep_terms(path: Path) -> Glossary:
     return Glossary(tuple(seen.values()))
 
 
+# A term is a name or a phrase: longer ones are refused (a 10,000-character "term" would keep a constrained search
+# busy for minutes), as are line breaks and tabs (one output line per input line, TSV rows) and text that is
+# not Unicode (a lone surrogate cannot be encoded for the model or the answer).
+MAX_TERM_CHARS = 200
+_UNWRITABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff\u2028\u2029]")
+
+
+def _check_term(text: str, where: str) -> None:
+    if len(text) > MAX_TERM_CHARS:
+        raise DataError(
+            f"{where}: a term of {len(text):,} characters; a term is at most {MAX_TERM_CHARS} (a name or a phrase)"
+        )
+    bad = _UNWRITABLE.search(text)
+    if bad is not None:
+        said = "a line break or tab" if bad.group(0) in "\n\r\t\u2028\u2029" else f"the character U+{ord(bad.group(0)):04X}"
+        shown = "".join(c if c.isprintable() and not _UNWRITABLE.match(c) else f"\\u{ord(c):04x}" for c in text[:40])
+        raise DataError(f"{where}: the term '{shown}' holds {said}; a term is one line of text")
+
+
 def _add(seen: dict[str, Term], term: Term) -> None:
-    """One entry per source term: the same term again with the same translations is kept once, with others refused."""
+    """One entry per source term: the same term again with the same translations is kept once, with others refused.
+    Every way in (files, keep-terms, TBX, a request's pairs) comes here, so every way gets the same checks."""
+    for text in (term.source, *term.targets):
+        _check_term(text, term.where)
     earlier = seen.get(term.source)
     if earlier is None:
         seen[term.source] = term
@@ -153,6 +176,7 @@ def _read_tbx(data: bytes, path: Path, src_lang: str, tgt_lang: str) -> Glossary
     if not src_lang or not tgt_lang:
         raise DataError(f"{path}: a TBX glossary needs the model's source and target languages")
     seen: dict[str, Term] = {}
+    languages: set[str] = set()
     lang_key = "{http://www.w3.org/XML/1998/namespace}lang"
     for entry in root.iter("{*}termEntry", "{*}conceptEntry"):
         by_language: dict[str, list[str]] = {}
@@ -164,4 +188,11 @@ def _read_tbx(data: bytes, path: Path, src_lang: str, tgt_lang: str) -> Glossary
         for source in by_language.get(src_lang.lower(), []):
             if targets:
                 _add(seen, Term(source, targets, f"{path}:{entry.sourceline}"))
+        languages.update(by_language)
+    if not seen:
+        found = ", ".join(sorted(lang for lang in languages if lang)) or "none"
+        raise DataError(
+            f"{path}: no concept has terms in both {src_lang} and {tgt_lang} (the languages it has: {found}); "
+            "give a glossary for the model's pair"
+        )
     return Glossary(tuple(seen.values()))

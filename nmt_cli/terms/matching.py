@@ -4,7 +4,7 @@ A source term matches on word boundaries (a hyphen does not end a word), case-in
 capitals of its own ("file" matches "File" and "FILE"; "Repository" only itself), the longest first where terms
 overlap ("file system" before "file"). Text the model never translates -- placeholders, and the code, paths,
 URLs, options and numbers that ``formats/protect.py`` masks -- holds no term: ``/usr/share/file`` is a path,
-not the term "file".
+not the term "file"; a term that covers such a span whole ("GitHub", "README.md") is the user's, and matches.
 """
 
 from __future__ import annotations
@@ -55,12 +55,37 @@ class TermMatcher:
         blocked = protected_spans(text) + [m.span() for m in PLACEHOLDER.finditer(text)]
         chosen: list[TermMatch] = []
         for candidate in sorted(candidates, key=lambda m: (m.start, -(m.end - m.start))):
-            if any(candidate.start < end and start < candidate.end for start, end in blocked):
+            # a term inside a protected span is not one ("file" in /usr/share/file); a term that covers one is
+            # the user's word for it ("GitHub", "README.md"), and wins
+            if any(
+                candidate.start < end and start < candidate.end
+                for start, end in blocked
+                if not _within(start, end, candidate)
+            ):
                 continue
             if chosen and candidate.start < chosen[-1].end:
                 continue  # inside or across a longer (or earlier) term
             chosen.append(candidate)
         return chosen
+
+
+# Served glossaries are compiled once, at start-up (a 100,000-term glossary takes the better part of a minute),
+# and found again by identity: they live as long as the server.
+_COMPILED: dict[int, TermMatcher] = {}
+
+
+def compiled(glossary: Glossary, keep: bool = False) -> TermMatcher:
+    """The glossary's matcher: the one compiled before when there is one; ``keep`` stores it for later calls."""
+    matcher = _COMPILED.get(id(glossary))
+    if matcher is None or matcher.glossary is not glossary:
+        matcher = TermMatcher(glossary)
+        if keep:
+            _COMPILED[id(glossary)] = matcher
+    return matcher
+
+
+def _within(start: int, end: int, match: TermMatch) -> bool:
+    return match.start <= start and end <= match.end
 
 
 def _alternation(terms: list[Term], flags: int) -> re.Pattern[str] | None:

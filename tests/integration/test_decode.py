@@ -452,3 +452,20 @@ def test_fixed_shape_steps_also_serve_sampling_and_prefixes(loaded, overfit, mon
     got = [list(Translator(loaded, c, nbest=n).translate(lines, p)) for c, n, p in cases]
     for before, after in zip(expected, got):
         assert [[t.text for t in h] for h in after] == [[t.text for t in h] for h in before]
+
+
+def test_lines_keep_their_paths_urls_and_numbers_unless_told_not_to(overfit):
+    """A model trained on captions has never seen a path: the line's spans come back exactly, each once."""
+    from conftest import nmt_in_process
+
+    run_dir, src, _ = overfit
+    spans = ["/etc/passwd", "https://example.org/a.tar.gz", "1,024", "--prefix=/usr/local", "X.509"]
+    lines = [f"{src[0]} {spans[0]}", f"{src[1]} {spans[1]} {spans[2]}", f"{spans[3]} {src[2]} {spans[4]}", src[3]]
+    kept = nmt_in_process("translate", "-m", run_dir, "--max-len-b", "20", stdin="\n".join(lines) + "\n")
+    assert kept.returncode == 0, kept.stderr
+    out = kept.stdout.splitlines()
+    assert len(out) == len(lines)
+    for span in spans:
+        assert sum(line.count(span) for line in out) == 1, (span, out)
+    plain = nmt_in_process("translate", "-m", run_dir, "--no-protect", "--max-len-b", "20", stdin=src[3] + "\n")
+    assert plain.stdout.splitlines() == [out[3]]  # a line with nothing to protect translates as before

@@ -143,6 +143,19 @@ def test_libretranslate_shape(client, loaded, overfit):
     assert languages == [{"code": "en", "name": "English", "targets": ["de"]}]
 
 
+def test_text_requests_keep_paths_urls_and_numbers_as_the_command_line_does(client, overfit):
+    from conftest import nmt_in_process
+
+    run_dir, src, _ = overfit
+    lines = [f"{src[0]} /etc/passwd", f"{src[1]} https://example.org/a.tar.gz 1,024"]
+    answer = client.post("/translate", json={"q": "\n".join(lines), "source": "en", "target": "de"}).json()
+    served = answer["translatedText"].split("\n")
+    for span in ("/etc/passwd", "https://example.org/a.tar.gz", "1,024"):
+        assert sum(line.count(span) for line in served) == 1, (span, served)
+    command_line = nmt_in_process("translate", "-m", run_dir, stdin="\n".join(lines) + "\n").stdout.splitlines()
+    assert served == command_line
+
+
 def test_format_html_keeps_the_markup_and_translates_the_text(client, loaded, overfit):
     from importlib import resources
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nmt_cli.errors import DataError
@@ -103,3 +105,52 @@ def test_no_term_inside_a_placeholder_a_path_a_url_or_an_option(tmp_path):
     text = "Copy /usr/share/file to https://example.org/file with --file and %(name)s, then the file."
     found = [(m.start, text[m.start : m.end]) for m in matcher.find(text)]
     assert found == [(len(text) - len("file."), "file")]
+
+
+def test_names_with_inner_capitals_can_be_terms_and_keep_terms(tmp_path):
+    names = read_keep_terms(_write(tmp_path, "names.txt", "GitHub\nmacOS\niPhone\nPyTorch\n"))
+    text = "Open GitHub on macOS, an iPhone or with PyTorch; not in /srv/GitHub/x."
+    found = [text[m.start : m.end] for m in TermMatcher(names).find(text)]
+    assert found == ["GitHub", "macOS", "iPhone", "PyTorch"]
+
+
+@pytest.mark.parametrize(
+    "pairs, problem",
+    [
+        ([["a" * 201, "b"]], "a term of 201 characters"),
+        ([["file", "b" * 5000]], "a term of 5,000 characters"),
+        ([["file", "Datei\nDateien"]], "holds a line break or tab"),
+        ([["file", "Da\ttei"]], "holds a line break or tab"),
+        ([["fi\ud800le", "Datei"]], "holds the character U+D800"),
+    ],
+)
+def test_terms_too_long_or_not_one_line_are_refused_on_every_way_in(tmp_path, pairs, problem):
+    from nmt_cli.terms.glossary import glossary_from_pairs
+
+    with pytest.raises(DataError, match=re.escape(problem)) as inline:
+        glossary_from_pairs(pairs, '"glossary"')
+    str(inline.value).encode("utf-8")  # the message itself can be printed and sent
+    if "\ud800" not in pairs[0][0]:
+        (source, target) = pairs[0]
+        csv = _write(tmp_path, "g.csv", f'"{source}","{target}"\n')
+        with pytest.raises(DataError, match=re.escape(problem)):
+            read_glossary(csv)
+
+
+def test_a_tbx_without_the_models_pair_is_refused_naming_its_languages(tmp_path):
+    with pytest.raises(DataError, match=r"no concept has terms in both en and ja \(the languages it has: de, en"):
+        read_glossary(_write(tmp_path, "g.tbx", TBX), "en", "ja")
+
+
+def test_protected_lines_mask_kept_names_and_leave_glossary_terms_to_the_search(tmp_path):
+    from nmt_cli.decode.protected import ProtectedEngine
+
+    terms = Glossary.join(
+        read_keep_terms(_write(tmp_path, "names.txt", "Ubuntu\nGitHub\n")),
+        read_glossary(_write(tmp_path, "g.tsv", "README.md\tLIESMICH.md\nfile\tDatei\n")),
+    )
+    engine = ProtectedEngine(engine=None, terms=TermMatcher(terms))  # type: ignore[arg-type]
+    masked = engine.mask("Open GitHub on Ubuntu, then the file README.md in /etc.")
+    assert set(masked.originals.values()) == {"GitHub", "Ubuntu", "/etc"}
+    assert "README.md" in masked.text and "file" in masked.text
+    assert masked.restore(masked.text.replace("Ubuntu", "x")) == "Open GitHub on Ubuntu, then the file README.md in /etc."

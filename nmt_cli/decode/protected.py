@@ -1,0 +1,58 @@
+"""An :class:`~.translation.Engine` that never shows the model what must come back unchanged.
+
+Plain lines hold paths, URLs, e-mail addresses, options, numbers and identifiers that a model trained on prose
+translates as words (``/etc/passwd`` dropped, ``1,024`` turned into ``200000000000001``). Documents already mask
+them (``formats/protect.py``); this wrapper does the same for lines: each line is masked before the engine reads
+it and every hypothesis gets its spans back, byte for byte (``Masked.restore``: a mask the model lost is put back
+at its place, one it invented removed; the line's own placeholders, ``%s`` or ``{name}``, are kept exactly
+too). A span never holds a space, so word positions, and with them
+alignments, are those of the original line.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..formats.protect import Masked, mask_line
+from ..terms.matching import TermMatcher
+from .translation import Engine, Translation
+
+
+class ProtectedEngine:
+    """``engine`` with every line's protected spans masked on the way in and restored on the way out; every
+    other attribute is the engine's own. With ``terms`` (``--keep-terms``, ``--glossary``): a name to keep is
+    masked too, so it comes back as written and ends where it ends (no "Ubuntuu"); a glossary term is never
+    masked, so that the engine's constrained search sees and translates it."""
+
+    def __init__(self, engine: Engine, terms: TermMatcher | None = None) -> None:
+        self.engine = engine
+        self.terms = terms
+
+    def mask(self, line: str) -> Masked:
+        found = self.terms.find(line) if self.terms is not None else []
+        keep = [(m.start, m.end) for m in found if m.term.kept]
+        return mask_line(line, keep=keep, free=[(m.start, m.end) for m in found if not m.term.kept])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        prefixes: Iterable[str] | None = None,
+        first_line: int = 0,
+        documents: Iterable[str] | None = None,
+    ) -> Iterator[list[Translation]]:
+        pending: deque[Masked] = deque()
+
+        def masked(source: Iterable[str]) -> Iterator[str]:
+            # lazily, so that a stream (stdin) is read as the engine asks for it
+            for line in source:
+                pending.append(self.mask(line))
+                yield pending[-1].text
+
+        for hyps in self.engine.translate(masked(lines), prefixes, first_line, documents):
+            line = pending.popleft()  # the engine answers in order, each line after reading it
+            yield [hyp._replace(text=line.restore(hyp.text)) for hyp in hyps]

@@ -1,0 +1,79 @@
+"""Plain lines keep their paths, URLs, numbers and names: the engine never reads them (decode/protected.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import pytest
+
+from nmt_cli.decode.protected import ProtectedEngine
+from nmt_cli.decode.translation import Translation
+from nmt_cli.formats.protect import mask_line
+
+LINES = {
+    "Cannot open file /etc/passwd": ["/etc/passwd"],
+    "Download https://example.org/a.tar.gz and run ./configure --prefix=/usr/local": [
+        "https://example.org/a.tar.gz",
+        "./configure",
+        "--prefix=/usr/local",
+    ],
+    "Found 3 errors in 1,024 files since 2019.": ["3", "1,024", "2019"],
+    "Write to admin@example.com about X.509 certificates.": ["admin@example.com", "X.509"],
+    "A dog runs in the park.": [],
+}
+
+
+class Garbling:
+    """An engine that mangles every word it reads and loses the last mask of a line, as a weak model may."""
+
+    def __init__(self) -> None:
+        self.read: list[str] = []
+        self.config = None
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        prefixes: Iterable[str] | None = None,
+        first_line: int = 0,
+        documents: Iterable[str] | None = None,
+    ) -> Iterator[list[Translation]]:
+        for line in lines:
+            self.read.append(line)
+            words = [w if w.startswith("%") else w[::-1] + "x" for w in line.split()]
+            masks = [i for i, w in enumerate(words) if w.startswith("%")]
+            if len(masks) > 1:
+                del words[masks[-1]]
+            yield [Translation(" ".join(words), -1.0), Translation(" ".join(reversed(words)), -2.0)]
+
+
+def test_spans_are_hidden_from_the_engine_and_come_back_byte_for_byte():
+    inner = Garbling()
+    engine = ProtectedEngine(inner)
+    outputs = list(engine.translate(iter(LINES)))
+    assert len(outputs) == len(LINES)
+    for (line, spans), read, hyps in zip(LINES.items(), inner.read, outputs):
+        for span in spans:
+            assert span not in read  # the model never saw it
+            for hyp in hyps:  # every hypothesis of the n-best list has it back, once
+                assert hyp.text.count(span) == line.count(span), (span, hyp.text)
+    assert inner.read[-1] == "A dog runs in the park."  # prose is read as written
+
+
+def test_a_stream_is_read_as_the_engine_asks_for_it():
+    inner = Garbling()
+    engine = ProtectedEngine(inner)
+    results = engine.translate(iter(["See /tmp/a.", "See /tmp/b."]))
+    first = next(results)
+    assert len(inner.read) == 1 and "/tmp/a" in first[0].text
+    assert "/tmp/b" in next(results)[0].text
+
+
+def test_other_attributes_are_the_engines():
+    inner = Garbling()
+    assert ProtectedEngine(inner).config is inner.config
+
+
+@pytest.mark.parametrize("line", ["Name:\tValue", "a  b\tc"])
+def test_a_mask_never_holds_a_space_so_word_positions_stay(line):
+    masked = mask_line(line + " /etc/hosts 42")
+    assert len(masked.text.split()) == len((line + " /etc/hosts 42").split())
