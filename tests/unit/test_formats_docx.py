@@ -115,3 +115,45 @@ def test_a_decompression_bomb_is_refused_before_anything_is_unpacked():
     tight = UnpackLimits(1 << 20, 20)
     out, count = translate_bytes(document(), Path("ok.docx"), lambda s: [t.upper() for t in s], "en", "de", limits=tight)
     assert count > 0 and docx.Document(io.BytesIO(out)).paragraphs[0].text == "A TITLE HERE"
+
+
+def _declaring(data: bytes, member: str, size: int) -> bytes:
+    """``data`` (a zip) with ``member``'s declared unpacked size changed to ``size`` in both of its headers."""
+    import struct
+
+    out = bytearray(data)
+    name = member.encode()
+    for signature, size_at, name_at in ((b"PK\x03\x04", 22, 30), (b"PK\x01\x02", 24, 46)):
+        at = out.find(signature)
+        while at != -1:
+            if out[at + name_at : at + name_at + len(name)] == name:
+                out[at + size_at : at + size_at + 4] = struct.pack("<I", size)
+            at = out.find(signature, at + 4)
+    return bytes(out)
+
+
+def test_a_part_that_unpacks_past_what_it_declares_is_refused_with_bounded_memory():
+    import tracemalloc
+
+    lying = _declaring(bomb(32 << 20, document()), "word/document.xml", 4096)  # 32 MiB declared as 4 KiB
+    tracemalloc.start()
+    with pytest.raises(NmtError, match=r"its part word/document.xml is damaged"):
+        translate_bytes(lying, Path("lying.docx"), lambda s: s, "en", "de")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 << 20  # chunks of the part, never the part inflated in one call
+
+
+def test_many_small_parts_that_unpack_to_a_bomb_together_are_refused():
+    import zipfile
+
+    from nmt_cli.errors import TooLarge
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(document())) as real, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as out:
+        for item in real.infolist():
+            out.writestr(item, real.read(item))
+        for n in range(40):  # each just under the size where a part's own ratio counts
+            out.writestr(f"word/media/image{n}.bin", bytes((1 << 20) - 1))
+    with pytest.raises(TooLarge, match=r"lots.docx: unpacks to [\d,]+ times its size .*--max-unpack-ratio"):
+        translate_bytes(buffer.getvalue(), Path("lots.docx"), lambda s: s, "en", "de")
