@@ -128,8 +128,6 @@ def _model_settings(config: dict[str, Any], folder: Path) -> dict[str, Any]:
         raise NmtError(
             f"{where}: activation_function {config.get('activation_function')!r} is not one nmt has (swish, relu, gelu)"
         )
-    if config.get("decoder_start_token_id", config.get("pad_token_id")) != config.get("pad_token_id"):
-        raise NmtError(f"{where}: decoder_start_token_id is not pad_token_id; nmt reads Marian's start from <pad>")
     d_model = config.get("d_model")
     if not isinstance(d_model, int) or d_model % 2:
         raise NmtError(f"{where}: d_model must be an even number; it is {d_model!r}")
@@ -158,12 +156,16 @@ def _vocabulary(vocab: dict[str, Any], config: dict[str, Any], folder: Path) -> 
     if ids != list(range(len(vocab))):
         raise NmtError(f"{folder / 'vocab.json'}: its ids are not 0 .. {len(vocab) - 1}, each once")
     pad, eos = config.get("pad_token_id"), config.get("eos_token_id")
+    # Marian's decoding starts from <pad>; a folder `nmt export --for hf` wrote starts from its own <s>
+    start = config.get("decoder_start_token_id", pad)
     unk = vocab.get("<unk>")
-    if not all(isinstance(i, int) and 0 <= i < len(vocab) for i in (pad, eos, unk)):
-        raise NmtError(f"{folder}: pad_token_id, eos_token_id or vocab.json's <unk> is missing or out of range")
+    if not all(isinstance(i, int) and 0 <= i < len(vocab) for i in (pad, eos, unk, start)):
+        raise NmtError(
+            f"{folder}: pad_token_id, eos_token_id, decoder_start_token_id or vocab.json's <unk> is missing or out of range"
+        )
     by_id = sorted(vocab, key=vocab.__getitem__)
-    special_rows = {PAD_ID: pad, UNK_ID: unk, BOS_ID: pad, EOS_ID: eos}  # decoding starts from Marian's <pad>
-    order = [piece for i, piece in enumerate(by_id) if i not in (pad, eos, unk)]
+    special_rows = {PAD_ID: pad, UNK_ID: unk, BOS_ID: start, EOS_ID: eos}
+    order = [piece for i, piece in enumerate(by_id) if i not in (pad, eos, unk, start)]
     rows = [special_rows[i] for i in sorted(SPECIALS)] + [vocab[piece] for piece in order]
     return torch.tensor(rows), order
 

@@ -312,3 +312,15 @@ def test_a_hub_name_is_fetched_only_by_that_command(marian_folder, tmp_path, mon
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     offline = CliRunner().invoke(app, ["import", "hf", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "third")])
     assert offline.exit_code == 1 and "could not fetch it" in offline.output and "Traceback" not in offline.output
+
+
+def test_the_folder_export_writes_imports_again(marian_folder, tmp_path):
+    """`nmt export --for hf` then `nmt import hf` of that folder: the same model, the same translations."""
+    imported, exported, again = tmp_path / "run", tmp_path / "hf", tmp_path / "again"
+    assert CliRunner().invoke(app, ["import", "hf", str(marian_folder), "-o", str(imported)]).exit_code == 0
+    assert CliRunner().invoke(app, ["export", str(imported), str(exported), "--for", "hf"]).exit_code == 0
+    result = CliRunner().invoke(app, ["import", "hf", str(exported), "-o", str(again)])
+    assert result.exit_code == 0, result.output
+    first, second = load_model(imported), load_model(again)
+    for source in lines("test.en.gz", 3):
+        torch.testing.assert_close(nmt_log_probs(first, source, "Ein Hund."), nmt_log_probs(second, source, "Ein Hund."))
