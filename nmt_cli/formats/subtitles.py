@@ -73,17 +73,39 @@ def translate_vtt(text: str, translate: TranslateSentences | Sentences, source_l
     return (out if out.endswith("\n") or not text.endswith("\n") else out + "\n"), len(cues)
 
 
+_VTT_TIMING = re.compile(r"\s*(?:\d{2,}:)?[0-5]\d:[0-5]\d\.\d{3}\s+-->\s+(?:\d{2,}:)?[0-5]\d:[0-5]\d\.\d{3}(?:\s|$)")
+
+
 def _check_all_read(text: str, cues: list, name: str) -> None:
-    """webvtt-py skips a cue whose timing it cannot read; dropping it from the translation would lose it."""
-    timings = [n for n, line in enumerate(text.split("\n"), start=1) if "-->" in line]
-    if len(timings) == len(cues):
+    """webvtt-py skips a cue whose timing it cannot read; dropping it from the translation would lose it. Each
+    block after the header that is not a NOTE, STYLE or REGION is a cue: its first line (or the one after its
+    identifier) must be a timing, and the first that is not is refused at its line."""
+    blocks: list[tuple[int, list[str]]] = []
+    for number, line in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
+        if not line.strip():
+            blocks.append((number + 1, []))
+        elif blocks:
+            blocks[-1][1].append(line)
+        else:
+            blocks.append((number, [line]))
+    cue_blocks = [
+        (number, lines) for number, lines in blocks[1:] if lines and not lines[0].startswith(("NOTE", "STYLE", "REGION"))
+    ]
+    if len(cue_blocks) == len(cues) and all(_has_timing(lines) for _, lines in cue_blocks):
         return
-    read = {(cue.start, cue.end) for cue in cues}
-    for number in timings:
-        start, _, end = text.split("\n")[number - 1].partition("-->")
-        if (start.strip(), end.split()[0] if end.split() else "") not in read:
+    for number, lines in cue_blocks:
+        if not _has_timing(lines):
+            at = number + (1 if len(lines) > 1 and "-->" not in lines[0] else 0)
             break
-    raise NmtError(f"{name}:{number}: not a WebVTT cue timing (HH:MM:SS.mmm --> HH:MM:SS.mmm, hours optional)")
+    else:
+        at = cue_blocks[0][0] if cue_blocks else 1
+    raise NmtError(f"{name}:{at}: not a WebVTT cue timing (HH:MM:SS.mmm --> HH:MM:SS.mmm, hours optional)")
+
+
+def _has_timing(lines: list[str]) -> bool:
+    """Whether a cue block's first line, or the line after its identifier, is a timing."""
+    identified = len(lines) > 1 and "-->" not in lines[0]  # an identifier never holds "-->"
+    return bool(_VTT_TIMING.match(lines[1] if identified else lines[0]))
 
 
 def translate_cues(texts: Sequence[str], translate: TranslateSentences | Sentences, language: str) -> list[str]:

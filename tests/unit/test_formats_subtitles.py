@@ -116,3 +116,27 @@ def test_webvtt_keeps_its_header_notes_styles_settings_and_identifiers_in_utf16_
 def test_a_malformed_subtitle_file_is_one_line_naming_where(name, text, where):
     with pytest.raises(NmtError, match=where):
         translate_bytes(text.encode(), Path(name), upper, "en", "de")
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        # a timing with no arrow: webvtt-py drops the cue without a word
+        ("WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nA.\n\n2\n00:00:03.000 - 00:00:04.000\nB.\n", 7),
+        # a comma (SubRip's) in the second of three cues: reported there, not at the first
+        (
+            "WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nA.\n\n00:00:03,000 --> 00:00:04.000\nB.\n\n"
+            "00:05.000 --> 00:06.000\nC.\n",
+            6,
+        ),
+    ],
+)
+def test_a_webvtt_cue_with_a_broken_timing_is_refused_at_its_line(text, line):
+    with pytest.raises(NmtError, match=rf"^bad\.vtt:{line}: not a WebVTT cue timing"):
+        translate_bytes(text.encode(), Path("bad.vtt"), lambda s: s, "en", "de")
+
+
+def test_cues_without_hours_identifiers_and_notes_are_read_whole():
+    text = "WEBVTT\n\nNOTE hello\n\nid-1\n00:01.000 --> 00:02.000 align:start\nA dog.\n\n00:03.000 --> 00:04.000\nA cat.\n"
+    out, count = translate_bytes(text.encode(), Path("ok.vtt"), lambda s: [x.upper() for x in s], "en", "de")
+    assert count == 2 and "A DOG." in out.decode() and "A CAT." in out.decode() and "id-1" in out.decode()
