@@ -48,7 +48,14 @@ META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+
 def declared_charset(data: bytes) -> str | None:
     """The encoding a page declares in its first 1,024 bytes (``<meta charset>`` or http-equiv), as browsers read it."""
     match = META_CHARSET.search(data[:1024])
-    return match.group(1).decode("ascii").lower() if match else None
+    if match is None:
+        return None
+    declared = match.group(1).decode("ascii").lower()
+    # A <meta> readable as ASCII cannot be UTF-16: the HTML standard's encoding sniffing reads such a page as
+    # UTF-8 (and x-user-defined as windows-1252). A real UTF-16 page starts with its byte-order mark, read first.
+    if declared.replace("_", "-").startswith(("utf-16", "utf16", "ucs-2", "unicode")):
+        return "utf-8"
+    return "windows-1252" if declared == "x-user-defined" else declared
 
 
 @dataclass

@@ -75,3 +75,13 @@ def test_a_page_keeps_its_encoding_and_unencodable_characters_become_references(
 def test_an_undecodable_page_is_one_line():
     with pytest.raises(NmtError, match=r"p.html:1: not valid UTF-8 and the file declares no encoding; convert it"):
         translate_bytes(b"<p>caf\xe9</p>", Path("p.html"), upper, "en", "de")
+
+
+def test_a_page_declaring_utf16_in_ascii_bytes_is_read_as_utf8_as_browsers_do():
+    page = '<html><head><meta charset="UTF-16"><title>Über uns</title></head><body><p>Hello <b>world</b>.</p></body></html>'
+    out, count = translate_bytes(page.encode("utf-8"), Path("p.html"), lambda s: [x.upper() for x in s], "en", "de")
+    text = out.decode("utf-8")
+    assert count == 2 and "<title>ÜBER UNS</title>" in text and "<p>HELLO <b>WORLD</b>.</p>" in text
+    # a real UTF-16 page starts with its byte-order mark and stays UTF-16
+    real, _ = translate_bytes(page.encode("utf-16"), Path("p.html"), lambda s: [x.upper() for x in s], "en", "de")
+    assert "<title>ÜBER UNS</title>" in real.decode("utf-16")
