@@ -1,9 +1,11 @@
 """Markdown (``.md``): paragraphs, headings, list items, table cells and quotes translated, markup kept.
 
-Read with markdown-it-py (the CommonMark parser, with GFM tables and strikethrough, and YAML front
-matter from mdit-py-plugins). Only the text of its *inline* blocks changes; code blocks, fenced code,
-HTML blocks, front matter, link destinations, reference definitions and every line prefix (``#``,
-``-``, ``>``, ``|``, indentation) are kept byte for byte.
+Read with markdown-it-py (the CommonMark parser, with GFM tables and strikethrough, and from mdit-py-plugins
+YAML front matter, MyST's ``:::`` fences and ``$``/``$$`` math). Only the text of its *inline* blocks changes; code
+blocks, fenced code, math, HTML blocks, front matter, link destinations, reference definitions and every line
+prefix (``#``, ``-``, ``>``, ``|``, indentation) are kept byte for byte. A ``:::`` fence's lines and its options
+are kept; the content of an admonition (``:::{note}``, ``{warning}``...) is Markdown and is translated, that of
+any other directive kept.
 
 An inline block's source is walked token by token to find the raw markup of each: emphasis
 delimiters, code spans, links (``[text](url "title")``, ``[text][ref]``), images, autolinks, raw HTML
@@ -40,10 +42,14 @@ _IMAGE = re.compile(r"!\[(?:[^\[\]]|\[[^\[\]]*\])*(?:" + _LINK_TAIL.pattern + ")
 def _parser():
     try:
         from markdown_it import MarkdownIt
+        from mdit_py_plugins.colon_fence import colon_fence_plugin
+        from mdit_py_plugins.dollarmath import dollarmath_plugin
         from mdit_py_plugins.front_matter import front_matter_plugin
     except ImportError:
         raise NmtError("Markdown files need markdown-it-py and mdit-py-plugins: pip install 'nmt-cli[files]'") from None
     md = MarkdownIt("commonmark").enable("table").enable("strikethrough").use(front_matter_plugin)
+    # $x$ only where it cannot be prose: no space inside the dollars, no digit beside them ("$5 and $10" is money)
+    md.use(colon_fence_plugin).use(dollarmath_plugin, allow_space=False, allow_digits=False, double_inline=True)
     md.normalizeLink = lambda url: url  # keep destinations as written
     return md
 
@@ -151,6 +157,14 @@ def _fragment(children, raw: str, spelling: _Spelling) -> tuple[str, list[tuple[
             index = stack.pop()
             markups[index] = (markups[index][0], token.markup)
             out.append(f"</{token.tag}>")
+        elif kind in ("math_inline", "math_inline_double"):
+            fence = re.escape(token.markup)
+            match = re.compile(rf"{fence}(.*?){fence}", re.DOTALL).match(raw, at)
+            if not match:
+                raise _Unmatched
+            markups.append((match.group(0), ""))  # a formula is kept as a code span is
+            out.append(f'<code data-i="{len(markups) - 1}">{html.escape(match.group(1), quote=False)}</code>')
+            at = match.end()
         elif kind == "code_inline":
             match = re.compile(rf"{token.markup}(?!`)(.*?)(?<!`){token.markup}(?!`)", re.DOTALL).match(raw, at)
             if not match:
@@ -289,6 +303,9 @@ def _blocks(text: str, lines: list[str]) -> list[_Block]:
     cursor: dict[int, int] = {}  # per line, where the last block found on it ended (table cells share a line)
     opened = ""
     for token in _parser().parse(text):
+        if token.type == "colon_fence" and token.map is not None and _ADMONITION.match(token.info):
+            blocks += _admonition_blocks(token.map, lines)
+            continue
         if token.type != "inline" or token.map is None or not token.content.strip():
             opened = token.type
             continue
@@ -305,6 +322,26 @@ def _blocks(text: str, lines: list[str]) -> list[_Block]:
         except _Unmatched:
             continue
         blocks.append(block)
+    return blocks
+
+
+# MyST's admonitions, whose content is Markdown (other directives hold code, tables of options, figures...)
+_ADMONITION = re.compile(
+    r"\{(?:admonition|attention|caution|danger|error|hint|important|note|seealso|tip|warning|dropdown|topic|sidebar)\}"
+)
+_DIRECTIVE_OPTION = re.compile(r"^\s*:[\w-]+:")
+
+
+def _admonition_blocks(span: list[int], lines: list[str]) -> list[_Block]:
+    """The blocks of an admonition's content (between its fence lines, after its ``:option:`` lines), read as
+    a document of their own and placed at their lines."""
+    start, end = span[0] + 1, span[1] - 1  # the opening and closing fence lines are kept
+    while start < end and _DIRECTIVE_OPTION.match(lines[start]):
+        start += 1
+    inner = lines[start:end]
+    blocks = _blocks("\n".join(inner), inner)
+    for block in blocks:
+        block.lines = [(number + start, first, last) for number, first, last in block.lines]
     return blocks
 
 

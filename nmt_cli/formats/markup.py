@@ -37,7 +37,7 @@ from .markup_tree import (
     mark_edges,
     parse,
 )
-from .placeholders import TEXT_PLACEHOLDER, placeholders, repair
+from .placeholders import TEXT_PLACEHOLDER, adjacent_in_order, placeholders, repair
 from .protect import has_words, masks, protected_spans, unmask
 from .segments import Aligned, Sentences, TranslateSentences, as_sentences, split_sentences
 
@@ -530,7 +530,7 @@ def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) ->
     inside = [e for e in unit.elements if e not in before and e not in after]
     root = Element("", "", "", unit.start, unit.end, children=_shifted(inside, core_start))
     target_text, links = translated if translated is not None else ("", [])
-    mended = repair(core, target_text, TEXT_PLACEHOLDER)
+    mended = adjacent_in_order(core, repair(core, target_text, TEXT_PLACEHOLDER), TEXT_PLACEHOLDER)
     if mended != target_text:
         links = _relinked(core, target_text, mended, links)
     links = _pinned(core, mended, links)

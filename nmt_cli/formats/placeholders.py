@@ -55,6 +55,34 @@ def placeholders(text: str, pattern: re.Pattern[str] = PLACEHOLDER) -> list[str]
     return pattern.findall(text)
 
 
+def adjacent_in_order(source: str, target: str, pattern: re.Pattern[str] = PLACEHOLDER) -> str:
+    """``target`` with each run of placeholders that stand side by side in ``source`` (nothing but spaces between
+    them: two code spans, "`a` `b`") in the source's order: a translation moves such a run, it does not shuffle
+    it. Each placeholder keeps its place in ``target``; only which of the run's placeholders sits there changes."""
+    runs: list[list[str]] = []
+    previous_end = None
+    for match in pattern.finditer(source):
+        if previous_end is not None and not source[previous_end : match.start()].strip():
+            runs[-1].append(match.group(0))
+        else:
+            runs.append([match.group(0)])
+        previous_end = match.end()
+    found = list(pattern.finditer(target))
+    counts = Counter(m.group(0) for m in found)
+    spans = {m.group(0): m.span() for m in found}
+    moves: dict[tuple[int, int], str] = {}
+    for run in runs:
+        if len(run) < 2 or len(set(run)) < len(run) or any(counts[p] != 1 for p in run):
+            continue  # only runs of distinct placeholders, each once in the translation
+        places = sorted(spans[p] for p in run)
+        moves.update(zip(places, run))
+    out, at = [], 0
+    for (start, end), placeholder in sorted(moves.items()):
+        out.append(target[at:start] + placeholder)
+        at = end
+    return "".join(out) + target[at:]
+
+
 def repair(source: str, target: str, pattern: re.Pattern[str] = PLACEHOLDER) -> str:
     """``target`` holding exactly the placeholders of ``source`` (as a multiset). A placeholder the model
     changed (``%(pkgnamename)s``, ``{countcount``) is replaced in place by the one it lacks of the same kind;

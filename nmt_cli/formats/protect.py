@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .placeholders import PLACEHOLDER, TEXT_PLACEHOLDER, repair
+from .placeholders import PLACEHOLDER, TEXT_PLACEHOLDER, adjacent_in_order, repair
 
 _EXTENSIONS = (
     "c|h|cc|cpp|hpp|py|pyc|js|ts|rs|go|java|rb|pl|php|sh|bash|zsh|json|yaml|yml|toml|xml|html|htm|css|md|rst|txt|"
@@ -88,7 +88,8 @@ class Masked:
     def restore(self, translation: str, pattern: re.Pattern[str] = TEXT_PLACEHOLDER) -> str:
         """The model's translation of :attr:`text` with every placeholder and mask present exactly once
         (``repair`` by ``pattern``) and each mask replaced by its original."""
-        return unmask(repair(self.text, translation, pattern), self.originals)
+        mended = adjacent_in_order(self.text, repair(self.text, translation, pattern), pattern)
+        return unmask(mended, self.originals)
 
 
 def has_words(text: str) -> bool:

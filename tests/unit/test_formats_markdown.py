@@ -132,3 +132,27 @@ def test_reference_labels_code_spans_footnotes_and_myst_targets_are_kept_exactly
         assert kept in out, (kept, out)
     assert "/etc/hosts" in out and "8080" in out and "Siehe" in out and "Lies" in out
     assert not any("os.path" in s or "Pip" in s or "setuptools" in s or "8080" in s for s in seen), seen
+
+
+def test_myst_fences_and_math_are_kept_and_admonitions_translated():
+    from nmt_cli.formats.markdown import translate_markdown
+
+    text = (
+        "Intro $x^2$ costs $5 and $10 here.\n\n:::{note}\n:class: tip\nThis is a note.\n:::\n\n"
+        ':::{code-block} python\nprint("hello")\n:::\n\n$$\nE = mc^2\n$$\n'
+    )
+    out, _ = translate_markdown(text, lambda s: [x.upper() for x in s], "en", "de")
+    assert out == (
+        "INTRO $x^2$ COSTS $5 AND $10 HERE.\n\n:::{note}\n:class: tip\nTHIS IS A NOTE.\n:::\n\n"
+        ':::{code-block} python\nprint("hello")\n:::\n\n$$\nE = mc^2\n$$\n'
+    )
+
+
+def test_adjacent_code_spans_keep_their_order_when_the_sentence_is_reordered():
+    from nmt_cli.formats.markdown import translate_markdown
+
+    def reverse(lines):
+        return [" ".join(reversed(line.split())) for line in lines]
+
+    out, _ = translate_markdown("Run `a` `b` now, then `c`.\n", reverse, "en", "de")
+    assert "`a` `b`" in out and out.count("`c`") == 1
