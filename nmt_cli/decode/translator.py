@@ -283,10 +283,7 @@ class Translator:
 
     def terms_in_text(self) -> Callable[[str], list[tuple[str, str]]] | None:
         """With a glossary: a text's terms, each with its approved (first) translation, once each, in order."""
-        matcher = self.terms
-        if matcher is None:
-            return None
-        return lambda text: list(dict.fromkeys((m.term.source, m.term.targets[0]) for m in matcher.find(text)))
+        return self.terms.applied if self.terms is not None else None
 
     def constraints_of(self, text: str) -> tuple[Constraint, ...]:
         """The constraints of one source sentence: each glossary term it holds (:func:`.constrained.term_constraints`)."""

@@ -479,7 +479,11 @@ def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Gloss
             out += texts
         return out
 
-    return Sentences(lambda sentences: [text for text, _ in run(sentences, False)], lambda sentences: run(sentences, True))
+    return Sentences(
+        lambda sentences: [text for text, _ in run(sentences, False)],
+        lambda sentences: run(sentences, True),
+        terms=matcher.applied if matcher is not None else None,  # gettext notes the terms applied, as nmt translate does
+    )
 
 
 # One request at a time per model on this path: a document's lines are translated in order, each after the ones

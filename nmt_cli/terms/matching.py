@@ -45,6 +45,11 @@ class TermMatcher:
             if pattern is not None
         ]
 
+    def applied(self, text: str) -> list[tuple[str, str]]:
+        """``text``'s terms, each with its approved (first) translation, once each, in order: what a gettext
+        entry's comment names as the glossary applied."""
+        return list(dict.fromkeys((m.term.source, m.term.targets[0]) for m in self.find(text)))
+
     def find(self, text: str) -> list[TermMatch]:
         """The terms of ``text``, in order, none overlapping another or a protected span."""
         candidates = []

@@ -532,3 +532,17 @@ def test_a_glossary_named_or_sent_steers_the_translation(overfit):
             assert document.count("Kerl") == 2, document
         refused = client.post("/translate_file", files=upload, data={"source": "en", "target": "de", "glossary": "[["})
         assert refused.status_code == 400 and '"glossary" is not valid JSON' in refused.json()["error"]
+        # a gettext catalogue notes the terms each entry was made to use, as nmt translate writes it
+        catalogue = f'msgid ""\nmsgstr ""\n\nmsgid "{line}"\nmsgstr ""\n'.encode()
+        form = {"source": "en", "target": "de", "glossary": "people"}
+        answer = client.post("/translate_file", files={"file": ("app.po", catalogue)}, data=form)
+        assert answer.status_code == 200, answer.json()
+        po = client.get(answer.json()["translatedFileUrl"].split("testserver", 1)[1]).text
+        assert "# nmt glossary: man = Kerl" in po, po
+        # terms that could never be met, or are not one line, are refused as the command line refuses them
+        for pairs, words in (([["man", "K" * 300]], "a term of 300 characters"), ([["man", "a\nb"]], "line break")):
+            answer = client.post("/translate", json={"text": line, "glossary": pairs})
+            assert answer.status_code == 400 and words in answer.json()["error"], answer.json()
+        lone = b'{"text": "a man", "glossary": [["man", "K\\ud800"]]}'
+        answer = client.post("/translate", content=lone, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 400 and "U+D800" in answer.json()["error"], answer.text
