@@ -56,7 +56,7 @@ def mask_fragment(fragment: Fragment) -> tuple[Fragment, dict[str, str]]:
     opaque = [e for e in _topmost_opaque(fragment.root) if text[e.start : e.end].strip()]
     spans = {(e.start, e.end): e for e in opaque}
     edges = {o for e in fragment.root.walk() if e is not fragment.root and e not in spans.values() for o in (e.start, e.end)}
-    for start, end in protected_spans(text):
+    for start, end in [*_names(fragment.root, text), *protected_spans(text)]:
         crossed = any(start < o < end for o in edges) or any(start < o < end for o in fragment.breaks)
         if not crossed and not any(a < end and start < b for a, b in spans):
             spans[(start, end)] = None
@@ -82,6 +82,28 @@ def mask_fragment(fragment: Fragment) -> tuple[Fragment, dict[str, str]]:
     root = _remapped(fragment.root, moved.__getitem__, removed)
     mark_edges(root, new_text)
     return Fragment(new_text, root, fragment.entities, frozenset(moved[b] for b in fragment.breaks)), replacements
+
+
+# A definition term of one identifier (a user name "bin", "www-data", a command in a list of commands)
+_IDENTIFIER = re.compile(r"[a-z0-9_][\w.+@-]*|[\w.+@-]*[\d_][\w.+@-]*")
+# A DITA phrase of capitalised words and versions ("Data Loader v.30", "Salesforce"): a product name
+_PRODUCT = re.compile(r"(?:[A-Z0-9][\w.+&'-]*)(?:\s+[A-Z0-9v][\w.+&'-]*)*")
+
+
+def _names(root: Element, text: str) -> list[tuple[int, int]]:
+    """The text of elements that hold a name by what they hold: a ``<dt>`` of one identifier, a ``<ph>`` of
+    capitalised words. Masked like a path, so they come back as written."""
+    spans = []
+    for element in root.walk():
+        content = text[element.start : element.end]
+        name = element.name.lower()
+        if element.children or not content.strip():
+            continue
+        core = content.strip()
+        if (name == "dt" and _IDENTIFIER.fullmatch(core)) or (name == "ph" and _PRODUCT.fullmatch(core)):
+            start = element.start + len(content) - len(content.lstrip())
+            spans.append((start, start + len(core)))
+    return spans
 
 
 def _topmost_opaque(element: Element):

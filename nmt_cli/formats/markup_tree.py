@@ -260,13 +260,23 @@ def mark_edges(root: Element, text: str) -> None:
         element.glued_right = element.end < len(text) and not text[element.end].isspace()
 
 
+# Classes that say an element holds a name or code: DocBook's HTML writes its markup as classes
+# (<B CLASS="COMMAND">portmap</B>, <SPAN CLASS="APPLICATION">), as do many generators.
+NAME_CLASSES = CODE | frozenset("notranslate application productname".split())
+# DITA elements whose content comes from a key or another topic: a product name, kept as written.
+_KEYED = ("keyref", "conkeyref", "conref")
+
+
 def html_opaque(tag: str, attrs: dict[str, str | None]) -> bool:
-    """Whether an HTML element's content is kept as written: code, ``translate="no"``, ``class="notranslate"``."""
+    """Whether an HTML element's content is kept as written: code, ``translate="no"``, a class that names code
+    or a name (``class="notranslate"``, DocBook's ``CLASS="COMMAND"``), a DITA element filled from a key."""
     if tag in CODE:
         return True
     if (attrs.get("translate") or "").strip().lower() == "no":
         return True
-    return "notranslate" in (attrs.get("class") or "").split()
+    if any(attrs.get(key) for key in _KEYED):
+        return True
+    return bool(NAME_CLASSES & set((attrs.get("class") or "").lower().split()))
 
 
 def kept_as_code(names: frozenset[str]) -> Callable[[str, dict[str, str | None]], bool]:

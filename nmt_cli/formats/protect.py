@@ -30,6 +30,8 @@ _EXTENSIONS = (
 # Each kind of protected span; the first alternative that matches at a place wins, so the longer forms come first.
 _KINDS = {
     "footnote": r"\[\^[^\]\s]+\]",  # a Markdown footnote reference "[^1]"
+    # a manual page's bold or code word, POD's B<ls> and C<errno>: a command, an option, a constant
+    "pod": r"[BC]<[^<>\s]+>",
     "url": r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)[^\s<>\"'`]+",
     "email": r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
     "path": r"(?:~|\.{1,2}|[A-Za-z]:)?(?:/|\\)[\w.+~@%-]+(?:[/\\][\w.+~@%*-]*)*"

@@ -216,3 +216,34 @@ def test_keep_tags_makes_more_elements_code():
     assert translate_fragments([source], upper, "en")[0] == "PRESS <keyword>SHIFT</keyword> AND <b>GO</b>."
     kept = translate_fragments([source], upper, "en", is_opaque=kept_as_code(frozenset({"keyword"})))[0]
     assert kept == "PRESS <keyword>Shift</keyword> AND <b>GO</b>."
+
+
+@pytest.mark.parametrize(
+    "fragment, kept",
+    [
+        ('Run <B CLASS="COMMAND">portmap</B> as root.', ['<B CLASS="COMMAND">portmap</B>']),
+        ('Start <span class="application">Avahi</span> first.', ['<span class="application">Avahi</span>']),
+        ('Use <ph keyref="product">the loader</ph> now.', ['<ph keyref="product">the loader</ph>']),
+        ("Use <ph>Data Loader v.30</ph> now.", ["<ph>Data Loader v.30</ph>"]),
+        ("<dt>www-data</dt>", ["<dt>www-data</dt>"]),
+        ("<dt>bin</dt>", ["<dt>bin</dt>"]),
+    ],
+)
+def test_elements_that_hold_names_come_back_as_written(fragment, kept):
+    (out,) = translate_fragments([fragment], lambda lines: [line.upper() for line in lines], "en")
+    for element in kept:
+        assert element in out, out
+
+
+@pytest.mark.parametrize(
+    "fragment, translated", [("<dt>Apple</dt>", "<dt>APPLE</dt>"), ("Use <ph>the loader</ph>.", "USE <ph>THE LOADER</ph>.")]
+)
+def test_elements_of_words_are_translated(fragment, translated):
+    assert translate_fragments([fragment], lambda lines: [line.upper() for line in lines], "en") == [translated]
+
+
+def test_a_manual_pages_bold_words_are_kept():
+    from nmt_cli.formats.protect import mask_line
+
+    masked = mask_line("Run B<systemd-nspawn> with B<--boot> and I<file>.")
+    assert sorted(masked.originals.values()) == ["B<--boot>", "B<systemd-nspawn>"]
