@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from ..errors import NmtError
 from ..version import __version__
 from .document import DocumentRequest
+from .placeholders import PLACEHOLDER
 from .po_grammar import check_po_grammar
 from .segments import UNDOUBTED, Sentences, TextConfidence, TranslateSentences, assess_texts, translate_texts
 from .textfile import NEAREST, TextFile
@@ -145,12 +146,17 @@ def translate_po(
             entry.msgstr_plural = {i: one if takes_one else many for i, takes_one in enumerate(forms)}
         else:
             entry.msgstr = one
+        copied = _copied(entry.msgid, one)
+        if copied:  # the source came back as it was: a reader must look, whatever the confidence
+            assessed = assessed.worst(TextConfidence(assessed.confidence, (UNTRANSLATED,)))
+            if fuzzy_below is None:
+                entry.tcomment = _with_comment(entry.tcomment, UNTRANSLATED_COMMENT)
         if reordered:  # a program would format its arguments into the wrong slots: never final
             assessed = assessed.worst(TextConfidence(assessed.confidence, (REORDERED,)))
             if fuzzy_below is None:  # with --confidence the confidence comment below names the flag
                 entry.tcomment = _with_comment(entry.tcomment, REORDERED_COMMENT)
         doubted = fuzzy_below is None or assessed.confidence < fuzzy_below or bool(assessed.flags)
-        doubtful = (fuzzy or reordered) and doubted
+        doubtful = (fuzzy or reordered or copied) and doubted
         if doubtful and FUZZY not in entry.flags:
             entry.flags.insert(0, FUZZY)  # first, as the gettext tools write it
         elif not doubtful and FUZZY in entry.flags:
@@ -178,16 +184,33 @@ REORDERED = "placeholders-reordered"  # the flag of an entry whose conversions c
 _SEQUENTIAL = re.compile(
     r"%%|%(?!\d+\$)[-+ 0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|Z|t)?[diouxXeEfFgGaAcspn]|%<PRI\w+>|\{\}"
 )
+# In an entry no flag declares a format, conversions as xgettext's heuristic finds them: no space flag
+# ("50% done" is prose), the usual conversions only.
+_UNFLAGGED = re.compile(r"%%|%(?!\d+\$)[-+0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|z|j|t)?[diouxXeEfFgGcsp]")
+_FORMAT_FLAGS = ("c-format", "python-format", "python-brace-format")
 _MNEMONIC = re.compile(r"(?<![\w_])_(?=[^\W\d_])")
 
 
 def _reordered(entry, source: str, target: str) -> bool:  # type: ignore[no-untyped-def]
-    """Whether a format string's sequential conversions come back in another order (same multiset)."""
-    if not any(flag in entry.flags for flag in ("c-format", "python-format", "python-brace-format")):
+    """Whether a format string's sequential conversions come back in another order, or changed (``%2.2f`` as
+    ``%d.2f``): checked for every entry with printf-like conversions, as msgfmt checks what xgettext flags
+    (real templates rarely carry the flag), except where a ``no-*-format`` flag says it is not a format."""
+    if any(flag.startswith("no-") and flag.endswith("-format") for flag in entry.flags):
         return False
-    wanted = [c for c in _SEQUENTIAL.findall(source) if c != "%%"]
-    found = [c for c in _SEQUENTIAL.findall(target) if c != "%%"]
-    return sorted(wanted) == sorted(found) and wanted != found
+    pattern = _SEQUENTIAL if any(flag in entry.flags for flag in _FORMAT_FLAGS) else _UNFLAGGED
+    wanted = [c for c in pattern.findall(source) if c != "%%"]
+    found = [c for c in pattern.findall(target) if c != "%%"]
+    return wanted != found
+
+
+UNTRANSLATED = "untranslated"  # an entry whose translation is its msgid, words and all
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def _copied(source: str, target: str) -> bool:
+    """Whether ``target`` is ``source`` unchanged while ``source`` has words to translate (letters outside its
+    placeholders): a column heading copied as a name, a message the model gave back."""
+    return " ".join(source.split()) == " ".join(target.split()) and bool(_WORD.search(PLACEHOLDER.sub(" ", source)))
 
 
 def mnemonic(msgid: str) -> str | None:
@@ -216,6 +239,7 @@ CONFIDENCE_COMMENT = "nmt confidence"  # how our translator comment starts; a la
 
 
 REORDERED_COMMENT = f"nmt flags: {REORDERED} (the conversions come in another order than the msgid's)"
+UNTRANSLATED_COMMENT = f"nmt flags: {UNTRANSLATED} (the translation is the msgid as it was)"
 
 
 def _with_confidence_comment(comment: str, assessed: TextConfidence) -> str:

@@ -112,12 +112,22 @@ def repair(source: str, target: str, pattern: re.Pattern[str] = PLACEHOLDER) -> 
         replacements.append(missing.pop(same)[0] if same is not None else "")
     out = target
     for (a, b), new in reversed(list(zip(bad, replacements))):
-        out = out[:a] + new + out[b:]
+        out = out[:a] + new + out[b + _left_tail(new, target[b:]) :]
     if "" in replacements:
         out = re.sub(r"  +", " ", out).strip()
     for token, where in missing:
         out = _insert(out, token, where, pattern)
     return out
+
+
+def _left_tail(placeholder: str, after: str) -> int:
+    """How much of ``after`` is what is left of ``placeholder`` beside a changed copy of it: the model wrote
+    ``%d.2f`` for ``%2.2f`` (``.2f`` left over, taken out with the ``%d`` it follows)."""
+    for k in range(min(len(placeholder) - 1, len(after)), 1, -1):
+        tail = after[:k]
+        if tail[0] in ".0123456789$" and placeholder.endswith(tail):
+            return k
+    return 0
 
 
 def _kind(token: str) -> str:

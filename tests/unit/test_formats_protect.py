@@ -148,3 +148,29 @@ def test_a_tab_inside_a_line_comes_back_as_a_tab():
         assert restored.count("\t") == 3 and "\t\t(" in restored and restored.startswith("Name:\t")
     # a tab at a line break is indentation: left to the format
     assert mask("first line\n\tsecond line").originals == {}
+
+
+def test_an_entry_with_printf_conversions_reordered_is_flagged_without_a_format_flag():
+    entry = 'msgid "format error at %s:%u"\nmsgstr ""\n'  # no c-format flag: real templates rarely carry one
+    out, _ = po(catalogue(entry), lambda xs: ["Formatfehler bei %u:%s" for _ in xs])
+    assert "fuzzy" in out[0].flags and "placeholders-reordered" in out[0].tcomment
+
+
+def test_a_changed_conversion_is_mended_whole():
+    entry = 'msgid "%2.2f of %s"\nmsgstr ""\n'
+    out, _ = po(catalogue(entry), lambda xs: ["%d.2f von %s" for _ in xs])  # the model's "%d" and a ".2f" left over
+    assert out[0].msgstr == "%2.2f von %s"
+
+
+def test_prose_with_a_percent_sign_is_not_a_format():
+    entry = 'msgid "50% done, 10% left"\nmsgstr ""\n'
+    out, _ = po(catalogue(entry), lambda xs: ["10 % übrig, 50 % fertig" for _ in xs])
+    assert "placeholders-reordered" not in (out[0].tcomment or "")
+
+
+def test_an_entry_given_back_unchanged_is_flagged_untranslated():
+    entries = 'msgid "UncompOffset"\nmsgstr ""\n\nmsgid "%s: %d"\nmsgstr ""\n'
+    out, _ = po(catalogue(entries), lambda xs: list(xs))
+    by_id = {entry.msgid: entry for entry in out}
+    assert "untranslated" in by_id["UncompOffset"].tcomment and "fuzzy" in by_id["UncompOffset"].flags
+    assert "untranslated" not in (by_id["%s: %d"].tcomment or "")  # nothing in it to translate
