@@ -256,7 +256,7 @@ def main() -> None:
     try:
         code = command()(standalone_mode=False)
     except usage_error as err:
-        message = err.format_message()
+        message = err.format_message().replace("Value error, ", "")  # Typer's choice check speaks Python
         if message:  # none when Click has just shown the help of a command given no arguments
             where = err.ctx.command_path if err.ctx is not None else "nmt"
             report_error(f"{message} (see {where} --help)")

@@ -167,7 +167,7 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
             pairs, skips = _in_context(loaded, pairs, ids, docids)
     if results is None:
         results = forced_scores(loaded.model, pairs, loaded.recipe.decode, target, skips)
-    for number, result in enumerate(results, 1):
+    for number, result in enumerate(results):  # from 0, as nmt translate numbers its lines
         if output_format == "tsv":
             values = (result.total, result.per_token, result.normalised)
             typer.echo("\t".join("nan" if v is None else f"{v:.4f}" for v in values))

@@ -307,11 +307,6 @@ def test_sampling_and_forced_scoring_options_fail_in_one_line(loaded, overfit, t
         (["translate", "--sampling", "--temperature", "0"], "--temperature: decode.temperature: 0.0 is out of range", 2),
         (["translate", "--stop", "early"], "--stop: decode.stop: expected one of beam, top, bound, got 'early'", 2),
         (["score", "--model", str(run_dir), str(tmp_path / "in.txt")], "give SRC HYP", 1),
-        (
-            ["score", "--model", str(run_dir), str(tmp_path / "in.txt"), str(tmp_path / "in.txt"), "--format", "xml"],
-            "--format: 'xml' is not jsonl or tsv",
-            1,
-        ),
     ):
         extra = ["-m", str(run_dir), "-i", str(tmp_path / "in.txt")] if args[0] == "translate" else []
         result = runner.invoke(app, args + extra)

@@ -130,3 +130,16 @@ def test_old_spellings_still_work_with_a_deprecation_line(tmp_path):
     result = CliRunner().invoke(GROUP, ["score", "-m", "chrf", str(hyp), str(hyp)])
     assert result.exit_code == 0, result.output
     assert "chrF2" in result.stdout and "-m chrf" in result.stderr and "--metrics" in result.stderr
+
+
+def test_a_value_outside_the_choices_is_one_line_naming_them():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "nmt_cli", "score", "--model", "m", "a", "b", "--format", "xml"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--format': 'xml' is not one of 'jsonl', 'tsv'" in done.stderr and "score --help" in done.stderr
