@@ -47,7 +47,7 @@ _KINDS = {
 }
 # A protected span starts at a word's edge: "and/or" and "e-mail" hold none.
 _PROTECTED = re.compile(
-    rf"(?P<placeholder>{PLACEHOLDER.pattern})|(?<![\w/\\.@$\[-])(?:" + "|".join(f"(?:{p})" for p in _KINDS.values()) + ")"
+    rf"(?P<placeholder>{PLACEHOLDER.pattern})|(?<![\w/\\.@$%\[-])(?:" + "|".join(f"(?:{p})" for p in _KINDS.values()) + ")"
 )
 _LAYOUT = re.compile(r"(?<![\n\r\t\v\f])[\t\v\f]+(?![\n\r\t\v\f])")
 # Sentence punctuation after a span is the sentence's: "see /etc/hosts." keeps its full stop outside.

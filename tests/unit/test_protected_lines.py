@@ -77,3 +77,10 @@ def test_other_attributes_are_the_engines():
 def test_a_mask_never_holds_a_space_so_word_positions_stay(line):
     masked = mask_line(line + " /etc/hosts 42")
     assert len(masked.text.split()) == len((line + " /etc/hosts 42").split())
+
+
+@pytest.mark.parametrize("line", ["twenty five past %0", "at 100%1 now"])
+def test_a_number_right_after_a_percent_sign_is_never_masked_apart_from_it(line):
+    masked = mask_line(line)
+    assert "%%" not in masked.text
+    assert masked.restore(masked.text) == line
