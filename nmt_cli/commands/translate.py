@@ -14,6 +14,7 @@ import typer
 
 from ..errors import NmtError
 from ..formats import file_format_help
+from ..quality.flag_names import FLAGS
 from ..utils.allocator import bound_kernel_caches
 from .common import ThreadsOption, console, decode_option, device_option, resolve_device
 from .lines_io import input_lines, output_sink, report_stats, with_progress
@@ -203,7 +204,7 @@ def run(
         False,
         "--confidence",
         help="Give each translation a confidence in [0, 1] (the calibrated probability that it is acceptable, "
-        "from one more teacher-forced pass) and flags (truncated, repetition, untranslated).",
+        f"from one more teacher-forced pass) and flags ({', '.join(FLAGS)}).",
     ),
     glossaries: list[Path] = typer.Option(
         [],

@@ -178,6 +178,7 @@ def translate_po(
     return _unwrapped_as_written(catalogue), len(todo)
 
 
+UNTRANSLATED = "untranslated"  # the flag's name in quality/flag_names.py (formats sit below quality)
 REORDERED = "placeholders-reordered"  # the flag of an entry whose conversions came back in another order
 # printf conversions that take their argument by position in the list (no "%2$s"), as a c-format or
 # python-format string has them: their order is the program's argument order.
@@ -203,7 +204,6 @@ def _reordered(entry, source: str, target: str) -> bool:  # type: ignore[no-unty
     return wanted != found
 
 
-UNTRANSLATED = "untranslated"  # an entry whose translation is its msgid, words and all
 _WORD = re.compile(r"[^\W\d_]{2,}")
 
 

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..data.vocab import PAD_ID
+from .flag_names import REPETITION, TRUNCATED, UNTRANSLATED
 
 FEATURES = ("mean_logprob", "coverage_low", "attention_to_uniform", "length_ratio", "repeated", "copied")
 
@@ -109,9 +110,9 @@ def flags(
     when the calibration's map for it (``learnt``: name -> probability) says more likely than not."""
     found = [name for name, probability in sorted((learnt or {}).items()) if probability >= 0.5]
     if truncated:
-        found.append("truncated")
+        found.append(TRUNCATED)
     if looping(output) or features.repeated >= 0.5:
-        found.append("repetition")
+        found.append(REPETITION)
     if source_words >= 4 and features.copied >= 0.8:
-        found.append("untranslated")
+        found.append(UNTRANSLATED)
     return found

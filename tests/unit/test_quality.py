@@ -83,3 +83,22 @@ def test_a_fitted_calibration_ranks_and_is_calibrated_and_survives_the_model_fil
         Calibration.from_dict({"features": []}, "m.pt")
     with pytest.raises(NmtError, match=f"at least {MIN_PAIRS}"):
         fit(found[:10], labels[:10], 50)
+
+
+def test_one_list_of_flag_names_for_the_code_the_help_and_the_docs():
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
+    from nmt_cli.formats import gettext
+    from nmt_cli.quality.flag_names import FLAGS, UNTRANSLATED
+
+    assert gettext.UNTRANSLATED == UNTRANSLATED
+    help_text = " ".join(CliRunner().invoke(app, ["translate", "--help"], terminal_width=200).output.split())
+    root = Path(__file__).resolve().parents[2]
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    docs = (root / "docs" / "confidence.md").read_text(encoding="utf-8")
+    assert f"flags ({', '.join(FLAGS)})" in help_text
+    assert f"flags ({', '.join(FLAGS)})" in readme
+    assert all(f"`{flag}`" in docs for flag in FLAGS)
