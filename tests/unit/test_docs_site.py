@@ -30,3 +30,14 @@ def test_the_documentation_site_builds_strictly(tmp_path):
     assert "nmt translate" in cli and "--engine" in cli and "ctranslate2" in cli
     recipe = (tmp_path / "site" / "reference" / "recipe" / "index.html").read_text(encoding="utf-8")
     assert "decode.beam" in recipe and "train.max_time" in recipe
+
+
+def test_the_recipe_table_lists_every_recipe():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    table = page.split("## Recipes", 1)[1].split("\n\n")[1:3]
+    listed = set(re.findall(r"`([\w.]+\.yaml)`", "\n".join(table)))
+    assert listed == {p.name for p in (root / "recipes").glob("*.yaml")}
