@@ -115,6 +115,9 @@ def masks(taken: str) -> Iterable[str]:
     for n in range(1, 100):
         if f"%{n}" not in taken and f"%{n}" not in _MASKS:
             yield f"%{n}"
+    for n in range(10_000):  # a line of hundreds of paths or numbers: brace-numbered ones after those
+        if f"{{{n}}}" not in taken:
+            yield f"{{{n}}}"
 
 
 def mask(text: str, spans: Iterable[tuple[int, int]] | None = None, avoid: str = "") -> Masked:
@@ -127,7 +130,9 @@ def mask(text: str, spans: Iterable[tuple[int, int]] | None = None, avoid: str =
     for start, end in chosen:
         if start < at:
             continue
-        token = next(fresh)
+        token = next(fresh, None)
+        if token is None:  # more spans than masks (a list of a hundred paths): the rest is read as it is
+            break
         originals[token] = text[start:end]
         out.append(text[at:start])
         out.append(f" {token} " if text[start:end].isspace() else token)  # a tab's mask is a word of its own

@@ -84,3 +84,10 @@ def test_a_number_right_after_a_percent_sign_is_never_masked_apart_from_it(line)
     masked = mask_line(line)
     assert "%%" not in masked.text
     assert masked.restore(masked.text) == line
+
+
+def test_a_line_with_more_spans_than_printf_masks_masks_them_all():
+    line = " ".join(f"/srv/{i}" for i in range(300))
+    masked = mask_line(line)
+    assert len(masked.originals) == 300 and "/srv/" not in masked.text
+    assert masked.restore(masked.text) == line
