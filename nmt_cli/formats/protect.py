@@ -42,6 +42,7 @@ _KINDS = {
     # (a word with GTK's access-key underscore, "C_onnect", is a word, not snake_case)
     "identifier": r"\w+(?:::\w+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(\)|(?![A-Z][a-z]*_[a-z]+\b)[A-Za-z][A-Za-z0-9]*_\w+"
     r"|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][a-z]+[A-Z][A-Za-z0-9]*|[a-z_]\w*(?:\.[a-z_]\w*){2,}",
+    "percent": r"%\d+\b",  # "%0", a code no placeholder pattern knows: kept whole, not its digits alone
     # 42, 1,024, v2.1, X.509, UTF-8, x86_64, IPv6; a word before a number is not part of it ("Unknown-15")
     "number": r"(?:[A-Za-z]{1,4}[-_.]?|[A-Z]+[-_.]?)?\d[\w.,:/+%-]*",
 }
