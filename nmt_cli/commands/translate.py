@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported where used: the command line starts without torch
 
 # `nmt translate --help` lists its options under these titles, in this order (cli.py draws them).
 OPTION_GROUPS = {
-    "Input and output": ("models", "input", "output", "output_format", "nbest", "progress"),
+    "Input and output": ("models", "to", "input", "output", "output_format", "nbest", "progress"),
     "Search": (
         "beam", "alpha", "length_penalty", "stop", "max_len_a", "max_len_b", "prefix",
         "sampling", "temperature", "top_k", "top_p", "seed",
@@ -232,6 +232,14 @@ def run(
         help="text (translations; with --confidence a tab, the confidence and the flags follow), jsonl (one "
         "object a line: translation, score, confidence, flags, alignment) or tsv.",
     ),
+    to: str = typer.Option(
+        None,
+        "--to",
+        metavar="LANG",
+        help="The target language of a model that translates into several (an OPUS-MT multilingual model's "
+        ">>fra<< tags): an ISO 639-1 or 639-3 code (fr, fra) or the tag's name. A model with one target needs none.",
+        show_default=False,
+    ),
     protect: bool = typer.Option(
         True,
         "--protect/--no-protect",
@@ -250,7 +258,7 @@ def run(
         models, input, output, nbest, device, threads, dtype, engine, prefix, docids, alignments, alignment_layer,
         sampling, progress, chunk_lines, shard, restart, file_format, fuzzy, retranslate, fuzzy_below, keep_tags,
         max_unpacked_mb, max_unpack_ratio, markup, confidence, output_format, glossaries, keep_terms, glossary_mode,
-        protect, decoding,
+        protect, to, decoding,
     )  # fmt: skip
     translate_with(options, options.checked())
 
@@ -318,7 +326,9 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
             translator.config, o.models, o.engine, o.dtype, o.nbest, o.alignments, o.alignment_layer, prefix,
             o.chunk_lines,
         )  # fmt: skip
-        identity["settings"].update(markup=o.markup, confidence=o.confidence, format=o.output_format, protect=o.protect)
+        identity["settings"].update(
+            markup=o.markup, confidence=o.confidence, format=o.output_format, protect=o.protect, to=o.to
+        )
         if docids is not None:  # other documents, another job
             identity["docids"] = file_sha256(docids)
         if o.glossaries or o.keep_terms:  # other terms, other translations

@@ -26,12 +26,17 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
 
         # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
         workers = options["workers"] or 1
+        from ..decode.targets import source_prefix
+
         ct2 = CTranslate2Engine(models[0], device.type, threads, COMPUTE_TYPES[o.dtype], workers)
+        tag = source_prefix(ct2.src, ct2.languages[1], o.to, str(models[0]))
+        ct2.source_prefix = [ct2.src.IdToPiece(i) for i in tag]
         config = with_decoding(ct2.decode_config, options)
         if config.length_penalty == "gnmt" and config.alpha and options["length_penalty"] is None:
             console.print("note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead")
         return CTranslate2Translator(ct2, config, o.nbest, o.chunk_lines)
     from ..decode.loading import load_ensemble
+    from ..decode.targets import source_prefix
     from ..decode.translator import Translator
     from ..utils.allocator import keep_freed_memory
 
@@ -51,6 +56,7 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
         assess=o.confidence,
         glossary=glossary_of(o, loaded.recipe.data.src_lang, loaded.recipe.data.tgt_lang),
         glossary_mode="soft" if o.glossary_mode == "soft" else "hard",
+        source_prefix=source_prefix(loaded.src_vocab, loaded.recipe.data.tgt_lang, o.to, str(models[0])),
     )
     if o.confidence and loaded.calibration is None:
         console.print(

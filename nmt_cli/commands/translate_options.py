@@ -53,6 +53,7 @@ class TranslateOptions:
     keep_terms: list[Path]
     glossary_mode: str
     protect: bool
+    to: str | None
     decoding: dict[str, Any]
 
     def checked(self) -> Plan:

@@ -63,6 +63,7 @@ class CTranslate2Engine:
         self.src = spm.SentencePieceProcessor(model_file=str(folder / SPM_SOURCE))
         self.tgt = spm.SentencePieceProcessor(model_file=str(folder / SPM_TARGET))
         self.output_tokens = 0
+        self.source_prefix: list[str] = []  # set by the caller for --to
         recipe = folder / RECIPE_FILE
         stored = load_recipe(recipe) if recipe.is_file() else None
         self.decode_config = stored.decode if stored is not None else DecodeConfig()
@@ -80,6 +81,8 @@ class CTranslate2Engine:
         block's longest limit: a short line that repeated itself ran on for as long.)
         """
         pieces = [self.src.encode(line.strip(), out_type=str) for line in lines]
+        if self.source_prefix:  # a multilingual model's target tag, as its own piece (decode/targets.py)
+            pieces = [[*self.source_prefix, *line_pieces] if line_pieces else line_pieces for line_pieces in pieces]
         results: list[list[Translation]] = [[EMPTY] for _ in lines]
         todo = [i for i, line_pieces in enumerate(pieces) if line_pieces]
         widths = [len(line_pieces) + 1 for line_pieces in pieces]

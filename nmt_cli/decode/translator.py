@@ -144,6 +144,7 @@ class Translator:
         assess: bool = False,
         glossary: Glossary | None = None,
         glossary_mode: GlossaryMode = "hard",
+        source_prefix: tuple[int, ...] = (),
     ) -> None:
         if nbest > config.beam and not config.sampling:
             raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
@@ -172,6 +173,8 @@ class Translator:
         # --glossary / --keep-terms: each line's terms become constraints of its search (decode/constrained.py)
         self.terms = TermMatcher(glossary) if glossary is not None and len(glossary) else None
         self.glossary_mode = glossary_mode
+        # a multilingual model's target tag (decode/targets.py): the first id of every non-empty source line
+        self.source_prefix = list(source_prefix)
         if self.terms is not None:
             _check_glossary_use(loaded, config, self.document is not None)
             check_term_lengths(self.terms.glossary, loaded)
@@ -257,6 +260,8 @@ class Translator:
         self, lines: list[str], prefixes: list[str] | None = None, documents: list[bool] | None = None
     ) -> list[list[Translation]]:
         encoded = self.loaded.src_vocab.encode([line.strip() for line in lines], out_type=int)
+        if self.source_prefix:
+            encoded = [self.source_prefix + ids if ids else ids for ids in encoded]
         starts = self.loaded.tgt_vocab.encode(prefixes, out_type=int) if prefixes is not None else None
         if self.document is not None:
             return self.read_in_context(encoded, starts, documents or [True] * len(lines))

@@ -464,3 +464,14 @@ def test_lines_keep_their_paths_urls_and_numbers_unless_told_not_to(overfit):
         assert sum(line.count(span) for line in out) == 1, (span, out)
     plain = nmt_in_process("translate", "-m", run_dir, "--no-protect", "--max-len-b", "20", stdin=src[3] + "\n")
     assert plain.stdout.splitlines() == [out[3]]  # a line with nothing to protect translates as before
+
+
+def test_a_model_of_one_target_takes_to_naming_it_and_refuses_another(overfit):
+    from conftest import nmt_in_process
+
+    run_dir, src, _ = overfit
+    same = nmt_in_process("translate", "-m", run_dir, "--to", "deu", "--max-len-b", "5", stdin=src[0] + "\n")
+    plain = nmt_in_process("translate", "-m", run_dir, "--max-len-b", "5", stdin=src[0] + "\n")
+    assert same.returncode == 0 and same.stdout == plain.stdout
+    other = nmt_in_process("translate", "-m", run_dir, "--to", "fr", stdin=src[0] + "\n")
+    assert other.returncode == 1 and f"--to fr: {run_dir} translates into de only" in other.stderr

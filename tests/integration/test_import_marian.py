@@ -52,7 +52,16 @@ def marian_spm(text: list[str], size: int) -> bytes:
 @pytest.fixture(scope="module")
 def marian_folder(tmp_path_factory) -> Path:
     """A MarianMT folder: config.json, model.safetensors, source.spm, target.spm, vocab.json, tokenizer_config.json."""
-    folder = tmp_path_factory.mktemp("opus-mt-en-de")
+    return build_marian_folder(tmp_path_factory.mktemp("opus-mt-en-de"))
+
+
+@pytest.fixture(scope="module")
+def multilingual_folder(tmp_path_factory) -> Path:
+    """As OPUS-MT's multilingual models are: target tags >>xxx<< in vocab.json, in neither SentencePiece model."""
+    return build_marian_folder(tmp_path_factory.mktemp("opus-mt-en-mul"), (">>deu<<", ">>fra<<", ">>srp_Cyrl<<"), "mul")
+
+
+def build_marian_folder(folder: Path, tags: tuple[str, ...] = (), target_lang: str = "de") -> Path:
     source, target = marian_spm(lines("train.en.gz", 3000), 300), marian_spm(lines("train.de.gz", 3000), 280)
     (folder / "source.spm").write_bytes(source)
     (folder / "target.spm").write_bytes(target)
@@ -61,10 +70,10 @@ def marian_folder(tmp_path_factory) -> Path:
         sp = spm.SentencePieceProcessor()
         sp.LoadFromSerializedProto(blob)
         pieces += [sp.IdToPiece(i) for i in range(sp.GetPieceSize()) if not (sp.IsControl(i) or sp.IsUnknown(i))]
-    ordered = ["</s>", "<unk>", *dict.fromkeys(pieces), "<pad>"]  # the converter's order: eos 0, unk 1, pad last
+    ordered = ["</s>", "<unk>", *tags, *dict.fromkeys(pieces), "<pad>"]  # the converter's order: eos 0, unk 1, pad last
     vocab = {piece: i for i, piece in enumerate(ordered)}
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": target_lang}))
     config = transformers.MarianConfig(
         vocab_size=len(vocab),
         decoder_vocab_size=len(vocab),
@@ -324,3 +333,30 @@ def test_the_folder_export_writes_imports_again(marian_folder, tmp_path):
     first, second = load_model(imported), load_model(again)
     for source in lines("test.en.gz", 3):
         torch.testing.assert_close(nmt_log_probs(first, source, "Ein Hund."), nmt_log_probs(second, source, "Ein Hund."))
+
+
+def test_a_multilingual_model_translates_into_the_language_to_names(multilingual_folder, tmp_path):
+    """`--to fr` (or fra, fre) starts every source with >>fra<< as MarianTokenizer does: the greedy outputs are
+    transformers' for ">>fra<< " + the line; a model of several targets needs --to, and names them."""
+    run = tmp_path / "run"
+    assert CliRunner().invoke(app, ["import", "hf", str(multilingual_folder), "-o", str(run)]).exit_code == 0
+    theirs, tokenizer = hf_side(multilingual_folder)
+    sources = lines("test.en.gz", 6)
+    batch = tokenizer([f">>fra<< {line}" for line in sources], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = theirs.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12)
+    expected = tokenizer.batch_decode(generated, skip_special_tokens=True)
+    text = "\n".join(sources) + "\n"
+    for to in ("fr", "fra", "fre"):
+        args = ["translate", "-m", str(run), "--to", to, "--beam", "1", "--max-len-a", "0", "--max-len-b", "11"]
+        result = CliRunner().invoke(app, [*args, "--no-protect"], input=text)
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines() == expected
+    serbian = CliRunner().invoke(app, ["translate", "-m", str(run), "--to", "sr"], input=text)
+    assert serbian.exit_code == 0, serbian.output
+    for args, words in (
+        ([], "translates into 3 languages: give --to, one of deu, fra, srp_Cyrl"),
+        (["--to", "es"], "--to es: " + str(run) + " does not translate into it; its targets: deu, fra, srp_Cyrl"),
+    ):
+        refused = CliRunner().invoke(app, ["translate", "-m", str(run), *args], input=text)
+        assert refused.exit_code == 1 and words in refused.output, refused.output
