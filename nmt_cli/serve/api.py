@@ -126,13 +126,15 @@ class Decoded:
 def create_app(models: list[ServedModel], limits: Limits, metrics: ServerMetrics) -> FastAPI:
     """The application; its lifespan starts the models' decoding loops and drains them at shutdown."""
 
+    loops = list({id(model.loop): model.loop for model in models}.values())  # a multilingual model's directions share one
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        for model in models:
-            model.loop.start()
+        for loop in loops:
+            loop.start()
         yield
-        for model in models:  # uvicorn has answered every request by now (SIGTERM drains them first)
-            await asyncio.to_thread(model.loop.stop)
+        for loop in loops:  # uvicorn has answered every request by now (SIGTERM drains them first)
+            await asyncio.to_thread(loop.stop)
 
     # No generated /docs or /redoc pages: they load their scripts from a CDN (nothing offline) and the routes
     # read their bodies themselves, so the generated schema would show none; docs/serving.md documents them.
@@ -179,7 +181,8 @@ def _server_routes(models: list[ServedModel], metrics: ServerMetrics, glossaries
 
     @router.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "models": len(models), "queued_sentences": sum(m.loop.queued_sentences for m in models)}
+        loops = {id(m.loop): m.loop for m in models}.values()  # a multilingual model's directions share one
+        return {"status": "ok", "models": len(models), "queued_sentences": sum(loop.queued_sentences for loop in loops)}
 
     @router.get("/models")
     async def list_models() -> list[dict[str, Any]]:
@@ -353,7 +356,8 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
         decoded = await asyncio.to_thread(_decode_with_translator, parsed, lines, flat)
         return replace(decoded, masked=_regroup(shown, lines))
     todo = [i for i, line in enumerate(flat) if line]
-    encoded = loaded.src_vocab.encode([flat[i] for i in todo], out_type=int)
+    prefix = list(parsed.model.source_prefix)  # a multilingual model's tag for this direction
+    encoded = [prefix + ids if ids else ids for ids in loaded.src_vocab.encode([flat[i] for i in todo], out_type=int)]
     truncated_flat = [False] * len(flat)
     for i, ids in zip(todo, encoded):
         truncated_flat[i] = len(ids) > max_src
@@ -435,6 +439,7 @@ def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Gloss
     the alignments are computed in the loop's thread (the model is the loop's alone), as confidence is. With a
     ``glossary``, each sentence's terms go with it (decode/constrained.py)."""
     loaded, max_src = model.loaded, model.loaded.recipe.model.max_positions - 1
+    prefix = list(model.source_prefix)  # a multilingual model's tag for this direction
     matcher = compiled(glossary) if glossary is not None else None
     config = loaded.recipe.decode
     if matcher is not None:
@@ -446,7 +451,8 @@ def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Gloss
     def run(sentences: list[str], aligned: bool) -> list[tuple[str, list[tuple[int, int]]]]:
         out: list[tuple[str, list[tuple[int, int]]]] = []
         for start in range(0, len(sentences), block):
-            encoded = [ids[:max_src] for ids in loaded.src_vocab.encode(sentences[start : start + block], out_type=int)]
+            pieces = loaded.src_vocab.encode(sentences[start : start + block], out_type=int)
+            encoded = [(prefix + ids)[:max_src] if ids else ids for ids in pieces]
             todo = [i for i, ids in enumerate(encoded) if ids]  # a sentence of no pieces has no translation
             finished = threading.Event()
             constraints = None

@@ -56,6 +56,7 @@ class ServedModel:
     loaded: LoadedModel
     loop: DecodingLoop
     parameters: int
+    source_prefix: tuple[int, ...] = ()  # a multilingual model's target tag for this direction (decode/targets.py)
 
 
 @dataclass

@@ -14,6 +14,7 @@ import torch
 import uvicorn
 
 from ..decode.loading import load_model
+from ..decode.targets import language, target_tags
 from ..errors import NmtError
 from ..model.transformer import count_parameters
 from .api import create_app
@@ -31,20 +32,40 @@ def load_served_models(
     max_queue: int,
     batching: bool,
 ) -> list[ServedModel]:
-    """One decoding loop per model, named after its language pair (``en-de``; ``en-de.2`` if repeated)."""
+    """One decoding loop per model, named after its language pair (``en-de``; ``en-de.2`` if repeated). A
+    multilingual model (target tags, ``decode/targets.py``) serves each of its directions (``en-fr``, ``en-de``...)
+    through its one loop, so that requests of every direction share its batches."""
     served: list[ServedModel] = []
     for path in paths:
         loaded = load_model(path, device, dtype)
         data = loaded.recipe.data
-        name = f"{data.src_lang}-{data.tgt_lang}"
-        taken = sum(1 for m in served if m.source == data.src_lang and m.target == data.tgt_lang)
-        if taken:
-            name = f"{name}.{taken + 1}"
-        loop = DecodingLoop(
-            loaded.model, name, metrics, batch_tokens or loaded.recipe.decode.batch_tokens, max_queue, batching
-        )
-        served.append(ServedModel(name, data.src_lang, data.tgt_lang, loaded, loop, count_parameters(loaded.model)))
+        directions = _directions(loaded.src_vocab, data.tgt_lang)
+        loop = None
+        for target, prefix in directions:
+            name = f"{data.src_lang}-{target}"
+            taken = sum(1 for m in served if m.source == data.src_lang and m.target == target)
+            if taken:
+                name = f"{name}.{taken + 1}"
+            if loop is None:
+                tokens = batch_tokens or loaded.recipe.decode.batch_tokens
+                loop = DecodingLoop(loaded.model, name, metrics, tokens, max_queue, batching)
+            parameters = count_parameters(loaded.model)
+            served.append(ServedModel(name, data.src_lang, target, loaded, loop, parameters, prefix))
     return served
+
+
+def _directions(vocab, target_language: str) -> list[tuple[str, tuple[int, ...]]]:  # type: ignore[no-untyped-def]
+    """(target language, source prefix) for each direction a model serves: its target tags' languages (a tag's
+    own name where two tags share a language, as Serbian's two scripts), else its one target."""
+    tags = target_tags(vocab)
+    if not tags:
+        return [(target_language, ())]
+    by_language: dict[str, list[str]] = {}
+    for name in tags:
+        by_language.setdefault(language(name), []).append(name)
+    return sorted(
+        (lang if len(names) == 1 else name, (tags[name],)) for lang, names in by_language.items() for name in names
+    )
 
 
 def check_port(host: str, port: int) -> None:

@@ -360,3 +360,36 @@ def test_a_multilingual_model_translates_into_the_language_to_names(multilingual
     ):
         refused = CliRunner().invoke(app, ["translate", "-m", str(run), *args], input=text)
         assert refused.exit_code == 1 and words in refused.output, refused.output
+
+
+def test_the_server_serves_every_direction_of_a_multilingual_model(multilingual_folder, tmp_path):
+    """One model, three directions, one decoding loop: /languages lists them and each request's target picks its
+    tag; the answers are the command line's."""
+    from fastapi.testclient import TestClient
+
+    from nmt_cli.serve.api import create_app
+    from nmt_cli.serve.metrics import ServerMetrics
+    from nmt_cli.serve.requests import Limits
+    from nmt_cli.serve.server import load_served_models
+
+    run = tmp_path / "run"
+    assert CliRunner().invoke(app, ["import", "hf", str(multilingual_folder), "-o", str(run)]).exit_code == 0
+    metrics = ServerMetrics()
+    models = load_served_models([run], torch.device("cpu"), torch.float32, metrics, None, 64, True)
+    assert [(m.name, m.target) for m in models] == [("en-de", "de"), ("en-fr", "fr"), ("en-sr", "sr")]
+    assert len({id(m.loop) for m in models}) == 1
+    vocab = models[0].loaded.src_vocab
+    assert [vocab.IdToPiece(m.source_prefix[0]) for m in models] == [">>deu<<", ">>fra<<", ">>srp_Cyrl<<"]
+    sources = lines("test.en.gz", 3)
+    with TestClient(create_app(models, Limits(), metrics)) as client:
+        assert client.get("/languages").json() == [{"code": "en", "name": "English", "targets": ["de", "fr", "sr"]}]
+        answers = {}
+        for target in ("fr", "de"):  # greedy: the same search as the command line's, whatever the batch
+            body = {"text": sources, "source": "en", "target": target, "beam": 1}
+            answers[target] = [t["text"] for t in client.post("/translate", json=body).json()["translations"]]
+            args = ["translate", "-m", str(run), "--to", target, "--beam", "1"]
+            command = CliRunner().invoke(app, args, input="\n".join(sources) + "\n")
+            assert answers[target] == command.stdout.splitlines()
+
+        refused = client.post("/translate", json={"q": "Hello.", "source": "en", "target": "es"})
+        assert refused.status_code == 400 and "en-de, en-fr, en-sr" in refused.json()["error"], refused.json()
