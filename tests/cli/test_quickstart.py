@@ -81,4 +81,4 @@ def test_quickstart_runs_the_whole_job(tmp_path):
 
 def test_quickstart_rejects_unknown_pairs(tmp_path):
     result = runner.invoke(app, ["quickstart", "--pair", "en-xx", "--dir", str(tmp_path)])
-    assert result.exit_code != 0 and "the sample corpus has en-de, en-fr" in result.output
+    assert result.exit_code == 2 and "'en-xx' is not one of 'en-de', 'en-fr'" in result.output

@@ -74,7 +74,9 @@ def test_glossary_problems_are_one_line(overfit, tmp_path):
     twice = tmp_path / "twice.tsv"
     twice.write_text("dog\tHund\ndog\tKöter\n")
     long = tmp_path / "long.tsv"
-    long.write_text("dog\t" + " ".join(["Hundehütte"] * 400) + "\n")
+    long.write_text("dog\t" + " ".join(["Hundehütte"] * 18) + "\n")  # under 200 characters, too many pieces
+    longer = tmp_path / "longer.tsv"
+    longer.write_text("dog\t" + " ".join(["Hundehütte"] * 400) + "\n")
     glossary = tmp_path / "ok.tsv"
     glossary.write_text("dog\tHund\n")
     pipe = tmp_path / "pipe"  # what bash's --glossary <(...) hands over
@@ -85,8 +87,8 @@ def test_glossary_problems_are_one_line(overfit, tmp_path):
         (["--glossary", str(twice)], f"{twice}:2: 'dog' is already translated as 'Hund'"),
         (["--glossary", str(tmp_path / "none.tsv")], "--glossary"),
         (["--glossary", str(long)], f"{long}:1: the translation of 'dog' takes"),
+        (["--glossary", str(longer)], f"{longer}:1: a term of 4,399 characters; a term is at most 200"),
         (["--glossary", str(glossary), "--sampling"], "drop --sampling"),
-        (["--glossary", str(glossary), "--glossary-mode", "loose"], "--glossary-mode loose: choose hard or soft"),
         (["--glossary", str(glossary), "-o", str(glossary)], "is also what this command reads"),
     ):
         code, out = _translate("-m", str(run_dir), "-i", str(source), *extra)

@@ -126,8 +126,11 @@ def client(overfit):
 
 
 def translated(loaded, lines, **settings):
+    """Offline translation as the server's text requests get it: protected spans masked (decode/protected.py)."""
+    from nmt_cli.decode.protected import ProtectedEngine
+
     config = replace(loaded.recipe.decode, **{k: v for k, v in settings.items() if k != "nbest"})
-    return list(Translator(loaded, config, nbest=settings.get("nbest", 1)).translate(lines))
+    return list(ProtectedEngine(Translator(loaded, config, nbest=settings.get("nbest", 1))).translate(lines))
 
 
 def test_libretranslate_shape(client, loaded, overfit):

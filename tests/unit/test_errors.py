@@ -53,12 +53,11 @@ def test_errors_quoting_markup_or_emoji_codes_print_as_written(capsys):
 
 
 def test_the_command_line_prints_a_markup_like_path_whole(tmp_path):
-    import subprocess
-    import sys
+    from typer.testing import CliRunner
+
+    from nmt_cli.cli import app
 
     odd = tmp_path / "runs[/]x[bold]:100:"
-    done = subprocess.run(
-        [sys.executable, "-m", "nmt_cli", "translate", "-m", str(odd)], input="", capture_output=True, text=True
-    )
-    assert done.returncode != 0 and "Traceback" not in done.stderr
+    done = CliRunner().invoke(app, ["translate", "-m", str(odd)], input="")
+    assert done.exit_code != 0 and "Traceback" not in done.output
     assert done.stderr.startswith(f"error: {odd}: ")
