@@ -202,7 +202,9 @@ def test_row_blocks_do_not_change_results(loaded, overfit, monkeypatch):
     blocked = beam_search(loaded.model, batch, config, nbest=2), greedy_search(loaded.model, batch, config)
     for a, b in zip(whole, blocked):
         assert [[h.tokens for h in hyps] for hyps in a] == [[h.tokens for h in hyps] for hyps in b]
-        assert [[h.score for h in hyps] for hyps in a] == [[h.score for h in hyps] for hyps in b]
+        # other row counts may take other matrix kernels: the same scores to float32's rounding, not bit for bit
+        scores = [[h.score for h in hyps] for hyps in b]
+        assert [[h.score for h in hyps] for hyps in a] == [pytest.approx(row, rel=1e-5, abs=1e-6) for row in scores]
 
 
 def test_two_stage_top_k_does_not_change_results(loaded, overfit, monkeypatch):
