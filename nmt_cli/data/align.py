@@ -12,7 +12,12 @@ sentences are.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+import re
+import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -20,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..utils.process import die_with_parent, pid_alive
 from .binary import TokenArray, TokenArrayWriter
 
 LINK_DTYPE = np.dtype("<u2")  # piece positions: sentences are far shorter than 65,536 pieces
@@ -41,9 +47,53 @@ def eflomal_links(sources: Iterable[str], targets: Iterable[str], workdir: Path)
 
     forward, reverse = workdir / "forward.links", workdir / "reverse.links"
     # quiet=True: eflomal's own progress lines would interleave with ours
-    eflomal.Aligner().align(list(sources), list(targets), links_filename_fwd=str(forward), links_filename_rev=str(reverse))
+    with children_die_with_this_process(), temporary_files_in(workdir):
+        aligner = eflomal.Aligner()
+        aligner.align(list(sources), list(targets), links_filename_fwd=str(forward), links_filename_rev=str(reverse))
     with open(forward, encoding="ascii") as fwd, open(reverse, encoding="ascii") as rev:
         yield from zip(fwd, rev)
+
+
+@contextlib.contextmanager
+def children_die_with_this_process() -> Iterator[None]:
+    """While it lasts, every process started through ``subprocess.Popen`` dies with this one, even on ``kill -9``
+    (Linux's parent-death signal). eflomal starts its aligner binary so and takes no options for it: a killed
+    ``nmt prepare`` left it running for minutes."""
+    original = subprocess.Popen
+    parent = os.getpid()
+
+    class Tied(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            kwargs.setdefault("preexec_fn", lambda: die_with_parent(parent))
+            super().__init__(*args, **kwargs)
+
+    subprocess.Popen = Tied  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        subprocess.Popen = original  # type: ignore[misc]
+
+
+@contextlib.contextmanager
+def temporary_files_in(folder: Path) -> Iterator[None]:
+    """Python's temporary files (eflomal's inputs) go into ``folder`` while it lasts: one folder to remove."""
+    original = tempfile.tempdir
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = original
+
+
+@contextlib.contextmanager
+def aligner_workdir() -> Iterator[Path]:
+    """A temporary folder named by this process's PID; the folders of killed processes are removed first."""
+    for stale in Path(tempfile.gettempdir()).glob("nmt-align-*"):
+        owner = re.match(r"nmt-align-(\d+)-", stale.name)
+        if owner and stale.is_dir() and not pid_alive(int(owner.group(1))):
+            shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"nmt-align-{os.getpid()}-") as workdir:
+        yield Path(workdir)
 
 
 def parse_links(text: str) -> set[tuple[int, int]]:
@@ -85,8 +135,8 @@ def grow_diag_final_and(forward: set[tuple[int, int]], reverse: set[tuple[int, i
 
 def symmetrised(sources: Iterable[str], targets: Iterable[str]) -> Iterator[list[tuple[int, int]]]:
     """Per pair of whitespace-token lines, its grow-diag-final-and links from eflomal's two directions."""
-    with tempfile.TemporaryDirectory(prefix="nmt-align-") as workdir:
-        for fwd, rev in eflomal_links(sources, targets, Path(workdir)):
+    with aligner_workdir() as workdir:
+        for fwd, rev in eflomal_links(sources, targets, workdir):
             yield grow_diag_final_and(parse_links(fwd), parse_links(rev))
 
 

@@ -87,3 +87,43 @@ def test_guided_training_without_aligned_data_says_how_to_get_it(prepared, tmp_p
     with pytest.raises(NmtError, match="data.align: true"):
         train(recipe, log=lambda _m: None)
     assert not (tmp_path / "run").exists()  # refused before anything was written: no empty run folder
+
+
+def test_the_aligner_dies_with_a_killed_prepare_and_its_files_go_at_the_next_run(tmp_path, monkeypatch):
+    """eflomal starts its binary with subprocess.Popen: while aligning, every such child dies with its parent, even on
+    kill -9; and the temporary folder a killed run left is removed by the next."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from nmt_cli.data.align import aligner_workdir
+    from nmt_cli.utils.process import pid_alive
+
+    script = (
+        "import subprocess, sys, time\n"
+        "from nmt_cli.data.align import children_die_with_this_process\n"
+        "with children_die_with_this_process():\n"
+        "    child = subprocess.Popen(['sleep', '120'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    aligner = int(parent.stdout.readline())
+    assert pid_alive(aligner)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while pid_alive(aligner) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(aligner)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / f"nmt-align-{parent.pid}-x"  # a folder named by a process that is gone
+    stale.mkdir()
+    (stale / "forward.links").write_text("0-0\n")
+    with aligner_workdir() as workdir:
+        assert workdir.parent == tmp_path and workdir.name.startswith("nmt-align-")
+    assert not stale.exists() and not workdir.exists()
