@@ -1,7 +1,7 @@
 """The README's and the getting-started page's command lines, run in the order a reader meets them.
 
 They run from a folder laid out as a checkout is (``recipes/``, the bundled corpus at ``nmt_cli/sample``,
-``../shared/data`` beside it), so every relative path in them means what it means to a reader. Each command gets
+``data/multi30k`` as ``nmt download`` leaves it), so every relative path in them means what it means to a reader. Each command gets
 overrides appended that change how long it runs, not what it does: a one-layer model, two updates, short
 outputs. The lines that need the network, a GPU or WMT14's full corpus are listed in ``RUN_ELSEWHERE`` with the
 test that runs their command instead; a line added to the pages must be run here or listed there.
@@ -26,7 +26,7 @@ runner = CliRunner()
 
 RUN_ELSEWHERE = {
     "nmt quickstart": "tests/cli/test_quickstart.py (the whole job, then the model it printed)",
-    "nmt download recipes/multi30k_ende.yaml --set data.root=data/multi30k": "network: tests/cli/test_download.py",
+    "nmt download recipes/multi30k_ende.yaml": "network: tests/cli/test_download.py",
     "nmt download recipes/ende_base.yaml": "network: tests/cli/test_download.py",
     "nmt prepare recipes/ende_base.yaml": "WMT14's 4.5M pairs: benchmarks/bench_prepare_wmt.py",
     "nmt train recipes/ende_base.yaml --gpus 8": "GPUs: tests/integration/test_cuda.py (torchrun, NCCL)",
@@ -36,10 +36,8 @@ RUN_ELSEWHERE = {
     "nmt serve -m runs/multi30k_ende --port 8080": "a server: tests/integration/test_serve.py",
 }
 
-# Lines run otherwise than written, and why: the files the download fetches are in the checkout's ../shared/data.
-REWRITTEN = {
-    "nmt prepare recipes/multi30k_ende.yaml --set data.root=data/multi30k": "nmt prepare recipes/multi30k_ende.yaml",
-}
+# Lines run otherwise than written, and why (none: the files the download would fetch are laid in data/multi30k).
+REWRITTEN: dict[str, str] = {}
 
 # Appended to each command of that name: how long it runs, not what it does.
 CHEAPER = {
@@ -73,8 +71,8 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (work / "nmt_cli").mkdir(parents=True)
     (work / "recipes").symlink_to(ROOT / "recipes")
     (work / "nmt_cli" / "sample").symlink_to(Path(str(resources.files("nmt_cli") / "sample")))
-    (tmp_path / "shared").mkdir()
-    (tmp_path / "shared" / "data").symlink_to(DATA)
+    (work / "data").mkdir()
+    (work / "data" / "multi30k").symlink_to(DATA / "multi30k")  # what `nmt download` would have fetched
     sources = read_lines(DATA / "multi30k" / "test_2016_flickr.en.gz", 20)
     (work / "input.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
     references = read_lines(DATA / "multi30k" / "test_2016_flickr.de.gz", 20)
