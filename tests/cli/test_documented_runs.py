@@ -1,10 +1,11 @@
 """The README's and the getting-started page's command lines, run in the order a reader meets them.
 
 They run from a folder laid out as a checkout is (``recipes/``, the bundled corpus at ``nmt_cli/sample``,
-``data/multi30k`` as ``nmt download`` leaves it), so every relative path in them means what it means to a reader. Each command gets
-overrides appended that change how long it runs, not what it does: a one-layer model, two updates, short
-outputs. The lines that need the network, a GPU or WMT14's full corpus are listed in ``RUN_ELSEWHERE`` with the
-test that runs their command instead; a line added to the pages must be run here or listed there.
+``data/multi30k`` as ``nmt download`` leaves it), so every relative path in them means what it means to a reader.
+Each command gets overrides appended that change how long it runs, not what it does: a one-layer model, two
+updates, short outputs. The lines that need the network, a GPU or WMT14's full corpus are listed in
+``RUN_ELSEWHERE`` with the test that runs their command instead; a line added to the pages must be run here or
+listed there.
 """
 
 from __future__ import annotations
