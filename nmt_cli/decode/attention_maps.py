@@ -21,6 +21,7 @@ from ..errors import NmtError
 from ..model.attention import Attention, CrossAttention, SelfAttention
 from ..model.guided import guided_layer
 from ..model.transformer import Transformer
+from .targets import TAG
 
 
 @dataclass
@@ -114,9 +115,13 @@ def _record(
 
 
 def word_starts(pieces: list[str]) -> list[int]:
-    """The word index of each SentencePiece piece (a piece starting with '▁' starts a word)."""
+    """The word index of each SentencePiece piece (a piece starting with '▁' starts a word); a multilingual
+    model's target tag (``>>fra<<``, before the first word) is no word of the line: it goes with the first."""
     index, words = -1, []
     for piece in pieces:
+        if TAG.fullmatch(piece):
+            words.append(max(index, 0))
+            continue
         if piece.startswith("\u2581") or index < 0:
             index += 1
         words.append(index)
