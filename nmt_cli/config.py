@@ -585,7 +585,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def _apply_override(raw: dict[str, Any], item: str) -> None:
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise RecipeError(f"--set {item!r}: write KEY=VALUE, e.g. --set model.layers=3")
+        raise RecipeError(f"--set {item}: write KEY=VALUE, e.g. --set model.layers=3")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
@@ -596,7 +596,7 @@ def _apply_override(raw: dict[str, Any], item: str) -> None:
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise RecipeError(f"--set {item!r}: '{part}' is a value, not a section")
+            raise RecipeError(f"--set {item}: '{part}' is a value, not a section")
         node = child
     node[parts[-1]] = value
 
@@ -750,7 +750,14 @@ def _describe(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return f"{value!r} ({type(value).__name__})"
+    # said in the recipe's own words, not Python's ('abc' (str), None (NoneType))
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    return f"the text '{value}'"
 
 
 @dataclass(frozen=True)

@@ -307,7 +307,7 @@ def test_sampling_and_forced_scoring_options_fail_in_one_line(loaded, overfit, t
         (["translate", "--top-k", "2"], "--top-k applies to sampling; add --sampling", 1),
         (["translate", "--sampling", "--top-p", "1.5"], "--top-p: decode.top_p: 1.5 is out of range; it must be <= 1", 2),
         (["translate", "--sampling", "--temperature", "0"], "--temperature: decode.temperature: 0.0 is out of range", 2),
-        (["translate", "--stop", "early"], "--stop: decode.stop: expected one of beam, top, bound, got 'early'", 2),
+        (["translate", "--stop", "early"], "--stop: decode.stop: expected one of beam, top, bound, got the text 'early'", 2),
         (["score", "--model", str(run_dir), str(tmp_path / "in.txt")], "give SRC HYP", 1),
     ):
         extra = ["-m", str(run_dir), "-i", str(tmp_path / "in.txt")] if args[0] == "translate" else []

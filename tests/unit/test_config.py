@@ -57,13 +57,13 @@ def test_round_trip_through_dict_and_yaml(tmp_path):
     "override, expected",
     [
         ("model.layerz=3", "unknown key 'model.layerz'; did you mean 'model.layers'?"),
-        ("model.layers=three", "model.layers: expected an integer, got 'three'"),
+        ("model.layers=three", "model.layers: expected an integer, got the text 'three'"),
         ("model.dropout=1.5", "model.dropout: 1.5 is out of range; it must be <= 1"),
         ("model.positions=rotary", "model.positions: expected one of sinusoidal, learned, relative"),
         ("model.n_heads=3", "model.n_heads: 3 does not divide model.d_model=512"),
         ("train.max_time=soon", "train.max_time: 'soon' is not a duration"),
         ("vocab.joint=false", "model.share_embeddings: needs a joint vocabulary"),
-        ("model.layers", "--set 'model.layers': write KEY=VALUE"),
+        ("model.layers", "--set model.layers: write KEY=VALUE"),
     ],
 )
 def test_errors_name_the_key_and_problem(tmp_path, override, expected):
