@@ -295,7 +295,10 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
 
     def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
         if o.markup:
-            yield from _markup_lines(lines, first, _sentences(results, plan.aligned), o.chunk_lines, plan.kept_tags)
+            matcher = getattr(translator, "terms", None)
+            kept = matcher.kept_spans if matcher is not None else None
+            found = _sentences(results, plan.aligned, kept=kept)
+            yield from _markup_lines(lines, first, found, o.chunk_lines, plan.kept_tags)
             return
         for index, hyps in enumerate(results(lines, first), start=first):
             yield output_lines(index, hyps, o.nbest, o.output_format, o.alignments, o.confidence)
@@ -314,7 +317,9 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
         assert input is not None
         gettext_options = (o.fuzzy, o.retranslate, o.fuzzy_below if o.confidence else None)
         terms = getattr(translator, "terms_in_text", lambda: None)()  # --glossary: gettext notes the terms applied
-        sentences = _sentences(one_document, plan.aligned, o.confidence, show, terms)
+        matcher = getattr(translator, "terms", None)  # --keep-terms: masked in documents as in lines
+        kept = matcher.kept_spans if matcher is not None else None
+        sentences = _sentences(one_document, plan.aligned, o.confidence, show, terms, kept)
         limits = UnpackLimits(o.max_unpacked_mb * MIB, o.max_unpack_ratio)
         count = _translate_document(
             input, output, plan.file_format, sentences, translator.languages, gettext_options, limits, plan.kept_tags
@@ -377,7 +382,7 @@ def _read_context_before(translator, input: Path, first: int, documents: list[st
     translator.stats = stats
 
 
-def _sentences(results, aligned: bool, assessed: bool = False, show: bool = False, terms=None):
+def _sentences(results, aligned: bool, assessed: bool = False, show: bool = False, terms=None, kept=None):
     """This command's engine as ``formats.Sentences`` (``decode/sentences.py``), with a progress bar when
     ``show`` (a document's sentences go through in one call, which may take minutes)."""
     from ..decode.sentences import sentences_of
@@ -385,7 +390,7 @@ def _sentences(results, aligned: bool, assessed: bool = False, show: bool = Fals
     def found(lines: list[str]) -> Iterator[list[Translation]]:
         return with_progress(results(iter(lines)), show and len(lines) > 1, 0, len(lines))
 
-    return sentences_of(found, aligned, assessed, terms)
+    return sentences_of(found, aligned, assessed, terms, kept)
 
 
 def _markup_lines(lines: Iterator[str], first: int, sentences, chunk_lines: int, kept: frozenset[str]) -> Iterator[str]:

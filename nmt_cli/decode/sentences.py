@@ -16,7 +16,11 @@ Found = Callable[[list[str]], Iterable[list[Translation]]]  # lines -> each line
 
 
 def sentences_of(
-    found: Found, aligned: bool, assessed: bool = False, terms: Callable[[str], list[tuple[str, str]]] | None = None
+    found: Found,
+    aligned: bool,
+    assessed: bool = False,
+    terms: Callable[[str], list[tuple[str, str]]] | None = None,
+    kept: Callable[[str], list[tuple[int, int]]] | None = None,
 ) -> Sentences:
     """Best translations, with their word alignments when ``aligned`` (tags then land on the aligned words;
     without, on a monotone alignment), their confidence and flags when ``assessed``, and the glossary ``terms``
@@ -31,7 +35,7 @@ def sentences_of(
     def assess(lines: list[str]) -> list[tuple[str, TextConfidence]]:
         return [(hyps[0].text, text_confidence_of(hyps[0].assessment)) for hyps in found(lines)]
 
-    return Sentences(translate, align if aligned else None, assess if assessed else None, terms)
+    return Sentences(translate, align if aligned else None, assess if assessed else None, terms, kept)
 
 
 def text_confidence_of(assessment: Assessment | None) -> TextConfidence:

@@ -251,7 +251,8 @@ class Translator:
             self.new_document()
             return self.translate(lines, documents=itertools.repeat("file", len(lines)))
 
-        return sentences_of(in_one_document, self.align_model is not None, terms=self.terms_in_text())
+        kept = self.terms.kept_spans if self.terms is not None else None
+        return sentences_of(in_one_document, self.align_model is not None, terms=self.terms_in_text(), kept=kept)
 
     def _clean(self, line: str) -> str:
         return clean_source_line(line, self.stats)

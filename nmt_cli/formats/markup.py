@@ -48,7 +48,9 @@ ENTITY_AT_END = re.compile(r"&#?\w+;$")
 # -- protection --------------------------------------------------------------------------------------
 
 
-def mask_fragment(fragment: Fragment) -> tuple[Fragment, dict[str, str]]:
+def mask_fragment(
+    fragment: Fragment, kept: Callable[[str], list[tuple[int, int]]] | None = None
+) -> tuple[Fragment, dict[str, str]]:
     """The fragment as the model reads it: the text of each code element, and each path, number or other
     protected span of its text (``protect.py``) that no element boundary cuts, replaced by a mask; and the
     markup each mask stands for. A masked code element leaves the tree: its mask is its place."""
@@ -56,7 +58,8 @@ def mask_fragment(fragment: Fragment) -> tuple[Fragment, dict[str, str]]:
     opaque = [e for e in _topmost_opaque(fragment.root) if text[e.start : e.end].strip()]
     spans = {(e.start, e.end): e for e in opaque}
     edges = {o for e in fragment.root.walk() if e is not fragment.root and e not in spans.values() for o in (e.start, e.end)}
-    for start, end in [*_names(fragment.root, text), *protected_spans(text)]:
+    names = kept(text) if kept is not None else []  # --keep-terms: come back whole, end where they end
+    for start, end in [*names, *_names(fragment.root, text), *protected_spans(text)]:
         crossed = any(start < o < end for o in edges) or any(start < o < end for o in fragment.breaks)
         if not crossed and not any(a < end and start < b for a, b in spans):
             spans[(start, end)] = None
@@ -520,7 +523,7 @@ def translate_fragments(
     fragments go to the translator in one call. ``language`` (the source's) splits a fragment into
     sentences; None keeps each fragment one sentence."""
     sentences = as_sentences(sentences)
-    parsed = [mask_fragment(parse(f, is_opaque, xml, hidden)) for f in fragments]
+    parsed = [mask_fragment(parse(f, is_opaque, xml, hidden), sentences.kept) for f in fragments]
     plans = [(fragment, replacements, _units(fragment, language)) for fragment, replacements in parsed]
     # The model reads each sentence on one line, spaces collapsed; its words are the same.
     texts = [" ".join(fragment.text[u.start : u.end].split()) for fragment, _, units in plans for u in units]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .placeholders import PLACEHOLDER
-from .protect import Masked, mask
+from .protect import Masked, mask, protected_spans
 
 # Sentences in, translations out, in order (a Translator's best hypotheses).
 TranslateSentences = Callable[[list[str]], list[str]]
@@ -53,6 +53,9 @@ class Sentences:
     assess: Callable[[list[str]], list[tuple[str, TextConfidence]]] | None = None
     # the glossary terms a source text holds, each with its approved translation (--glossary); None: no glossary
     terms: Callable[[str], list[tuple[str, str]]] | None = None
+    # where a source text holds names to keep as written (--keep-terms): masked like paths, so they come back
+    # whole and end where they end; None: none
+    kept: Callable[[str], list[tuple[int, int]]] | None = None
 
     def aligned(self, sentences: list[str]) -> list[Aligned]:
         if self.align is not None:
@@ -96,21 +99,29 @@ def split_sentences(line: str, language: str) -> list[str]:
     return [line[start:end] for start, end in zip(cuts, cuts[1:])]
 
 
+def _kept_first(kept: list[tuple[int, int]], protected: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Names to keep, and the protected spans that overlap none of them."""
+    return sorted([*kept, *[(a, b) for a, b in protected if not any(a < y and x < b for x, y in kept)]])
+
+
 def translate_texts(texts: Sequence[str], translate: TranslateSentences | Sentences, source_language: str) -> list[str]:
     """Each text translated sentence by sentence, with its line breaks, spacing and placeholders kept."""
-    plain = as_sentences(translate).translate
-    unassessed = lambda cores: [(t, UNDOUBTED) for t in plain(cores)]  # noqa: E731
-    return [text for text, _ in _translate_texts(texts, unassessed, source_language)]
+    sentences = as_sentences(translate)
+    unassessed = lambda cores: [(t, UNDOUBTED) for t in sentences.translate(cores)]  # noqa: E731
+    return [text for text, _ in _translate_texts(texts, unassessed, source_language, sentences.kept)]
 
 
 def assess_texts(texts: Sequence[str], sentences: Sentences, source_language: str) -> list[tuple[str, TextConfidence]]:
     """As :func:`translate_texts`, each text with the confidence of its least confident sentence."""
     assert sentences.assess is not None
-    return _translate_texts(texts, sentences.assess, source_language)
+    return _translate_texts(texts, sentences.assess, source_language, sentences.kept)
 
 
 def _translate_texts(
-    texts: Sequence[str], translate: Callable[[list[str]], list[tuple[str, TextConfidence]]], source_language: str
+    texts: Sequence[str],
+    translate: Callable[[list[str]], list[tuple[str, TextConfidence]]],
+    source_language: str,
+    kept: Callable[[str], list[tuple[int, int]]] | None = None,
 ) -> list[tuple[str, TextConfidence]]:
     plans: list[list[list[tuple[str, Masked, str]]]] = []  # per text, line, sentence: (before, core, after)
     cores: list[str] = []
@@ -120,7 +131,8 @@ def _translate_texts(
             sentences = []
             for sentence in split_sentences(line, source_language):
                 before, core, after = _SPACE_AROUND.match(sentence).groups()  # type: ignore[union-attr]
-                masked = mask(core)  # code, paths, numbers: never shown to the model (protect.py)
+                # code, paths, numbers and names to keep: never shown to the model (protect.py)
+                masked = mask(core, _kept_first(kept(core), protected_spans(core)) if kept is not None else None)
                 sentences.append((before, masked, after))
                 if masked.translatable:
                     cores.append(masked.text)

@@ -489,6 +489,7 @@ def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Gloss
         lambda sentences: [text for text, _ in run(sentences, False)],
         lambda sentences: run(sentences, True),
         terms=matcher.applied if matcher is not None else None,  # gettext notes the terms applied, as nmt translate does
+        kept=matcher.kept_spans if matcher is not None else None,  # a term translated as itself: masked
     )
 
 

@@ -50,6 +50,10 @@ class TermMatcher:
         entry's comment names as the glossary applied."""
         return list(dict.fromkeys((m.term.source, m.term.targets[0]) for m in self.find(text)))
 
+    def kept_spans(self, text: str) -> list[tuple[int, int]]:
+        """Where ``text`` holds names to keep as written (terms whose translation is themselves)."""
+        return [(m.start, m.end) for m in self.find(text) if m.term.kept]
+
     def find(self, text: str) -> list[TermMatch]:
         """The terms of ``text``, in order, none overlapping another or a protected span."""
         candidates = []

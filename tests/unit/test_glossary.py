@@ -154,3 +154,24 @@ def test_protected_lines_mask_kept_names_and_leave_glossary_terms_to_the_search(
     assert set(masked.originals.values()) == {"GitHub", "Ubuntu", "/etc"}
     assert "README.md" in masked.text and "file" in masked.text
     assert masked.restore(masked.text.replace("Ubuntu", "x")) == "Open GitHub on Ubuntu, then the file README.md in /etc."
+
+
+def test_documents_mask_the_names_to_keep_so_they_come_back_whole(tmp_path):
+    """A kept name in markup and in plain text is never shown to the model: a model that runs names on
+    ("Ubuntuu") cannot touch it."""
+    from nmt_cli.formats.markup import translate_fragments
+    from nmt_cli.formats.segments import Sentences, translate_texts
+
+    matcher = TermMatcher(read_keep_terms(_write(tmp_path, "names.txt", "Ubuntu\nData Loader\n")))
+    seen: list[str] = []
+
+    def run_on(lines: list[str]) -> list[str]:
+        seen.extend(lines)
+        return [" ".join(w if w.startswith("%") else w + "u" for w in line.split()) for line in lines]
+
+    sentences = Sentences(run_on, kept=matcher.kept_spans)
+    (page,) = translate_fragments(["Install <b>Ubuntu</b> with Data Loader now."], sentences, "en")
+    (text,) = translate_texts(["Install Ubuntu with Data Loader now."], sentences, "en")
+    for out in (page, text):
+        assert "Ubuntu" in out and "Ubuntuu" not in out and "Data Loader" in out, out
+    assert not any("Ubuntu" in line or "Loader" in line for line in seen)
