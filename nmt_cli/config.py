@@ -83,6 +83,30 @@ class DataConfig:
         False,
         "word-align the training pairs with eflomal for train.guided_alignment (pip install 'nmt-cli[align]')",
     )
+    pairs: tuple[str, ...] = _opt(
+        (),
+        "directions of a multilingual model, e.g. [en-de, de-en, en-fr, fr-en], instead of data.src_lang and "
+        "data.tgt_lang: one joint vocabulary, one tag per target language (>>de<<), one model",
+    )
+    roots: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "with data.pairs: a language pair's own folder (en-fr: /data/enfr), where corpora live apart; "
+            "a pair not named reads data.root"
+        },
+    )
+    temperature: float = _opt(
+        5.0,
+        "with data.pairs: how training mixes directions: a direction's share of each epoch is its size to the power "
+        "1/T (1: in proportion to size; large: the same for every direction), as fairseq's temperature sampling",
+        ge=1,
+        le=1000,
+    )
+    language_tag: Literal["source", "target"] = _opt(
+        "source",
+        "with data.pairs: where the target language's tag goes: first token of the source (Johnson et al. 2017, "
+        "Marian's >>fra<<) or first token the decoder reads (fairseq's --decoder-langtok)",
+    )
 
 
 @dataclass(frozen=True)
@@ -379,6 +403,17 @@ class DecodeConfig:
     )
 
 
+PAIR = re.compile(r"([A-Za-z]{2,3}(?:_[A-Za-z]{4})?)-([A-Za-z]{2,3}(?:_[A-Za-z]{4})?)")
+
+
+def parse_pair(pair: str) -> tuple[str, str]:
+    """``en-de`` as ("en", "de"): language codes of 2-3 letters, a script after ``_`` where needed (sr_Cyrl)."""
+    match = PAIR.fullmatch(pair.strip())
+    if not match:
+        raise ValueError(f"'{pair}' is not a direction; write SOURCE-TARGET, e.g. en-de")
+    return match.group(1), match.group(2)
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A whole recipe."""
@@ -390,6 +425,17 @@ class Recipe:
     train: TrainConfig = _sub(TrainConfig)
     decode: DecodeConfig = _sub(DecodeConfig)
     download: tuple[DownloadSource, ...] = _opt((), "corpora that `nmt download` fetches into data.root")
+
+    @property
+    def directions(self) -> tuple[tuple[str, str], ...]:
+        """The (source, target) languages the recipe trains: each of ``data.pairs``, else its one pair."""
+        if self.data.pairs:
+            return tuple(parse_pair(p) for p in self.data.pairs)
+        return ((self.data.src_lang, self.data.tgt_lang),)
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.data.pairs)
 
     @property
     def data_dir(self) -> Path:
@@ -469,6 +515,10 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
         fail("model.init", "tfixup and norm: rezero are alternatives; pick one")
     if d.src_lang and d.src_lang == d.tgt_lang:
         fail("data.tgt_lang", "must differ from data.src_lang")
+    if d.pairs:
+        _check_pairs(recipe, fail)
+    elif d.roots:
+        fail("data.roots", "names the folders of data.pairs' language pairs; set data.pairs, or use data.root")
     if recipe.train.max_time:
         try:
             parse_duration(recipe.train.max_time)
@@ -498,6 +548,38 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
             fail(f"download[{i}]", "needs a url and a 64-digit hex sha256 (quote it in YAML)")
 
 
+def _check_pairs(recipe: Recipe, fail: typing.Callable[[str, str], None]) -> None:
+    """A multilingual recipe: its directions well formed, once each, one joint vocabulary."""
+    d = recipe.data
+    seen: set[tuple[str, str]] = set()
+    for pair in d.pairs:
+        try:
+            direction = parse_pair(pair)
+        except ValueError as err:
+            fail("data.pairs", str(err))
+            return
+        if direction[0] == direction[1]:
+            fail("data.pairs", f"'{pair}' translates a language into itself")
+        if direction in seen:
+            fail("data.pairs", f"'{pair}' is listed twice")
+        seen.add(direction)
+    if d.src_lang or d.tgt_lang:
+        fail("data.pairs", "replaces data.src_lang and data.tgt_lang; leave those out of a multilingual recipe")
+    if not recipe.vocab.joint and not recipe.vocab.from_:  # (an imported model's two files over one id space)
+        fail("vocab.joint", "data.pairs needs one joint vocabulary over every language; set vocab.joint: true")
+    languages = {lang for direction in seen for lang in direction}
+    for key in d.roots:
+        try:
+            a, b = parse_pair(key)
+        except ValueError as err:
+            fail(f"data.roots.{key}", str(err))
+            return
+        if a not in languages or b not in languages:
+            fail(f"data.roots.{key}", f"names a pair outside data.pairs ({', '.join(d.pairs)})")
+    if recipe.train.guided_alignment:
+        fail("train.guided_alignment", "is not available with data.pairs yet; train bilingual models for it")
+
+
 def _packed_conflict(recipe: Recipe) -> str | None:
     """Why ``train.packed`` cannot train this recipe, or None: a packed batch holds each sentence's tokens
     alone (model/packing.py), so what reads across sentences or needs their padded grid is refused."""
@@ -516,7 +598,7 @@ def _packed_conflict(recipe: Recipe) -> str | None:
 def require_data(recipe: Recipe, source: str = "recipe") -> None:
     """Checks needed only by commands that read corpora (prepare)."""
     d = recipe.data
-    for key in ("src_lang", "tgt_lang"):
+    for key in ("src_lang", "tgt_lang") if not d.pairs else ():
         if not getattr(d, key):
             raise RecipeError(f"{source}: missing required value data.{key} (e.g. en, de)")
     if not d.train:

@@ -54,6 +54,20 @@ def run(
         "scored after the earlier pairs of its document (its context), as translation reads them.",
         show_default=False,
     ),
+    to: str = typer.Option(
+        None,
+        "--to",
+        metavar="LANG",
+        help="With --model, a model that translates into several: the hypotheses' language.",
+        show_default=False,
+    ),
+    source: str = typer.Option(
+        None,
+        "--from",
+        metavar="LANG",
+        help="With --model, a model that reads several: the sources' language.",
+        show_default=False,
+    ),
 ) -> None:
     """Score translations with sacreBLEU (same numbers and signatures as the sacrebleu command), or with
     --model the model's log-probability of each translation."""
@@ -65,7 +79,7 @@ def run(
         deprecated(f"nmt score -m {models[0]} (metrics)", f"--metrics {models[0]}")
         metrics, models = models[0], []
     if models:
-        _forced(models, files, output_format, device, docids)
+        _forced(models, files, output_format, device, docids, (source, to))
         return
     if docids is not None:
         raise NmtError("--docids goes with --model (forced scores in context)")
@@ -127,11 +141,19 @@ def _metric_names(models: list[str], known: Iterable[str]) -> bool:
     return len(models) == 1 and not Path(models[0]).exists() and all(name.strip() in known for name in names)
 
 
-def _forced(models: list[str], files: list[str], output_format: str, device: str, docids: str | None) -> None:
+def _forced(
+    models: list[str],
+    files: list[str],
+    output_format: str,
+    device: str,
+    docids: str | None,
+    direction: tuple[str | None, str | None] = (None, None),
+) -> None:
     """``--model``: one line of scores per (source, hypothesis) pair, in order; with ``docids``, each pair in
-    the context of its document's earlier pairs."""
+    the context of its document's earlier pairs; ``direction`` (``--from``, ``--to``) for a multilingual model."""
     from ..decode.forced import forced_scores
     from ..decode.loading import load_ensemble
+    from ..decode.targets import route
     from ..score.metrics import check_aligned, read_lines
 
     if output_format not in ("jsonl", "tsv"):
@@ -151,6 +173,11 @@ def _forced(models: list[str], files: list[str], output_format: str, device: str
     )
     skips = None
     results = None
+    way = route(loaded.recipe.data, loaded.src_vocab, direction[1], str(models[0]), direction[0])
+    if way.source_prefix:  # a multilingual model's tag, as translation puts it (decode/targets.py)
+        pairs = [(list(way.source_prefix) + src, tgt) for src, tgt in pairs]
+    if way.target_tag is not None:  # read by the decoder first, not scored
+        pairs, skips = [(src, [way.target_tag, *tgt]) for src, tgt in pairs], [1] * len(pairs)
     if docids is not None:
         ids = read_lines(docids, stdin_text)
         if len(ids) != len(sources):

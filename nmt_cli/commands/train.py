@@ -59,7 +59,8 @@ def run(
 
     run_dir = train(resolved, resume=resume, start_from=start_from, log=lambda msg: console.print(msg, soft_wrap=True))
     if int(os.environ.get("RANK", "0")) == 0:
-        command = (f"nmt translate -m {run_dir}", "bold")
+        to = f" --to {resolved.directions[0][1]}" if resolved.multilingual else ""  # one of its targets, for example
+        command = (f"nmt translate -m {run_dir}{to}", "bold")
         console.print(styled("done: translate with  ", command, " < input.txt"), soft_wrap=True)
     sys.stdout.flush()
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported where used: the command line starts without torch
 
 # `nmt translate --help` lists its options under these titles, in this order (cli.py draws them).
 OPTION_GROUPS = {
-    "Input and output": ("models", "to", "input", "output", "output_format", "nbest", "progress"),
+    "Input and output": ("models", "to", "source", "zero_shot", "input", "output", "output_format", "nbest", "progress"),
     "Search": (
         "beam", "alpha", "length_penalty", "stop", "max_len_a", "max_len_b", "prefix",
         "sampling", "temperature", "top_k", "top_p", "seed",
@@ -240,6 +240,19 @@ def run(
         ">>fra<< tags): an ISO 639-1 or 639-3 code (fr, fra) or the tag's name. A model with one target needs none.",
         show_default=False,
     ),
+    source: str = typer.Option(
+        None,
+        "--from",
+        metavar="LANG",
+        help="The source language, for a model that reads several: checked against the directions it knows; a "
+        "direction it was never trained on goes through a pivot language (de-fr through en).",
+        show_default=False,
+    ),
+    zero_shot: bool = typer.Option(
+        False,
+        "--zero-shot",
+        help="With --from and --to naming a direction never trained: translate directly, not through a pivot.",
+    ),
     protect: bool = typer.Option(
         True,
         "--protect/--no-protect",
@@ -258,7 +271,7 @@ def run(
         models, input, output, nbest, device, threads, dtype, engine, prefix, docids, alignments, alignment_layer,
         sampling, progress, chunk_lines, shard, restart, file_format, fuzzy, retranslate, fuzzy_below, keep_tags,
         max_unpacked_mb, max_unpack_ratio, markup, confidence, output_format, glossaries, keep_terms, glossary_mode,
-        protect, to, decoding,
+        protect, to, source, zero_shot, decoding,
     )  # fmt: skip
     translate_with(options, options.checked())
 
@@ -332,7 +345,13 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
             o.chunk_lines,
         )  # fmt: skip
         identity["settings"].update(
-            markup=o.markup, confidence=o.confidence, format=o.output_format, protect=o.protect, to=o.to
+            markup=o.markup,
+            confidence=o.confidence,
+            format=o.output_format,
+            protect=o.protect,
+            to=o.to,
+            source=o.source,
+            zero_shot=o.zero_shot,
         )
         if docids is not None:  # other documents, another job
             identity["docids"] = file_sha256(docids)

@@ -3,8 +3,9 @@ device, precision, decoding settings, glossary)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..errors import NmtError
 from .common import console, weights_dtype, with_decoding
 from .translate_options import TranslateOptions
 
@@ -26,17 +27,24 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
 
         # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
         workers = options["workers"] or 1
-        from ..decode.targets import source_prefix
+        from ..decode.targets import pivot_language, route
 
         ct2 = CTranslate2Engine(models[0], device.type, threads, COMPUTE_TYPES[o.dtype], workers)
-        tag = source_prefix(ct2.src, ct2.languages[1], o.to, str(models[0]))
-        ct2.source_prefix = [ct2.src.IdToPiece(i) for i in tag]
+        pivot = None if o.zero_shot else pivot_language(ct2.data, o.source, o.to)
+        if pivot is not None:
+            raise NmtError(
+                f"--engine ctranslate2: {o.source}-{o.to} was never trained and goes through {pivot}, which only "
+                "--engine nmt does; leave out --engine, or add --zero-shot"
+            )
+        way = route(ct2.data, ct2.src, o.to, str(models[0]), o.source)
+        ct2.source_prefix = [ct2.src.IdToPiece(i) for i in way.source_prefix]
+        ct2.target_prefix = [ct2.src.IdToPiece(way.target_tag)] if way.target_tag is not None else []
         config = with_decoding(ct2.decode_config, options)
         if config.length_penalty == "gnmt" and config.alpha and options["length_penalty"] is None:
             console.print("note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead")
         return CTranslate2Translator(ct2, config, o.nbest, o.chunk_lines)
     from ..decode.loading import load_ensemble
-    from ..decode.targets import source_prefix
+    from ..decode.targets import pivot_language, route
     from ..decode.translator import Translator
     from ..utils.allocator import keep_freed_memory
 
@@ -45,6 +53,10 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
     keep_freed_memory()
     loaded = load_ensemble(models, device, weights_dtype(o.dtype))
     config = with_decoding(loaded.recipe.decode, options)
+    pivot = None if o.zero_shot else pivot_language(loaded.recipe.data, o.source, o.to)
+    if pivot is not None:
+        return _through_pivot(o, loaded, config, device, aligned, pivot)
+    way = route(loaded.recipe.data, loaded.src_vocab, o.to, str(models[0]), o.source)
     translator = Translator(
         loaded,
         config,
@@ -56,7 +68,8 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
         assess=o.confidence,
         glossary=glossary_of(o, loaded.recipe.data.src_lang, loaded.recipe.data.tgt_lang),
         glossary_mode="soft" if o.glossary_mode == "soft" else "hard",
-        source_prefix=source_prefix(loaded.src_vocab, loaded.recipe.data.tgt_lang, o.to, str(models[0])),
+        source_prefix=way.source_prefix,
+        target_tag=way.target_tag,
     )
     if o.confidence and loaded.calibration is None:
         console.print(
@@ -65,6 +78,33 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
             soft_wrap=True,
         )
     return translator
+
+
+def _through_pivot(o: TranslateOptions, loaded: Any, config: Any, device: Any, aligned: bool, pivot: str) -> Any:
+    """A multilingual model's untrained direction (``--from de --to fr``), through the ``pivot`` language both
+    trained directions join at (``decode/pivot.py``); a glossary is for one language pair, so it is refused."""
+    from ..decode.pivot import PivotEngine
+    from ..decode.targets import route
+    from ..decode.translator import Translator
+
+    assert o.source is not None and o.to is not None
+    if o.glossaries or o.keep_terms or o.confidence:
+        given = "--glossary" if o.glossaries else "--keep-terms" if o.keep_terms else "--confidence"
+        raise NmtError(
+            f"{given}: {o.source}-{o.to} was never trained and goes through {pivot}; {given} applies to a trained "
+            "direction (translate in two steps, or add --zero-shot)"
+        )
+    where, alignments = str(o.models[0]), o.alignments or aligned
+    steps = []
+    for source, target, nbest in ((o.source, pivot, 1), (pivot, o.to, o.nbest)):
+        way = route(loaded.recipe.data, loaded.src_vocab, target, where, source)
+        hop = Translator(
+            loaded, config, device, nbest=nbest, chunk_lines=o.chunk_lines, alignments=alignments,
+            alignment_layer=o.alignment_layer, source_prefix=way.source_prefix, target_tag=way.target_tag,
+        )  # fmt: skip
+        steps.append(hop)
+    console.print(f"note: {o.source}-{o.to} was never trained: translating through {pivot} (--zero-shot: directly)")
+    return PivotEngine(steps[0], steps[1], (o.source, o.to), o.chunk_lines)
 
 
 def glossary_of(o: TranslateOptions, src_lang: str, tgt_lang: str) -> Glossary | None:

@@ -54,6 +54,8 @@ class TranslateOptions:
     glossary_mode: str
     protect: bool
     to: str | None
+    source: str | None  # --from
+    zero_shot: bool
     decoding: dict[str, Any]
 
     def checked(self) -> Plan:

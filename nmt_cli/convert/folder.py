@@ -21,12 +21,15 @@ def imported_recipe(
     decode: dict[str, Any],
     joint: bool,
     source: str,
+    pairs: list[str] | None = None,
 ) -> Recipe:
-    """The recipe of an imported model; ``source`` names what its settings were read from (for errors)."""
+    """The recipe of an imported model; ``source`` names what its settings were read from (for errors); ``pairs``,
+    the directions of a multilingual model nmt trained and exported (then ``languages`` is not read)."""
+    data = {"pairs": pairs} if pairs else {"src_lang": languages[0], "tgt_lang": languages[1]}
     return recipe_from_dict(
         {
             "name": name,
-            "data": {"src_lang": languages[0], "tgt_lang": languages[1]},
+            "data": data,
             "model": model,
             "decode": decode,
             "vocab": {"from": str((output / "model.pt").resolve()), "joint": joint},

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..config import PAIR
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..decode.loading import LoadedModel
 from ..errors import NmtError, reason
@@ -53,11 +54,12 @@ def import_marian(
     weights = _weights(folder)
     _check_shapes(weights, config, model_settings, len(vocab), folder)
     state = _state_dict(weights, config, marian_rows, folder)
-    languages = _languages(folder, src_lang, tgt_lang)
+    pairs = _exported_pairs(folder) if src_lang is None and tgt_lang is None else None
+    languages = ("", "") if pairs else _languages(folder, src_lang, tgt_lang)
     decode = {"beam": int(config.get("num_beams") or 4), "alpha": 1.0, "length_penalty": "average"}
     name = (origin or folder.name).rsplit("/", 1)[-1]
     # two SentencePiece models over one id space: vocab.joint false, embeddings shared
-    recipe = imported_recipe(output, name, languages, model_settings, decode, False, f"{folder} (MarianMT config)")
+    recipe = imported_recipe(output, name, languages, model_settings, decode, False, f"{folder} (MarianMT config)", pairs)
     vocab = {"src": sides["source"], "tgt": sides["target"]}
     return write_model_folder(output, state, recipe, vocab, {"format": "marian", "path": origin or str(folder)})
 
@@ -222,6 +224,17 @@ def _state_dict(
     return {name: tensor.contiguous() for name, tensor in state.items()}
 
 
+def _exported_pairs(folder: Path) -> list[str] | None:
+    """The directions a multilingual model nmt exported wrote into tokenizer_config.json (``nmt_pairs``)."""
+    settings = folder / "tokenizer_config.json"
+    pairs = _read_json(settings).get("nmt_pairs") if settings.is_file() else None
+    if pairs is None:
+        return None
+    if not isinstance(pairs, list) or not pairs or not all(isinstance(p, str) and PAIR.fullmatch(p) for p in pairs):
+        raise NmtError(f'{settings}: nmt_pairs is not a list of directions such as "en-de"; fix or remove it')
+    return pairs
+
+
 def _languages(folder: Path, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
     """The pair from the options, else from tokenizer_config.json (OPUS-MT writes source_lang/target_lang)."""
     settings = folder / "tokenizer_config.json"
@@ -284,7 +297,9 @@ def export_marian(loaded: LoadedModel, output: Path) -> Path:
     (staging / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     (staging / "source.spm").write_bytes(loaded.src_vocab.serialized_model_proto())
     (staging / "target.spm").write_bytes(loaded.tgt_vocab.serialized_model_proto())
-    languages = {"source_lang": loaded.recipe.data.src_lang, "target_lang": loaded.recipe.data.tgt_lang}
+    languages: dict[str, Any] = {"source_lang": loaded.recipe.data.src_lang, "target_lang": loaded.recipe.data.tgt_lang}
+    if loaded.recipe.data.pairs:  # several directions: OPUS-MT's "mul", and the directions for nmt import hf
+        languages = {"source_lang": "mul", "target_lang": "mul", "nmt_pairs": list(loaded.recipe.data.pairs)}
     (staging / "tokenizer_config.json").write_text(json.dumps({**languages, "tokenizer_class": "MarianTokenizer"}) + "\n")
     if output.exists():
         output.rmdir()  # empty (checked above)

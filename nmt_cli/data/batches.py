@@ -29,13 +29,18 @@ class ParallelData:
     """The source and target token arrays of one split, their word alignments where training is guided, and
     the earlier pairs each pair is read with where the model reads document context (``data/context.py``)."""
 
-    src: TokenArray
+    src: TokenArray  # a JoinedTokenArrays for a multilingual dataset
     tgt: TokenArray
     links: TokenArray | None = None  # per pair, (source piece, target piece) positions flattened (data/align.py)
     context: Context | None = None
     # model.recurrence: per pair, the first of the previous pairs of its document whose keys/values it attends to
     previous: np.ndarray | None = None
     train_previous: bool = False  # train.train_previous: the previous pairs are scored (trained) too
+    # data.pairs: per pair, its direction's number and its target language's tag (read first by the encoder, or
+    # by the decoder after BOS, as data.language_tag says: a tag the decoder reads is never scored)
+    directions: np.ndarray | None = None
+    tags: np.ndarray | None = None
+    tag_side: str = "source"
 
     @classmethod
     def load(cls, data_dir: Path, split: str, src_lang: str, tgt_lang: str, dtypes: tuple[str, str]) -> ParallelData:
@@ -55,6 +60,8 @@ class ParallelData:
             src = src + self.context.widths(src)
             if self.context.tgt_break is not None:
                 tgt = tgt + self.context.widths(tgt)
+        if self.tags is not None:
+            src, tgt = (src + 1, tgt) if self.tag_side == "source" else (src, tgt + 1)
         widths = np.maximum(src, tgt) + 1
         if self.previous is not None:
             # the previous pairs are encoded and decoded in the batch too: its padded size is their widest
@@ -65,16 +72,25 @@ class ParallelData:
         return widths
 
     def source(self, i: int) -> np.ndarray:
-        """Pair ``i``'s source as the model reads it (its context first, where there is one)."""
-        if self.context is None:
-            return self.src[i]
-        return with_context(self.src, int(self.context.first[i]), i, self.context.src_break)
+        """Pair ``i``'s source as the model reads it (its tag and its context first, where it has them)."""
+        source = (
+            self.src[i]
+            if self.context is None
+            else with_context(self.src, int(self.context.first[i]), i, self.context.src_break)
+        )
+        if self.tags is not None and self.tag_side == "source":
+            return np.concatenate([self.tags[i : i + 1].astype(source.dtype), source])
+        return source
 
     def target(self, i: int) -> tuple[np.ndarray, int]:
-        """Pair ``i``'s target as the decoder reads it, and how many of its tokens are context (not scored)."""
+        """Pair ``i``'s target as the decoder reads it, and how many of its first tokens are read, not scored
+        (its context, and its tag where the decoder reads the tag)."""
         if self.context is None or self.context.tgt_break is None:
-            return self.tgt[i], 0
-        full = with_context(self.tgt, int(self.context.first[i]), i, self.context.tgt_break)
+            full = self.tgt[i]
+        else:
+            full = with_context(self.tgt, int(self.context.first[i]), i, self.context.tgt_break)
+        if self.tags is not None and self.tag_side == "target":
+            full = np.concatenate([self.tags[i : i + 1].astype(full.dtype), full])
         return full, len(full) - len(self.tgt[i])
 
 
@@ -111,7 +127,12 @@ class Batch:
 
 
 def make_batches(
-    pair_lengths: np.ndarray, max_tokens: int, max_positions: int, seed: int | None, epoch: int = 0
+    pair_lengths: np.ndarray,
+    max_tokens: int,
+    max_positions: int,
+    seed: int | None,
+    epoch: int = 0,
+    pool: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Group pair indices into batches of at most ``max_tokens`` padded tokens per side.
 
@@ -121,9 +142,13 @@ def make_batches(
     optimizer step as large as a full one (Adam normalises the gradient's size), a noisy step
     that earlier versions took about 12 times an epoch on Multi30k. With ``seed=None`` the
     order is sorted (for evaluation); otherwise pairs of equal length are shuffled and the
-    batches are shuffled, deterministically for (seed, epoch).
+    batches are shuffled, deterministically for (seed, epoch). ``pool`` gives the pairs to batch (a pair may come
+    more than once: a multilingual epoch's draw, ``data/mixing.py``); by default, every pair once.
     """
-    indices = np.flatnonzero(pair_lengths <= max_positions)
+    if pool is None:
+        indices = np.flatnonzero(pair_lengths <= max_positions)
+    else:
+        indices = pool[pair_lengths[pool] <= max_positions]
     rng = np.random.default_rng([seed, epoch]) if seed is not None else None
     if rng is not None:
         indices = rng.permutation(indices)

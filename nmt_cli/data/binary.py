@@ -92,3 +92,19 @@ class TokenArray:
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+
+class JoinedTokenArrays(TokenArray):
+    """Several token arrays read as one (a multilingual dataset's directions, one after another)."""
+
+    def __init__(self, parts: list[TokenArray]) -> None:  # noqa: D107 (no file of its own: the parts are read)
+        self.parts = parts
+        self.lengths = np.concatenate([part.lengths for part in parts]) if parts else np.zeros(0, np.int64)
+        self.starts = np.cumsum([0] + [len(part) for part in parts])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        part = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return self.parts[part][i - int(self.starts[part])]

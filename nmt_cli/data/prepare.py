@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,16 @@ from .binary import TokenArray, TokenArrayWriter, token_dtype
 from .buckets import LengthHistogram, bucket_boundaries, bucket_table
 from .corpus import CorpusPair, HashingReader, PairCleaner, ParallelReader, resolve_corpus
 from .documents import DocumentNumbers, documents_file, save_documents
-from .vocab import DOC_BREAK, SYNTHETIC_TAG, extend_vocab, load_vocab, parent_vocab_blobs, vocab_files
+from .mixing import temperature_shares
+from .vocab import (
+    DOC_BREAK,
+    SYNTHETIC_TAG,
+    extend_vocab,
+    load_vocab,
+    parent_vocab_blobs,
+    vocab_files,
+    with_symbols,
+)
 from .vocab_process import learn_vocab_apart
 
 META_VERSION = 1
@@ -61,9 +71,15 @@ def prepare(recipe: Recipe, force: bool = False, log: Log = print, progress: boo
     if force:
         meta_path.unlink(missing_ok=True)
     splits = _splits(recipe)
-    cleaned = {name: _clean_split(recipe, name, pairs, out, force, log, progress) for name, pairs in splits.items()}
-    vocab = _learn_vocab_step(recipe, out, cleaned["train"], force, log)
-    encoded = {name: _encode_split(recipe, name, out, cleaned[name], vocab, force, log, progress) for name in splits}
+    cleaned = {name: _clean_split(recipe, name, split, out, force, log, progress) for name, split in splits.items()}
+    if recipe.multilingual:
+        vocab = _learn_joint_vocab_step(recipe, out, splits, cleaned, force, log)
+    else:
+        vocab = _learn_vocab_step(recipe, out, cleaned["train"], force, log)
+    encoded = {
+        name: _encode_split(recipe, name, split, out, cleaned[name], vocab, force, log, progress)
+        for name, split in splits.items()
+    }
     if recipe.data.align:
         encoded["train"] = {**encoded["train"], **_align_step(recipe, out, encoded["train"], force, log)}
     meta = _metadata(recipe, splits, cleaned, vocab, encoded)
@@ -72,18 +88,45 @@ def prepare(recipe: Recipe, force: bool = False, log: Log = print, progress: boo
     return meta
 
 
-def _splits(recipe: Recipe) -> dict[str, list[CorpusPair]]:
+@dataclass(frozen=True)
+class Split:
+    """One split to prepare: its corpora and their languages (a multilingual recipe has one split per direction,
+    named ``train.en-de``, ``valid.en-de``, ...)."""
+
+    corpora: list[CorpusPair]
+    src: str
+    tgt: str
+
+
+def _splits(recipe: Recipe) -> dict[str, Split]:
+    splits: dict[str, Split] = {}
+    for src, tgt in recipe.directions:
+        suffix = f".{src}-{tgt}" if recipe.multilingual else ""
+        for name, split in _direction_splits(recipe, src, tgt).items():
+            splits[name + suffix] = split
+    return splits
+
+
+def _direction_splits(recipe: Recipe, src: str, tgt: str) -> dict[str, Split]:
     d = recipe.data
-    resolve = lambda prefix: resolve_corpus(d.root, prefix, d.src_lang, d.tgt_lang)  # noqa: E731
-    splits = {"train": [resolve(p) for p in d.train]}
+    root = pair_root(recipe, src, tgt)
+    resolve = lambda prefix: resolve_corpus(root, prefix, src, tgt)  # noqa: E731
+    splits = {"train": Split([resolve(p) for p in d.train], src, tgt)}
     if d.valid:
-        splits["valid"] = [resolve(p) for p in d.valid]
+        splits["valid"] = Split([resolve(p) for p in d.valid], src, tgt)
     for prefix in d.test:
         name = Path(prefix).name
         if name in splits:
             raise DataError(f"data.test: split name '{name}' is used twice; give test sets distinct names")
-        splits[name] = [resolve(prefix)]
+        splits[name] = Split([resolve(prefix)], src, tgt)
     return splits
+
+
+def pair_root(recipe: Recipe, src: str, tgt: str) -> str:
+    """The folder a direction's corpora are read from: ``data.roots`` names it for the pair (either way
+    round), else ``data.root``."""
+    roots = recipe.data.roots
+    return roots.get(f"{src}-{tgt}") or roots.get(f"{tgt}-{src}") or recipe.data.root
 
 
 # --------------------------------------------------------------------------- step bookkeeping
@@ -122,15 +165,21 @@ TEXT_RULES = 2
 
 
 def text_paths(out: Path, split: str, recipe: Recipe) -> tuple[Path, Path]:
-    """Where the cleaned text of a split is kept (also the references for validation BLEU)."""
-    return out / "text" / f"{split}.{recipe.data.src_lang}", out / "text" / f"{split}.{recipe.data.tgt_lang}"
+    """Where the cleaned text of a bilingual recipe's split is kept (also the references for validation BLEU)."""
+    return split_text(out, split, recipe.data.src_lang, recipe.data.tgt_lang)
+
+
+def split_text(out: Path, split: str, src: str, tgt: str) -> tuple[Path, Path]:
+    """Where the cleaned text of split ``split`` (of languages ``src`` and ``tgt``) is kept."""
+    return out / "text" / f"{split}.{src}", out / "text" / f"{split}.{tgt}"
 
 
 def _clean_split(
-    recipe: Recipe, split: str, pairs: list[CorpusPair], out: Path, force: bool, log: Log, progress: bool
+    recipe: Recipe, split: str, part: Split, out: Path, force: bool, log: Log, progress: bool
 ) -> dict[str, Any]:
-    src_out, tgt_out = text_paths(out, split, recipe)
-    is_train = split == "train"
+    src_out, tgt_out = split_text(out, split, part.src, part.tgt)
+    pairs = part.corpora
+    is_train = split.split(".")[0] == "train"
     key = _key(
         _fingerprint([p for pair in pairs for p in (pair.src, pair.tgt, pair.docids) if p is not None]),
         recipe.data.encoding_errors,
@@ -143,7 +192,7 @@ def _clean_split(
         log(f"[skip] {split}: cleaned text is up to date ({cached['kept']:,} pairs)")
         return cached
     cleaner = PairCleaner(recipe.data.clean)
-    tagged = _tagged_corpora(recipe) if is_train else set()
+    tagged = _tagged_corpora(recipe, part) if is_train else set()
     read, hashes = 0, {}
     documents = DocumentNumbers()
     with atomic_open(src_out, "w", encoding="utf-8") as fs, atomic_open(tgt_out, "w", encoding="utf-8") as ft:
@@ -206,22 +255,24 @@ def _check_ids(pair: CorpusPair, pairs: int) -> None:
         raise DataError(f"{pair.docids}: {ids.lines:,} document ids for {pairs:,} pairs; give one id per corpus line")
 
 
-def _tagged_corpora(recipe: Recipe) -> set[CorpusPair]:
+def _tagged_corpora(recipe: Recipe, part: Split) -> set[CorpusPair]:
     """The training corpora whose source lines start with the synthetic-data tag."""
     d = recipe.data
     if not d.tag_synthetic:
         return set()
-    return {resolve_corpus(d.root, prefix, d.src_lang, d.tgt_lang) for prefix in d.synthetic}
+    root = pair_root(recipe, part.src, part.tgt)
+    return {resolve_corpus(root, prefix, part.src, part.tgt) for prefix in d.synthetic}
 
 
-def _refuse_empty(split: str, pairs: list[CorpusPair], read: int, drops: str) -> None:
+def _refuse_empty(name: str, pairs: list[CorpusPair], read: int, drops: str) -> None:
     names = ", ".join(f"{p.src} / {p.tgt}" for p in pairs)
+    split = name.split(".")[0] if name.split(".")[0] in ("train", "valid") else name
     fix = (
         f"data.clean {drops}; check the files or relax data.clean"
         if split == "train" and read
         else f"give data.{split} non-empty files" + ("" if split == "train" else f", or remove data.{split}")
     )
-    raise DataError(f"{names}: the {split} split is empty ({read:,} lines read, 0 kept); {fix}")
+    raise DataError(f"{names}: the {name} split is empty ({read:,} lines read, 0 kept); {fix}")
 
 
 def _drops(result: dict[str, Any]) -> str:
@@ -267,11 +318,121 @@ def _learn_vocab_step(recipe: Recipe, out: Path, train: dict[str, Any], force: b
     )
 
 
+def _learn_joint_vocab_step(
+    recipe: Recipe, out: Path, splits: dict[str, Split], cleaned: dict[str, Any], force: bool, log: Log
+) -> dict[str, Any]:
+    """A multilingual recipe's one vocabulary: learned over every language's training text, each language
+    weighed by temperature (``data/mixing.py``) so that a small one is not drowned, with one piece per
+    target language's tag (``>>de<<``)."""
+    name = vocab_files("", "", True)[0]
+    texts = _language_texts(out, splits)
+    symbols = [language_tag(tgt) for tgt in sorted({tgt for _, tgt in recipe.directions})]
+    trains = [cleaned[n] for n in splits if n.split(".")[0] == "train"]
+    if recipe.data.tag_synthetic:
+        symbols.append(SYNTHETIC_TAG)
+    if any(t.get("documents", t["kept"]) < t["kept"] for t in trains):
+        symbols.append(DOC_BREAK)
+    if recipe.vocab.from_:
+        all_texts = [p for paths in texts.values() for p in paths]
+        return _reuse_vocab(recipe, out, (name, name), _joined(trains), force, log, symbols, all_texts)
+    key = _key(
+        [t["sha256"] for t in trains],
+        [t["kept"] for t in trains],
+        recipe_to_dict(recipe)["vocab"],
+        recipe.data.temperature,
+        symbols,
+    )
+    cached = _cached(out, "vocab", key, [out / name], force)
+    if cached is not None:
+        log(f"[skip] vocabulary is up to date ({name})")
+        return cached
+    v = recipe.vocab
+    counts = {lang: sum(_line_count(p) for p in paths) for lang, paths in texts.items()}
+    shares = temperature_shares(counts, recipe.data.temperature, min(v.input_sentence_size, sum(counts.values())))
+    samples = [
+        _language_sample(out / ".state" / f"vocab-sample.{lang}", texts[lang], counts[lang], shares[lang])
+        for lang in sorted(texts)
+    ]
+    log(
+        f"learning a joint {v.type} vocabulary of {v.size:,} pieces over {len(texts)} languages (lines per "
+        f"language, weighed at T={recipe.data.temperature:g}: "
+        + ", ".join(f"{lang} {shares[lang]:,} of {counts[lang]:,}" for lang in sorted(texts))
+        + ") ..."
+    )
+    try:
+        log(f"  learned from {learn_vocab_apart(samples, out / name, v, symbols)}")
+    finally:
+        for sample in samples:
+            sample.unlink(missing_ok=True)
+    size = load_vocab(out / name).GetPieceSize()
+    return _stamp(out, "vocab", key, {"src_model": name, "tgt_model": name, "src_size": size, "tgt_size": size})
+
+
+def language_tag(language: str) -> str:
+    """The piece that tells a multilingual model its target language (Marian's and OPUS-MT's spelling)."""
+    return f">>{language}<<"
+
+
+def _language_texts(out: Path, splits: dict[str, Split]) -> dict[str, list[Path]]:
+    """Each language's cleaned training text, once per corpus file: en-de and de-en read the same corpora, and
+    a three-way parallel corpus (Multi30k) gives en-de and en-fr the same English file."""
+    texts: dict[str, list[Path]] = {}
+    files_seen: set[Path] = set()
+    for name, split in splits.items():
+        if name.split(".")[0] != "train":
+            continue
+        sides = zip(split_text(out, name, split.src, split.tgt), (split.src, split.tgt), (0, 1))
+        for text, lang, side in sides:
+            files = {corpus.src if side == 0 else corpus.tgt for corpus in split.corpora}
+            if files <= files_seen:
+                continue
+            files_seen |= files
+            texts.setdefault(lang, []).append(text)
+    return texts
+
+
+def _line_count(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+
+
+def _language_sample(path: Path, texts: list[Path], count: int, wanted: int) -> Path:
+    """``wanted`` of a language's ``count`` lines into ``path``: every line as often as fits, then an even
+    thinning of the rest (deterministic: the same data gives the same vocabulary)."""
+    repeats, rest = divmod(wanted, count)
+    with atomic_open(path, "w", encoding="utf-8") as sample:
+        for _ in range(repeats):
+            for text in texts:
+                with open(text, encoding="utf-8", newline="\n") as handle:
+                    sample.writelines(handle)
+        number = 0
+        for text in texts:
+            with open(text, encoding="utf-8", newline="\n") as handle:
+                for line in handle:
+                    if rest and (number * rest) // count != ((number + 1) * rest) // count:
+                        sample.write(line)
+                    number += 1
+    return path
+
+
+def _joined(trains: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cleaning results of several training splits as one (for reusing a parent's vocabulary)."""
+    return {"sha256": {k: v for t in trains for k, v in t["sha256"].items()}}
+
+
 def _reuse_vocab(
-    recipe: Recipe, out: Path, names: tuple[str, str], train: dict[str, Any], force: bool, log: Log
+    recipe: Recipe,
+    out: Path,
+    names: tuple[str, str],
+    train: dict[str, Any],
+    force: bool,
+    log: Log,
+    tags: list[str] | None = None,
+    texts: list[Path] | None = None,
 ) -> dict[str, Any]:
     """``vocab.from``: the parent model's SentencePiece model(s), copied, so token ids mean the same pieces;
-    with ``vocab.extend``, new pieces of this data appended after them."""
+    with ``vocab.extend``, new pieces of this data appended after them. A multilingual recipe gives its
+    ``tags`` (and its training ``texts``): the tags the parent lacks (a new target language) are appended too."""
     parent = Path(recipe.vocab.from_)
     blobs = parent_vocab_blobs(parent)
     if recipe.vocab.joint and blobs[0] != blobs[1]:
@@ -280,18 +441,27 @@ def _reuse_vocab(
             "for a joint one; set vocab.joint: false"
         )
     extend = recipe.vocab.extend
-    key = _key("reuse", [hashlib.sha256(b).hexdigest() for b in blobs], names, extend, train["sha256"] if extend else None)
+    key = _key(
+        "reuse",
+        [hashlib.sha256(b).hexdigest() for b in blobs],
+        names,
+        extend,
+        train["sha256"] if extend else None,
+        *([tags] if tags else []),
+    )
     outputs = [out / name for name in names]
     cached = _cached(out, "vocab", key, outputs, force)
     if cached is not None:
         log(f"[skip] vocabulary is up to date (reused from {parent})")
         return cached
     if extend:
-        texts = text_paths(out, "train", recipe)
-        sides = [list(texts)] if names[0] == names[1] else [[texts[0]], [texts[1]]]
+        paths = texts if texts is not None else list(text_paths(out, "train", recipe))
+        sides = [paths] if names[0] == names[1] else [[paths[0]], [paths[1]]]
         grown = [extend_vocab(blobs[i], sides[i], extend, recipe.vocab, out / ".state") for i in range(len(sides))]
         blobs = (grown[0], grown[-1])
         log(f"extended the vocabulary of {parent} by up to {extend:,} pieces of the new data")
+    if tags:
+        blobs = (with_symbols(blobs[0], tags, f"vocab.from: {parent}", log),) * 2
     for name, blob in zip(names, blobs):
         with atomic_open(out / name, "wb") as handle:
             handle.write(blob)
@@ -383,6 +553,7 @@ def _encoded_chunks(
 def _encode_split(
     recipe: Recipe,
     split: str,
+    part: Split,
     out: Path,
     cleaned: dict[str, Any],
     vocab: dict[str, Any],
@@ -391,8 +562,8 @@ def _encode_split(
     progress: bool,
 ) -> dict[str, Any]:
     d = recipe.data
-    src_text, tgt_text = text_paths(out, split, recipe)
-    prefixes = [out / f"{split}.{d.src_lang}", out / f"{split}.{d.tgt_lang}"]
+    src_text, tgt_text = split_text(out, split, part.src, part.tgt)
+    prefixes = [out / f"{split}.{part.src}", out / f"{split}.{part.tgt}"]
     outputs = [p.with_name(p.name + ext) for p in prefixes for ext in (".bin", ".idx")]
     key = _key(cleaned["sha256"], cleaned["kept"], vocab)
     cached = _cached(out, f"encode.{split}", key, outputs, force)
@@ -466,22 +637,26 @@ def _align_step(recipe: Recipe, out: Path, encoded: dict[str, Any], force: bool,
 
 def _metadata(
     recipe: Recipe,
-    splits: dict[str, list[CorpusPair]],
+    splits: dict[str, Split],
     cleaned: dict[str, Any],
     vocab: dict[str, Any],
     encoded: dict[str, Any],
 ) -> dict[str, Any]:
-    histogram = np.asarray(encoded["train"]["histogram"], dtype=np.int64)
+    trains = [name for name in splits if name.split(".")[0] == "train"]
+    histogram = _summed([np.asarray(encoded[name]["histogram"], dtype=np.int64) for name in trains])
     bounds = bucket_boundaries(histogram)
+    directions = {"pairs": list(recipe.data.pairs)} if recipe.multilingual else {}
     return {
         "format_version": META_VERSION,
         "recipe": recipe.name,
         "src_lang": recipe.data.src_lang,
         "tgt_lang": recipe.data.tgt_lang,
+        **directions,
         "vocab": {**vocab, **recipe_to_dict(recipe)["vocab"]},
         "splits": {
             name: {
-                "files": [[str(p.src), str(p.tgt)] for p in splits[name]],
+                "files": [[str(p.src), str(p.tgt)] for p in splits[name].corpora],
+                **({"direction": f"{splits[name].src}-{splits[name].tgt}"} if recipe.multilingual else {}),
                 "read": cleaned[name]["read"],
                 "kept": cleaned[name]["kept"],
                 "documents": cleaned[name].get("documents", cleaned[name]["kept"]),
@@ -499,6 +674,13 @@ def _metadata(
             "python": platform.python_version(),
         },
     }
+
+
+def _summed(histograms: list[np.ndarray]) -> np.ndarray:
+    total = np.zeros(max(len(h) for h in histograms), dtype=np.int64)
+    for histogram in histograms:
+        total[: len(histogram)] += histogram
+    return total
 
 
 def load_meta(data_dir: Path) -> dict[str, Any]:

@@ -178,13 +178,7 @@ def extend_vocab(parent: bytes, inputs: Sequence[Path], count: int, config: Voca
     lacks are appended in the order it learned them, scored below every old piece, so they apply only
     after all of the parent's merges. Editing the model needs protobuf (SentencePiece's own schema).
     """
-    try:
-        from sentencepiece import sentencepiece_model_pb2 as proto_module
-    except ImportError:
-        raise DataError(
-            "vocab.extend needs protobuf to edit the SentencePiece model: pip install 'nmt-cli[extend]'"
-        ) from None
-    proto: Any = proto_module  # generated protobuf code: no type information
+    proto: Any = _proto_module()  # generated protobuf code: no type information
     model = proto.ModelProto()
     model.ParseFromString(parent)
     learned_path = workdir / "extension.model"
@@ -199,6 +193,31 @@ def extend_vocab(parent: bytes, inputs: Sequence[Path], count: int, config: Voca
     for rank, piece in enumerate(new, 1):
         model.pieces.add(piece=piece.piece, score=lowest - rank, type=piece.NORMAL)
     return model.SerializeToString()
+
+
+def with_symbols(blob: bytes, symbols: Sequence[str], where: str, log: Any = print) -> bytes:
+    """A SentencePiece model with the ``symbols`` it lacks appended as pieces never split (a multilingual
+    model's tag for a new target language): old ids unchanged."""
+    known = load_vocab_bytes(blob, where)
+    missing = [s for s in symbols if known.PieceToId(s) == known.unk_id() and s != known.IdToPiece(known.unk_id())]
+    if not missing:
+        return blob
+    model = _proto_module().ModelProto()
+    model.ParseFromString(blob)
+    for symbol in missing:
+        model.pieces.add(piece=symbol, score=0.0, type=model.SentencePiece.USER_DEFINED)
+    log(f"{where}: added {', '.join(missing)} to the vocabulary (new ids {len(model.pieces) - len(missing)} and up)")
+    return model.SerializeToString()
+
+
+def _proto_module() -> Any:
+    try:
+        from sentencepiece import sentencepiece_model_pb2 as proto_module
+    except ImportError:
+        raise DataError(
+            "editing the vocabulary (vocab.extend, or a new language's tag) needs protobuf: pip install 'nmt-cli[extend]'"
+        ) from None
+    return proto_module
 
 
 def _type_name(model: Any) -> Literal["bpe", "unigram"]:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from ..config import DecodeConfig, load_recipe
+from ..config import DataConfig, DecodeConfig, load_recipe
 from ..data.batches import decoding_batches
 from ..errors import NmtError, reason
 from .translation import EMPTY, Translation, TranslationStats
@@ -64,9 +64,11 @@ class CTranslate2Engine:
         self.tgt = spm.SentencePieceProcessor(model_file=str(folder / SPM_TARGET))
         self.output_tokens = 0
         self.source_prefix: list[str] = []  # set by the caller for --to
+        self.target_prefix: list[str] = []  # the same, for a model whose decoder reads the tag first
         recipe = folder / RECIPE_FILE
         stored = load_recipe(recipe) if recipe.is_file() else None
         self.decode_config = stored.decode if stored is not None else DecodeConfig()
+        self.data = stored.data if stored is not None else DataConfig()
         # The language pair, for file formats that name it (a gettext catalogue's Language); "" when unknown.
         self.languages = (stored.data.src_lang, stored.data.tgt_lang) if stored is not None else ("", "")
 
@@ -96,16 +98,19 @@ class CTranslate2Engine:
                 return_scores=True,
                 length_penalty=config.alpha,
                 max_batch_size=0,  # the batch as given
-                max_decoding_length=limit,
+                max_decoding_length=limit + len(self.target_prefix),
+                target_prefix=[self.target_prefix] * len(batch) if self.target_prefix else None,
                 asynchronous=True,
             )
             submitted.append((batch, pending))
         for batch, pending in submitted:
             for i, result in zip(batch, pending):
                 output = result.result()
-                self.output_tokens += len(output.hypotheses[0]) + 1
+                skip = len(self.target_prefix)  # the tag the decoder was given: not part of the translation
+                self.output_tokens += len(output.hypotheses[0]) + 1 - skip
                 results[i] = [
-                    Translation(self.tgt.decode_pieces(hyp), score) for hyp, score in zip(output.hypotheses, output.scores)
+                    Translation(self.tgt.decode_pieces(hyp[skip:]), score)
+                    for hyp, score in zip(output.hypotheses, output.scores)
                 ]
         return results
 

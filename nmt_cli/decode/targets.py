@@ -12,8 +12,10 @@ langcodes reads the codes. A model without tags translates into its recipe's ``d
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
+from ..config import parse_pair
 from ..errors import NmtError
 
 TAG = re.compile(r">>([A-Za-z]{2,3}(?:_[A-Za-z]{4})?)<<")
@@ -53,8 +55,11 @@ def pick_tag(tags: dict[str, int], to: str, where: str) -> str:
     raise NmtError(f"--to {to}: {where} does not translate into it; its targets: {', '.join(sorted(tags))}")
 
 
-def source_prefix(vocab: Any, target_language: str, to: str | None, where: str) -> tuple[int, ...]:
-    """The ids every source line starts with for ``--to`` (none for a model with one target)."""
+def source_prefix(
+    vocab: Any, target_language: str, to: str | None, where: str, pairs: list[tuple[str, str]] | None = None
+) -> tuple[int, ...]:
+    """The ids every source line starts with for ``--to`` (none for a model with one target); ``pairs``, a
+    multilingual recipe's directions, for the error that names them."""
     tags = target_tags(vocab)
     if not tags:
         if to is not None and target_language and language(to) != language(target_language):
@@ -63,8 +68,60 @@ def source_prefix(vocab: Any, target_language: str, to: str | None, where: str) 
     if to is None:
         if len(tags) == 1:
             return (next(iter(tags.values())),)
-        raise NmtError(f"{where} translates into {len(tags)} languages: give --to, one of {', '.join(sorted(tags))}")
+        known = (
+            f"its directions: {', '.join(f'{a}-{b}' for a, b in pairs)}" if pairs else f"one of {', '.join(sorted(tags))}"
+        )
+        raise NmtError(f"{where} translates into {len(tags)} languages: give --to ({known})")
     return (tags[pick_tag(tags, to, where)],)
+
+
+@dataclass(frozen=True)
+class Route:
+    """How a line is told its target language: ids before its source (Marian's ``>>fra<<``, a model trained
+    with ``data.language_tag: source``), or the tag the decoder reads first (``data.language_tag: target``)."""
+
+    source_prefix: tuple[int, ...] = ()
+    target_tag: int | None = None
+
+
+def route(data: Any, vocab: Any, to: str | None, where: str, source: str | None = None) -> Route:
+    """The :class:`Route` of ``--to`` (and ``--from``) for a model whose recipe's data section is ``data`` and
+    whose source vocabulary is ``vocab``; a direction it does not know is a one-line error naming those it knows.
+    A direction never trained whose languages the model knows is translated zero-shot."""
+    pairs = [parse_pair(pair) for pair in getattr(data, "pairs", ())]
+    if pairs:
+        _check_direction(pairs, source, to, where)
+    elif source is not None and data.src_lang and language(source) != language(data.src_lang):
+        raise NmtError(f"--from {source}: {where} translates from {data.src_lang} only")
+    tag = source_prefix(vocab, data.tgt_lang, to, where, pairs)
+    if tag and getattr(data, "language_tag", "source") == "target":
+        return Route((), tag[0])
+    return Route(tag)
+
+
+def pivot_language(data: Any, source: str | None, to: str | None) -> str | None:
+    """The language a multilingual model's untrained direction ``source``->``to`` goes through: one both trained
+    directions join at, English where it is one of them (as LibreTranslate pivots); None for a trained direction,
+    or where no language joins them (then the direction is translated zero-shot)."""
+    pairs = [parse_pair(pair) for pair in getattr(data, "pairs", ())]
+    if not pairs or source is None or to is None:
+        return None
+    named = {(language(a), language(b)): (a, b) for a, b in pairs}
+    src, tgt = language(source), language(to)
+    if (src, tgt) in named:
+        return None
+    middle = sorted({b for a, b in named if a == src and (b, tgt) in named})
+    if not middle:
+        return None
+    return "en" if "en" in middle else middle[0]
+
+
+def _check_direction(pairs: list[tuple[str, str]], source: str | None, to: str | None, where: str) -> None:
+    known = ", ".join(f"{a}-{b}" for a, b in pairs)
+    if source is not None and language(source) not in {language(a) for a, _ in pairs}:
+        raise NmtError(f"--from {source}: {where} does not translate from it; its directions: {known}")
+    if to is not None and language(to) not in {language(b) for _, b in pairs}:
+        raise NmtError(f"--to {to}: {where} does not translate into it; its directions: {known}")
 
 
 def targets_of(vocab: Any, target_language: str) -> list[str]:
@@ -73,4 +130,4 @@ def targets_of(vocab: Any, target_language: str) -> list[str]:
     return sorted({language(name) for name in tags}) if tags else [target_language] if target_language else []
 
 
-__all__ = ["TAG", "language", "pick_tag", "source_prefix", "target_tags", "targets_of"]
+__all__ = ["TAG", "Route", "language", "pick_tag", "pivot_language", "route", "source_prefix", "target_tags", "targets_of"]

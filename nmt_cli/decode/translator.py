@@ -145,6 +145,7 @@ class Translator:
         glossary: Glossary | None = None,
         glossary_mode: GlossaryMode = "hard",
         source_prefix: tuple[int, ...] = (),
+        target_tag: int | None = None,
     ) -> None:
         if nbest > config.beam and not config.sampling:
             raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
@@ -175,6 +176,8 @@ class Translator:
         self.glossary_mode = glossary_mode
         # a multilingual model's target tag (decode/targets.py): the first id of every non-empty source line
         self.source_prefix = list(source_prefix)
+        # one whose decoder reads the tag first (data.language_tag: target): every output starts with it, unshown
+        self.target_tag = target_tag
         if self.terms is not None:
             _check_glossary_use(loaded, config, self.document is not None)
             check_term_lengths(self.terms.glossary, loaded)
@@ -332,6 +335,9 @@ class Translator:
         """
         encoded = list(encoded)
         contexts = list(contexts) if contexts is not None else None
+        if self.target_tag is not None:  # forced as the output's first token, left out as context is
+            prefixes = [[self.target_tag, *(prefixes[i] if prefixes else [])] for i in range(len(encoded))]
+            contexts = [(c[0], c[1] + 1) for c in contexts] if contexts else [(0, 1)] * len(encoded)
         empty = EMPTY._replace(alignment="") if self.align_model is not None else EMPTY
         if self.assessor is not None:
             empty = empty._replace(assessment=self.assessor.nothing())

@@ -70,6 +70,30 @@ def monotone(n_source: int, n_target: int) -> list[tuple[int, int]]:
     return [(min(n_source - 1, j * n_source // max(n_target, 1)), j) for j in range(n_target)]
 
 
+def through_pivot(first: Sentences, second: Sentences) -> Sentences:
+    """Sentences translated by ``first`` into a pivot language, then by ``second`` out of it; each word
+    alignment joined through the pivot's words (a source word goes with the target words its pivot words
+    went to)."""
+
+    def translate(sentences: list[str]) -> list[str]:
+        return second.translate(first.translate(sentences))
+
+    def align(sentences: list[str]) -> list[Aligned]:
+        middle = first.aligned(sentences)
+        last = second.aligned([text for text, _ in middle])
+        return [(text, joined_links(into, out_of)) for (_, into), (text, out_of) in zip(middle, last)]
+
+    return Sentences(translate, align)
+
+
+def joined_links(into: list[tuple[int, int]], out_of: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Word alignment source->target from source->pivot and pivot->target, in order."""
+    targets_of: dict[int, list[int]] = {}
+    for middle, target in out_of:
+        targets_of.setdefault(middle, []).append(target)
+    return sorted({(source, target) for source, middle in into for target in targets_of.get(middle, [])})
+
+
 def as_sentences(translate: TranslateSentences | Sentences) -> Sentences:
     return translate if isinstance(translate, Sentences) else Sentences(translate)
 

@@ -39,6 +39,7 @@ from ..decode.translator import Aligner, Translator, check_term_lengths
 from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, DocumentRequest, Sentences, translate_document
 from ..formats.protect import Masked, mask_line
+from ..formats.segments import through_pivot
 from ..terms.glossary import Glossary
 from ..terms.matching import compiled
 from ..version import __version__
@@ -278,7 +279,7 @@ def _file_routes(models: list[ServedModel], limits: Limits) -> APIRouter:
             model, _ = pick_model({k: v for k, v in fields.items() if k in ("source", "target")}, models, [], None)
             glossary = request_glossary(fields, limits, model)
             data = await upload.read()
-            sentences = _sentences_through_loop(model, glossary=glossary)
+            sentences = _sentences_by_route(model, glossary=glossary)
             try:
                 document = DocumentRequest(sentences, model.source, model.target, Path(name), limits=limits.unpack)
                 translated, _ = await asyncio.to_thread(translate_document, data, document)
@@ -323,7 +324,7 @@ def _translate_route(
                 pages = await asyncio.to_thread(_translate_html, parsed)
                 metrics.requests.labels("ok").inc()
                 return SafeJSONResponse(_html_answer(parsed, pages, time.perf_counter() - started))
-            decoded = await _decode(request, parsed)
+            decoded = await _decode_by_route(request, parsed)
             if decoded is None:
                 metrics.requests.labels("cancelled").inc()
                 log.info("a client went away before its translation was ready")
@@ -343,6 +344,20 @@ def _translate_route(
             metrics.latency.observe(time.perf_counter() - started)
 
     return router
+
+
+async def _decode_by_route(request: Request, parsed: TranslationRequest) -> Decoded | None:
+    """:func:`_decode`, through the pivot language first for a direction served by pivoting: the best
+    translation of each text into the pivot is what the second model reads."""
+    first_model = parsed.model.pivot
+    if first_model is None:
+        return await _decode(request, parsed)
+    first = replace(parsed, model=first_model, nbest=1, confidence=False, glossary=None)
+    middle = await _decode(request, first)
+    if middle is None:
+        return None
+    texts = [alternatives[0]["text"] for alternatives in _alternatives(first, middle)]
+    return await _decode(request, replace(parsed, texts=texts))
 
 
 async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | None:
@@ -431,6 +446,14 @@ class TranslatedFiles:
     def get(self, token: str, name: str) -> bytes | None:
         found = self.files.get(token)
         return found[1] if found is not None and found[0] == name else None
+
+
+def _sentences_by_route(model: ServedModel, glossary: Glossary | None = None) -> Sentences:
+    """:func:`_sentences_through_loop`, through the pivot language first for a direction served by pivoting
+    (its word alignments joined through the pivot's words, for markup)."""
+    if model.pivot is None:
+        return _sentences_through_loop(model, glossary=glossary)
+    return through_pivot(_sentences_through_loop(model.pivot), _sentences_through_loop(model))
 
 
 def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Glossary | None = None) -> Sentences:
@@ -569,19 +592,21 @@ def _translate_html(parsed: TranslationRequest) -> list[str]:
     sentences through the decoding loop."""
     from ..formats.html import translate_html
 
-    sentences = _sentences_through_loop(parsed.model, glossary=parsed.glossary)
+    sentences = _sentences_by_route(parsed.model, glossary=parsed.glossary)
     return [translate_html(text, sentences, parsed.model.source, parsed.model.target)[0] for text in parsed.texts]
 
 
 def _html_answer(parsed: TranslationRequest, pages: list[str], seconds: float) -> dict[str, Any]:
+    pivot = {"pivot": parsed.model.pivot.target} if parsed.model.pivot is not None else {}
     if parsed.libre:
-        body: dict[str, Any] = {"translatedText": pages[0] if parsed.single else pages}
+        body: dict[str, Any] = {"translatedText": pages[0] if parsed.single else pages, **pivot}
         if parsed.detected is not None:
             found = {"confidence": parsed.detected[1], "language": parsed.detected[0]}
             body["detectedLanguage"] = found if parsed.single else [found] * len(pages)
         return {**body, **({"ignored": parsed.ignored} if parsed.ignored else {})}
     return {
         "model": parsed.model.name,
+        **pivot,
         "format": "html",
         "translations": [{"text": page} for page in pages],
         "time_ms": round(seconds * 1000, 2),
@@ -589,8 +614,9 @@ def _html_answer(parsed: TranslationRequest, pages: list[str], seconds: float) -
     }
 
 
-def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dict[str, Any]:
-    """The response body. A text of several lines joins its lines' i-th hypotheses (or their best)."""
+def _alternatives(parsed: TranslationRequest, decoded: Decoded) -> list[list[dict[str, Any]]]:
+    """Per text, its alternatives (best first): the text of its lines' i-th hypotheses, their mean score and,
+    where asked, their confidence."""
     vocab = parsed.model.loaded.tgt_vocab
     texts = []
     for n, hyps_per_line in enumerate(decoded.hypotheses):
@@ -607,9 +633,17 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
                 alternative.update(_confidence_fields(decoded.assessments[n], rank))
             alternatives.append(alternative)
         texts.append(alternatives)
+    return texts
+
+
+def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dict[str, Any]:
+    """The response body. A text of several lines joins its lines' i-th hypotheses (or their best); a direction
+    served through a pivot language says which (``"pivot": "en"``)."""
+    texts = _alternatives(parsed, decoded)
+    pivot = {"pivot": parsed.model.pivot.target} if parsed.model.pivot is not None else {}
     if parsed.libre:
         best = [alternatives[0]["text"] for alternatives in texts]
-        body: dict[str, Any] = {"translatedText": best[0] if parsed.single else best}
+        body: dict[str, Any] = {"translatedText": best[0] if parsed.single else best, **pivot}
         if parsed.nbest > 1:
             others = [[a["text"] for a in alternatives[1:]] for alternatives in texts]
             body["alternatives"] = others[0] if parsed.single else others
@@ -626,6 +660,7 @@ def _answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) -> dic
         return body
     return {
         "model": parsed.model.name,
+        **pivot,
         "beam": parsed.config.beam,
         "alpha": parsed.config.alpha,
         "translations": [
@@ -664,4 +699,5 @@ def _describe(model: ServedModel) -> dict[str, Any]:
         "alpha": recipe.decode.alpha,
         "max_positions": recipe.model.max_positions,
         "calibrated": model.loaded.calibration is not None,  # "confidence": true gives calibrated probabilities
+        **({"pivot": model.pivot.target} if model.pivot is not None else {}),  # through this language
     }

@@ -57,6 +57,9 @@ class ServedModel:
     loop: DecodingLoop
     parameters: int
     source_prefix: tuple[int, ...] = ()  # a multilingual model's target tag for this direction (decode/targets.py)
+    # a direction no model serves: first translated by this model into its source language (the pivot), then by
+    # this one (its loaded model, loop and prefix are the second step's)
+    pivot: ServedModel | None = None
 
 
 @dataclass
@@ -141,6 +144,12 @@ def request_glossary(fields: dict[str, Any], limits: Limits, model: ServedModel)
     in a form (``/translate_file``'s upload) that list comes as JSON text."""
     if "glossary" not in fields:
         return None
+    if model.pivot is not None:
+        raise BadRequest(
+            400,
+            f'"glossary": {model.source}-{model.target} goes through {model.pivot.target}, and a glossary is for one '
+            "language pair; translate each step with its own glossary, or leave it out",
+        )
     value = fields["glossary"]
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 import uvicorn
 
-from ..decode.loading import load_model
-from ..decode.targets import language, target_tags
+from ..decode.loading import LoadedModel, load_model
+from ..decode.targets import language, route, target_tags
 from ..errors import NmtError
 from ..model.transformer import count_parameters
 from .api import create_app
@@ -34,38 +35,68 @@ def load_served_models(
 ) -> list[ServedModel]:
     """One decoding loop per model, named after its language pair (``en-de``; ``en-de.2`` if repeated). A
     multilingual model (target tags, ``decode/targets.py``) serves each of its directions (``en-fr``, ``en-de``...)
-    through its one loop, so that requests of every direction share its batches."""
+    through its one loop, so that requests of every direction share its batches. A direction none serves that
+    two others join up to is served through their pivot language (:func:`pivots`)."""
     served: list[ServedModel] = []
     for path in paths:
         loaded = load_model(path, device, dtype)
-        data = loaded.recipe.data
-        directions = _directions(loaded.src_vocab, data.tgt_lang)
+        if loaded.recipe.data.pairs and loaded.recipe.data.language_tag == "target":
+            raise NmtError(
+                f"{path}: its decoder reads the target tag (data.language_tag: target), which the server's batches "
+                "do not give yet; serve a model trained with the tag on the source side"
+            )
         loop = None
-        for target, prefix in directions:
-            name = f"{data.src_lang}-{target}"
-            taken = sum(1 for m in served if m.source == data.src_lang and m.target == target)
+        for source, target, prefix in _directions(loaded):
+            name = f"{source}-{target}"
+            taken = sum(1 for m in served if m.source == source and m.target == target)
             if taken:
                 name = f"{name}.{taken + 1}"
             if loop is None:
                 tokens = batch_tokens or loaded.recipe.decode.batch_tokens
                 loop = DecodingLoop(loaded.model, name, metrics, tokens, max_queue, batching)
             parameters = count_parameters(loaded.model)
-            served.append(ServedModel(name, data.src_lang, target, loaded, loop, parameters, prefix))
-    return served
+            served.append(ServedModel(name, source, target, loaded, loop, parameters, prefix))
+    return served + pivots(served)
 
 
-def _directions(vocab, target_language: str) -> list[tuple[str, tuple[int, ...]]]:  # type: ignore[no-untyped-def]
-    """(target language, source prefix) for each direction a model serves: its target tags' languages (a tag's
-    own name where two tags share a language, as Serbian's two scripts), else its one target."""
+def _directions(loaded: LoadedModel) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(source, target, source prefix) for each direction a model serves: a multilingual recipe's directions
+    (``data.pairs``), else its source with each of its target tags' languages (a tag's own name where two
+    tags share a language, as Serbian's two scripts), else its one pair."""
+    data, vocab = loaded.recipe.data, loaded.src_vocab
     tags = target_tags(vocab)
+    if data.pairs:
+        return [(src, tgt, route(data, vocab, tgt, "", src).source_prefix) for src, tgt in loaded.recipe.directions]
     if not tags:
-        return [(target_language, ())]
+        return [(data.src_lang, data.tgt_lang, ())]
     by_language: dict[str, list[str]] = {}
     for name in tags:
         by_language.setdefault(language(name), []).append(name)
     return sorted(
-        (lang if len(names) == 1 else name, (tags[name],)) for lang, names in by_language.items() for name in names
+        (data.src_lang, lang if len(names) == 1 else name, (tags[name],))
+        for lang, names in by_language.items()
+        for name in names
     )
+
+
+def pivots(served: list[ServedModel]) -> list[ServedModel]:
+    """The directions no model serves that two served ones join up to, through a pivot language (English where
+    it can be, as LibreTranslate pivots): each answered by translating into the pivot, then out of it."""
+    direct = {(m.source, m.target) for m in served}
+    first_of = {(m.source, m.target): m for m in reversed(served)}  # the first model of a direction, as requests pick
+    languages = sorted({m.source for m in served} | {m.target for m in served})
+    found = []
+    for source in sorted({m.source for m in served}):
+        for target in languages:
+            if source == target or (source, target) in direct:
+                continue
+            middle = [p for p in languages if (source, p) in direct and (p, target) in direct]
+            if not middle:
+                continue
+            pivot = "en" if "en" in middle else middle[0]
+            second = first_of[(pivot, target)]
+            found.append(replace(second, name=f"{source}-{target}", source=source, pivot=first_of[(source, pivot)]))
+    return found
 
 
 def check_port(host: str, port: int) -> None:

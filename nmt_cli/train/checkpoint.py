@@ -102,15 +102,27 @@ def vocab_digest(blob: bytes) -> str:
 
 def data_identity(meta: Mapping[str, Any]) -> dict[str, Any]:
     """What makes prepared training data the same: input files, cleaning result, vocabulary, encoding."""
-    train = meta["splits"]["train"]
-    files = [path for pair in train.get("files", []) for path in pair]
+    if meta.get("pairs"):  # multilingual: every direction's training split
+        trains = [meta["splits"][f"train.{pair}"] for pair in meta["pairs"]]
+    else:
+        trains = [meta["splits"]["train"]]
+    files = [path for train in trains for pair in train.get("files", []) for path in pair]
     inputs = {Path(p).name: meta.get("inputs_sha256", {}).get(p, "") for p in files}
-    return {
+    identity = {
         "train_inputs_sha256": hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12],
-        "train_pairs": train.get("sentences"),
-        "train_target_tokens": train.get("tgt_tokens"),
+        "train_pairs": _summed(train.get("sentences") for train in trains),
+        "train_target_tokens": _summed(train.get("tgt_tokens") for train in trains),
         "vocab_sizes": [meta["vocab"]["src_size"], meta["vocab"]["tgt_size"]],
     }
+    if meta.get("pairs"):
+        identity["pairs"] = list(meta["pairs"])
+    return identity
+
+
+def _summed(counts: Any) -> int | None:
+    """A sum of counts (None where a count is missing, as in data an older version prepared)."""
+    counts = list(counts)
+    return None if any(c is None for c in counts) else sum(counts)
 
 
 # --------------------------------------------------------------------------- averaging

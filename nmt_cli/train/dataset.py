@@ -3,19 +3,20 @@ what identifies the data (checked on resuming)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import sentencepiece as spm
 
 from ..config import Recipe
 from ..data.align import load_links
 from ..data.batches import ParallelData
-from ..data.binary import TokenArray
+from ..data.binary import JoinedTokenArrays, TokenArray
 from ..data.context import Context, break_id, context_starts
 from ..data.documents import load_documents
-from ..data.prepare import load_meta, text_paths
+from ..data.prepare import language_tag, load_meta, split_text, text_paths
 from ..data.vocab import load_vocab
 from ..errors import NmtError
 from .checkpoint import data_identity
@@ -34,12 +35,26 @@ class Dataset:
     tgt_size: int
     vocabs: Vocabularies
     identity: dict[str, Any]  # what makes it the same prepared data (checked on resume)
+    directions: list[Direction] = field(default_factory=list)  # data.pairs: each direction's validation rows
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One direction of a multilingual dataset: its tag, and its rows of the joined validation set and their
+    references (its validation loss and BLEU are reported apart)."""
+
+    name: str  # en-de
+    tag: int
+    rows: range
+    references: Path | None
 
 
 def load_dataset(recipe: Recipe) -> Dataset:
     """Open the prepared dataset of ``recipe`` (memory-mapped)."""
     data_dir = recipe.data_dir
     meta = load_meta(data_dir)
+    if recipe.multilingual or meta.get("pairs"):
+        return _load_multilingual(recipe, data_dir, meta)
     if meta["src_lang"] != recipe.data.src_lang or meta["tgt_lang"] != recipe.data.tgt_lang:
         raise NmtError(
             f"{data_dir}: prepared for {meta['src_lang']}-{meta['tgt_lang']}, but the recipe says "
@@ -74,6 +89,62 @@ def load_dataset(recipe: Recipe) -> Dataset:
             data.previous = context_starts(documents, recipe.model.recurrence)
             data.train_previous = split == "train" and recipe.train.train_previous
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
+
+
+def _load_multilingual(recipe: Recipe, data_dir: Path, meta: dict[str, Any]) -> Dataset:
+    """A multilingual dataset (``data.pairs``): every direction's split joined into one, each pair with its
+    direction and its target language's tag."""
+    if meta.get("pairs") != list(recipe.data.pairs):
+        raise NmtError(
+            f"{data_dir}: prepared for the directions {', '.join(meta.get('pairs') or [])}, but the recipe says "
+            f"{', '.join(recipe.data.pairs) or 'data.src_lang-data.tgt_lang'}; re-run `nmt prepare`"
+        )
+    if recipe.model.concat or recipe.model.recurrence:
+        raise NmtError(
+            "data.pairs: document context (model.concat, model.recurrence) is not available for "
+            "multilingual models yet; train one model per direction for it"
+        )
+    vocab = meta["vocab"]
+    vocabs = Vocabularies(load_vocab(data_dir / vocab["src_model"]), load_vocab(data_dir / vocab["tgt_model"]))
+    tags = [_tag_id(vocabs.src, tgt, data_dir) for _, tgt in recipe.directions]
+    names = [f"{src}-{tgt}" for src, tgt in recipe.directions]
+    dtypes = tuple(meta["splits"][f"train.{names[0]}"]["dtypes"])
+    train = _joined(data_dir, "train", recipe, tags, dtypes)
+    valid, directions = None, []
+    if f"valid.{names[0]}" in meta["splits"]:
+        valid = _joined(data_dir, "valid", recipe, tags, dtypes)
+        assert valid.directions is not None
+        counts = np.bincount(valid.directions, minlength=len(names))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        for number, ((src, tgt), name) in enumerate(zip(recipe.directions, names)):
+            references = split_text(data_dir, f"valid.{name}", src, tgt)[1]
+            directions.append(Direction(name, tags[number], range(int(starts[number]), int(starts[number + 1])), references))
+    blob = (data_dir / vocab["src_model"]).read_bytes()
+    size = vocab["src_size"]
+    return Dataset(train, valid, None, {"src": blob, "tgt": blob}, size, size, vocabs, data_identity(meta), directions)
+
+
+def _joined(data_dir: Path, split: str, recipe: Recipe, tags: list[int], dtypes: tuple[str, ...]) -> ParallelData:
+    parts = [
+        ParallelData.load(data_dir, f"{split}.{src}-{tgt}", src, tgt, (dtypes[0], dtypes[1]))
+        for src, tgt in recipe.directions
+    ]
+    counts = [len(part) for part in parts]
+    return ParallelData(
+        JoinedTokenArrays([part.src for part in parts]),
+        JoinedTokenArrays([part.tgt for part in parts]),
+        directions=np.repeat(np.arange(len(parts)), counts),
+        tags=np.repeat(np.asarray(tags, dtype=np.int64), counts),
+        tag_side=recipe.data.language_tag,
+    )
+
+
+def _tag_id(vocab: spm.SentencePieceProcessor, language: str, data_dir: Path) -> int:
+    tag = language_tag(language)
+    token = vocab.PieceToId(tag)
+    if token == vocab.unk_id():
+        raise NmtError(f"{data_dir}: the vocabulary has no piece {tag}; re-run `nmt prepare --force`")
+    return token
 
 
 def document_context(

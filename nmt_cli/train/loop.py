@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..config import Recipe, dump_recipe
 from ..data.batches import collate, make_batches, target_tokens
+from ..data.mixing import epoch_pool
 from ..data.vocab import PAD_ID
 from ..errors import NmtError, TrainingStopped
 from ..model.packing import packed_attention_kernel
@@ -225,12 +226,17 @@ class Trainer:
         return None
 
     def _epoch_batches(self) -> list[np.ndarray]:
+        train = self.data.train
+        pool = None
+        if train.directions is not None:  # a multilingual epoch: each direction's share drawn by temperature
+            pool = epoch_pool(train.directions, self.recipe.data.temperature, self.config.seed, self.state.epoch)
         return make_batches(
-            self.data.train.pair_lengths,
+            train.pair_lengths,
             self.max_tokens,
             self.recipe.model.max_positions,
             self.config.seed,
             self.state.epoch,
+            pool,
         )
 
     def _update(self, group: list[np.ndarray]) -> dict[str, float]:
@@ -348,7 +354,7 @@ class Trainer:
 
     def _validate_and_track(self) -> bool:
         """Validate on rank 0, track the best checkpoint; return True when patience ran out."""
-        if self.data.valid is None or self.data.valid_refs is None:
+        if self.data.valid is None or (self.data.valid_refs is None and not self.data.directions):
             return False
         stop = False
         self._validated_step = self.state.step  # on every process: the final validation is not repeated
@@ -356,7 +362,13 @@ class Trainer:
             try:
                 with self.stop.interruptible():  # the other processes wait in the collective below
                     result = validate(
-                        self.model, self.data.valid, self.data.valid_refs, self.data.vocabs, self.recipe, self.info.device
+                        self.model,
+                        self.data.valid,
+                        self.data.valid_refs,
+                        self.data.vocabs,
+                        self.recipe,
+                        self.info.device,
+                        self.data.directions,
                     )
             except Preempted:
                 self.state.validation_due = True  # saved with the checkpoint; resuming runs it first

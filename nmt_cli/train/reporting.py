@@ -179,6 +179,11 @@ class Window:
 def describe_validation(step: int, result: ValidationResult) -> str:
     bleu = f" | BLEU {result.bleu:.2f}" if result.bleu is not None else ""
     heads = f" | heads alike {result.head_similarity:.2f}" if result.head_similarity is not None else ""
+    directions = "".join(
+        f" | {name} " + (f"BLEU {values['bleu']:.2f}" if values.get("bleu") is not None else f"loss {values['loss']:.3f}")
+        for name, values in result.directions.items()
+    )
     return (
-        f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}{bleu}{heads}"
+        f"validation at update {step:,} | loss {result.loss:.3f} | nll {result.nll:.3f} | ppl {result.ppl:.2f}{bleu}"
+        f"{directions}{heads}"
     )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
@@ -19,6 +21,9 @@ from ..score.metrics import corpus_bleu
 from ..utils.files import split_lines
 from .memory import CPU_MAX_TOKENS
 from .repulsive import head_similarity
+
+if TYPE_CHECKING:
+    from .dataset import Direction
 
 HEAD_SIMILARITY_PAIRS = 16  # validation pairs whose attention maps measure how alike the heads are
 
@@ -39,23 +44,32 @@ class ValidationResult:
     bleu: float | None
     truncated: int = 0  # validation sources cut to model.max_positions for decoding
     head_similarity: float | None = None  # mean cosine similarity of heads' attention maps (repulsive.py)
+    # a multilingual model: each direction's loss and BLEU ("en-de": {"loss": ..., "bleu": ...}); bleu is their mean
+    directions: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | None]:
+        per_direction = {
+            f"valid_{metric}.{name}": value for name, values in self.directions.items() for metric, value in values.items()
+        }
         return {
             "valid_loss": self.loss,
             "valid_nll": self.nll,
             "valid_ppl": self.ppl,
             "valid_bleu": self.bleu,
             "valid_head_similarity": self.head_similarity,
+            **per_direction,
         }
 
 
 @torch.inference_mode()
-def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, device: torch.device) -> tuple[float, float]:
-    """Per-token label-smoothed loss and NLL over the whole validation set (nats)."""
+def validation_loss(
+    model: Transformer, data: ParallelData, recipe: Recipe, device: torch.device, rows: range | None = None
+) -> tuple[float, float]:
+    """Per-token label-smoothed loss and NLL over the whole validation set, or its ``rows`` (nats)."""
     # Inference needs less memory than training: a fixed size serves when training sizes its own (auto).
     max_tokens = recipe.train.max_tokens if isinstance(recipe.train.max_tokens, int) else CPU_MAX_TOKENS
-    batches = make_batches(data.pair_lengths, max_tokens, recipe.model.max_positions, seed=None)
+    pool = np.arange(rows.start, rows.stop) if rows is not None else None
+    batches = make_batches(data.pair_lengths, max_tokens, recipe.model.max_positions, seed=None, pool=pool)
     total_loss = total_nll = 0.0
     tokens = 0
     if not batches:  # every pair longer than model.max_positions: no loss to report
@@ -78,13 +92,27 @@ def validation_loss(model: Transformer, data: ParallelData, recipe: Recipe, devi
 
 @torch.inference_mode()
 def validation_bleu(
-    model: Transformer, data: ParallelData, references: Path, vocabs: Vocabularies, recipe: Recipe, device: torch.device
+    model: Transformer,
+    data: ParallelData,
+    references: Path,
+    vocabs: Vocabularies,
+    recipe: Recipe,
+    device: torch.device,
+    direction: Direction | None = None,
 ) -> tuple[float, int]:
-    """sacreBLEU of the decoded validation sources against the (cleaned) reference text, and how many
-    sources were truncated to ``model.max_positions``; decoding goes through :class:`Translator`, as
-    ``nmt translate`` does."""
+    """sacreBLEU of the decoded validation sources (of one ``direction`` of a multilingual model) against the
+    (cleaned) reference text, and how many sources were truncated to ``model.max_positions``; decoding goes
+    through :class:`Translator`, as ``nmt translate`` does."""
     loaded = LoadedModel(model, recipe, vocabs.src, vocabs.tgt, Path("(validation)"))
-    translator = Translator(loaded, replace(recipe.decode, beam=recipe.train.valid_beam), device)
+    config = replace(recipe.decode, beam=recipe.train.valid_beam)
+    if direction is not None:  # the source carries its tag (data.source), or the decoder is given it
+        target_tag = direction.tag if recipe.data.language_tag == "target" else None
+        translator = Translator(loaded, config, device, target_tag=target_tag)
+        found = translator.translate_encoded([data.source(i).tolist() for i in direction.rows])
+        outputs = [hyps[0].text for hyps in found]
+        refs = split_lines(references.read_text(encoding="utf-8"))
+        return corpus_bleu(outputs, [refs]).score, translator.stats.truncated
+    translator = Translator(loaded, config, device)
     sources = [data.src[i].tolist() for i in range(len(data))]
     first = data.context.first if data.context is not None else data.previous
     if translator.document is not None and first is not None:  # document context: in document order, in context
@@ -97,15 +125,31 @@ def validation_bleu(
 
 
 def validate(
-    model: Transformer, data: ParallelData, references: Path, vocabs: Vocabularies, recipe: Recipe, device: torch.device
+    model: Transformer,
+    data: ParallelData,
+    references: Path | None,
+    vocabs: Vocabularies,
+    recipe: Recipe,
+    device: torch.device,
+    directions: Sequence[Direction] = (),
 ) -> ValidationResult:
-    """Loss, NLL, perplexity and (if the recipe asks) BLEU on the validation set."""
+    """Loss, NLL, perplexity and (if the recipe asks) BLEU on the validation set; a multilingual model's also
+    per direction, its BLEU the mean of its directions'."""
     was_training = model.training
     model.eval()
     bleu, truncated = None, 0
+    per_direction: dict[str, dict[str, float | None]] = {}
     try:
         loss, nll = validation_loss(model, data, recipe, device)
-        if recipe.train.valid_bleu:
+        for direction in directions:
+            per_direction[direction.name] = {"loss": validation_loss(model, data, recipe, device, direction.rows)[0]}
+            if recipe.train.valid_bleu and direction.references is not None:
+                score, cut = validation_bleu(model, data, direction.references, vocabs, recipe, device, direction)
+                per_direction[direction.name]["bleu"], truncated = score, truncated + cut
+        if directions and recipe.train.valid_bleu:
+            scores = [values["bleu"] for values in per_direction.values() if values.get("bleu") is not None]
+            bleu = sum(scores) / len(scores) if scores else None  # type: ignore[arg-type]
+        elif recipe.train.valid_bleu and references is not None:
             bleu, truncated = validation_bleu(model, data, references, vocabs, recipe, device)
         limit = recipe.model.max_positions - 1
         sample = [
@@ -115,4 +159,4 @@ def validate(
         similarity = head_similarity(model, sample)
     finally:
         model.train(was_training)
-    return ValidationResult(loss, nll, math.exp(min(nll, 50.0)), bleu, truncated, similarity)
+    return ValidationResult(loss, nll, math.exp(min(nll, 50.0)), bleu, truncated, similarity, per_direction)

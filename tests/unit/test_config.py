@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,9 +102,29 @@ def test_every_shipped_recipe_resolves():
     assert len(paths) >= 2
     for path in paths:
         recipe = load_recipe(path)
-        assert recipe.data.src_lang and recipe.data.tgt_lang and recipe.data.train, path
+        assert all(src and tgt for src, tgt in recipe.directions) and recipe.data.train, path
 
 
 def test_model_config_is_frozen():
     with pytest.raises(AttributeError):
         ModelConfig().layers = 3  # type: ignore[misc]
+
+
+def test_a_multilingual_recipe_names_its_directions_once_each_over_one_vocabulary(tmp_path):
+    from nmt_cli.config import recipe_from_dict
+
+    recipe = recipe_from_dict({"data": {"pairs": ["en-de", "de-en", "sr_Cyrl-en"], "roots": {"en-sr_Cyrl": "/x"}}})
+    assert recipe.directions == (("en", "de"), ("de", "en"), ("sr_Cyrl", "en")) and recipe.multilingual
+    assert not recipe_from_dict({"data": {"src_lang": "en", "tgt_lang": "de"}}).multilingual
+    for data, words in (
+        ({"pairs": ["en-de", "en-de"]}, "'en-de' is listed twice"),
+        ({"pairs": ["ende"]}, "write SOURCE-TARGET"),
+        ({"pairs": ["en-en"]}, "into itself"),
+        ({"pairs": ["en-de"], "src_lang": "en"}, "leave those out"),
+        ({"pairs": ["en-de"], "roots": {"en-fr": "/x"}}, "outside data.pairs"),
+        ({"roots": {"en-fr": "/x"}}, "set data.pairs"),
+    ):
+        with pytest.raises(RecipeError, match=re.escape(words)):
+            recipe_from_dict({"data": data})
+    with pytest.raises(RecipeError, match="one joint vocabulary"):
+        recipe_from_dict({"data": {"pairs": ["en-de"]}, "vocab": {"joint": False}, "model": {"share_embeddings": False}})

@@ -1,0 +1,64 @@
+"""An :class:`~.translation.Engine` for a direction a multilingual model was never trained on: through a pivot.
+
+A model trained on en-de, de-en, en-fr and fr-en knows German and French but never saw German paired with French.
+Asked for German->French directly ("zero-shot": a German source with the ``>>fr<<`` tag), a small model often
+answers in the wrong language or copies; through English, each step is a direction it learned (the benchmarks
+compare both: docs/benchmarks.md). ``nmt translate --from de --to fr`` goes through the pivot unless
+``--zero-shot`` asks for the direct route; the server pivots the same way (``serve/server.py``).
+
+Each line's best translation into the pivot is what the second step reads; the second step's n-best lists,
+prefixes, scores and assessments are the answer, and word alignments are joined through the pivot's words.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..formats.segments import joined_links
+from .attention_maps import parse_pharaoh, pharaoh
+from .translation import Engine, Translation
+
+
+class PivotEngine:
+    """``first`` into the pivot language, then ``second`` out of it; every other attribute is ``second``'s."""
+
+    def __init__(self, first: Engine, second: Engine, languages: tuple[str, str], chunk_lines: int = 10_000) -> None:
+        self.first, self.second = first, second
+        self.languages = languages
+        self.chunk_lines = chunk_lines
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.second, name)
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        prefixes: Iterable[str] | None = None,
+        first_line: int = 0,
+        documents: Iterable[str] | None = None,
+    ) -> Iterator[list[Translation]]:
+        source = iter(lines)
+        starts = iter(prefixes) if prefixes is not None else None
+        while chunk := list(itertools.islice(source, self.chunk_lines)):
+            middle = [hyps[0] for hyps in self.first.translate(chunk, None, first_line)]
+            chunk_starts = list(itertools.islice(starts, len(chunk))) if starts is not None else None
+            finals = self.second.translate([m.text for m in middle], chunk_starts, first_line)
+            for into, hyps in zip(middle, finals):
+                yield [_joined(into, hyp) for hyp in hyps]
+            first_line += len(chunk)
+
+    def new_document(self) -> None:
+        for engine in (self.first, self.second):
+            getattr(engine, "new_document", lambda: None)()
+
+
+def _joined(into: Translation, hyp: Translation) -> Translation:
+    """``hyp`` (pivot -> target) with its word alignment read from the source: through ``into``'s."""
+    if hyp.alignment is None or into.alignment is None:
+        return hyp
+    return hyp._replace(alignment=pharaoh(joined_links(parse_pharaoh(into.alignment), parse_pharaoh(hyp.alignment))))
+
+
+__all__ = ["PivotEngine"]

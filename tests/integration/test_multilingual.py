@@ -1,0 +1,263 @@
+"""One model, many languages (``data.pairs``): prepared with one joint vocabulary and a tag per target language,
+trained on every direction with temperature sampling, validated per direction, translated with ``--to``/``--from``,
+served with every direction and pivots through English."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import nmt_in_process
+
+from nmt_cli.config import load_recipe
+from nmt_cli.data.batches import collate
+from nmt_cli.data.prepare import load_meta, prepare
+from nmt_cli.data.vocab import BOS_ID, PAD_ID, load_vocab
+from nmt_cli.train.dataset import load_dataset
+
+PAIRS = ["en-de", "de-en", "en-fr", "fr-en"]
+
+
+def multilingual_yaml(root, out, run, extra: str = "") -> str:
+    return f"""
+data:
+  pairs: [{", ".join(PAIRS)}]
+  root: {root}
+  train: [train]
+  valid: [val]
+  test: [test]
+  output: {out}
+  workers: 1
+vocab:
+  size: 700
+model:
+  layers: 1
+  d_model: 32
+  n_heads: 4
+  d_ff: 64
+  dropout: 0.0
+  max_positions: 128
+train:
+  dir: {run}
+  max_tokens: 1500
+  max_steps: 4
+  lr: 0.003
+  warmup: 2
+  lr_schedule: inverse_sqrt
+  validate_every: 0
+  valid_bleu: true
+  save_every: 2
+  log_every: 2
+  threads: 1
+  calibrate: false
+{extra}"""
+
+
+@pytest.fixture(scope="module")
+def multilingual(tmp_path_factory, m30k_slice):
+    """A tiny four-direction model over the EN-DE-FR slice: (recipe path, run folder)."""
+    folder = tmp_path_factory.mktemp("multilingual")
+    path = folder / "multi.yaml"
+    path.write_text(multilingual_yaml(m30k_slice, folder / "data", folder / "run"))
+    prepare(load_recipe(path), log=lambda _m: None, progress=False)
+    done = nmt_in_process("train", path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return path, folder / "run"
+
+
+def test_prepare_writes_every_direction_with_one_joint_vocabulary_and_a_tag_per_target(multilingual, m30k_slice):
+    recipe = load_recipe(multilingual[0])
+    prepare(recipe, log=lambda _m: None, progress=False)  # up to date: every step is skipped
+    meta = load_meta(recipe.data_dir)
+    assert meta["pairs"] == PAIRS
+    for pair in PAIRS:
+        src, tgt = pair.split("-")
+        for split in ("train", "valid", "test"):
+            info = meta["splits"][f"{split}.{pair}"]
+            assert info["direction"] == pair and info["sentences"] > 0
+        # each direction's references are its own target side, as written
+        refs = (recipe.data_dir / "text" / f"valid.{pair}.{tgt}").read_text(encoding="utf-8").splitlines()
+        assert refs == [line.strip() for line in (m30k_slice / f"val.{tgt}").read_text(encoding="utf-8").splitlines()]
+    vocab = load_vocab(recipe.data_dir / "spm.model")
+    for lang in ("de", "en", "fr"):
+        tag = f">>{lang}<<"
+        assert vocab.PieceToId(tag) != vocab.unk_id()
+        assert vocab.encode(f"{tag} A man.", out_type=str)[1] == tag  # one piece, never split
+    assert meta["vocab"]["src_model"] == meta["vocab"]["tgt_model"] == "spm.model"
+
+
+def test_training_reads_each_pair_with_its_target_tag_and_validates_per_direction(multilingual):
+    recipe = load_recipe(multilingual[0])
+    data = load_dataset(recipe)
+    vocab = data.vocabs.src
+    assert len(data.train) == sum(load_meta(recipe.data_dir)["splits"][f"train.{p}"]["sentences"] for p in PAIRS)
+    assert [d.name for d in data.directions] == PAIRS
+    for direction in data.directions:  # the first source token of every pair is its target language's tag
+        target = direction.name.split("-")[1]
+        first = data.valid.source(direction.rows[0])
+        assert vocab.IdToPiece(int(first[0])) == f">>{target}<<"
+        assert list(first[1:]) == list(data.valid.src[direction.rows[0]])
+    records = [json.loads(line) for line in (multilingual[1] / "metrics.jsonl").read_text().splitlines()]
+    validation = [r for r in records if "valid_loss" in r][-1]
+    for pair in PAIRS:
+        assert validation[f"valid_loss.{pair}"] > 0 and validation[f"valid_bleu.{pair}"] is not None
+    bleus = [validation[f"valid_bleu.{pair}"] for pair in PAIRS]
+    assert validation["valid_bleu"] == pytest.approx(sum(bleus) / len(bleus))
+
+
+def test_the_decoder_reads_the_tag_after_bos_unscored_with_language_tag_target(multilingual):
+    from nmt_cli.config import load_recipe as load
+
+    recipe = load(multilingual[0], ["data.language_tag=target"])
+    data = load_dataset(recipe)
+    batch = collate(data.train, np.array([0, len(data.train) - 1]))
+    tags = data.train.tags[[0, len(data.train) - 1]]
+    assert batch.tgt_in[:, 0].tolist() == [BOS_ID, BOS_ID]
+    assert batch.tgt_in[:, 1].tolist() == tags.tolist()  # read first, after BOS
+    assert batch.tgt_out[:, 0].tolist() == [PAD_ID, PAD_ID]  # never scored
+    assert batch.src[0, 0].item() == int(data.train.src[0][0])  # the source as written, no tag
+    assert batch.target_tokens == sum(len(data.train.tgt[i]) + 1 for i in (0, len(data.train) - 1))
+
+
+def test_translate_picks_the_direction_with_to_and_names_the_directions_it_knows(multilingual):
+    run = multilingual[1]
+    line = "A man is riding a bike.\n"
+    for target in ("de", "fr"):
+        done = nmt_in_process("translate", "-m", run, "--to", target, "--from", "en", "--beam", "1", stdin=line)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert ">>" not in done.stdout and len(done.stdout.splitlines()) == 1
+    refused = nmt_in_process("translate", "-m", run, stdin=line)
+    assert refused.returncode == 1 and "give --to" in refused.stderr and "en-de, de-en, en-fr, fr-en" in refused.stderr
+    for args, words in ((["--to", "es"], "--to es"), (["--to", "de", "--from", "es"], "--from es")):
+        refused = nmt_in_process("translate", "-m", run, *args, stdin=line)
+        assert refused.returncode == 1 and words in refused.stderr and "its directions: en-de" in refused.stderr
+
+
+def test_a_tag_read_by_the_decoder_is_forced_and_left_out_of_the_output(multilingual):
+    """data.language_tag: target: every output starts with the tag (forced), which the translation leaves out."""
+    from nmt_cli.config import DecodeConfig
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
+
+    loaded = load_model(multilingual[1] / "model.pt")
+    tag = loaded.src_vocab.PieceToId(">>fr<<")
+    plain = Translator(loaded, DecodeConfig(beam=2, max_len_b=8))
+    tagged = Translator(loaded, DecodeConfig(beam=2, max_len_b=8), target_tag=tag)
+    source = loaded.src_vocab.encode("A man.", out_type=int)
+    forced = plain.translate_encoded([source], prefixes=[[tag]])[0][0]
+    left_out = tagged.translate_encoded([source])[0][0]
+    assert forced.text.startswith(">>fr<<") and forced.text.removeprefix(">>fr<<").strip() == left_out.text
+    assert ">>fr<<" not in left_out.text
+
+
+def test_the_server_serves_every_direction_and_pivots_through_english(multilingual):
+    pytest.importorskip("fastapi", reason="nmt serve needs the serve extra")
+    from fastapi.testclient import TestClient
+
+    from nmt_cli.serve.api import create_app
+    from nmt_cli.serve.metrics import ServerMetrics
+    from nmt_cli.serve.requests import Limits
+    from nmt_cli.serve.server import load_served_models
+
+    run = multilingual[1]
+    metrics = ServerMetrics()
+    models = load_served_models([run], torch.device("cpu"), torch.float32, metrics, None, 64, True)
+    assert sorted(m.name for m in models) == sorted([*PAIRS, "de-fr", "fr-de"])
+    assert len({id(m.loop) for m in models}) == 1
+    text = "Ein Mann fährt Fahrrad."
+    with TestClient(create_app(models, Limits(), metrics)) as client:
+        listed = {entry["code"]: entry["targets"] for entry in client.get("/languages").json()}
+        assert listed == {"de": ["en", "fr"], "en": ["de", "fr"], "fr": ["de", "en"]}
+        described = {m["name"]: m.get("pivot") for m in client.get("/models").json()}
+        assert described["de-fr"] == "en" and described["de-en"] is None
+        pivoted = client.post("/translate", json={"q": text, "source": "de", "target": "fr"}).json()
+        assert pivoted["pivot"] == "en"
+        # through English: the German->English answer, translated English->French
+        english = client.post("/translate", json={"q": text, "source": "de", "target": "en"}).json()
+        assert "pivot" not in english
+        french = client.post("/translate", json={"q": english["translatedText"], "source": "en", "target": "fr"}).json()
+        assert pivoted["translatedText"] == french["translatedText"]
+        ours = client.post("/translate", json={"text": [text], "source": "de", "target": "fr", "beam": 1}).json()
+        assert ours["model"] == "de-fr" and ours["pivot"] == "en"
+        refused = client.post(
+            "/translate", json={"q": text, "source": "de", "target": "fr", "glossary": [["Mann", "homme"]]}
+        )
+        assert refused.status_code == 400 and "goes through en" in refused.json()["error"]
+        refused = client.post("/translate", json={"q": text, "source": "de", "target": "es"})
+        assert refused.status_code == 400 and "de-fr" in refused.json()["error"]
+
+
+def test_the_hf_export_keeps_the_tags_and_imports_back_multilingual(multilingual, tmp_path):
+    """`nmt export --for hf` writes the tags into vocab.json, where MarianTokenizer finds them (one id each, the
+    model's own); `nmt import hf` of that folder is a multilingual model again, translating as the original."""
+    transformers = pytest.importorskip("transformers")
+    from nmt_cli.decode.loading import load_model
+
+    run, folder, again = multilingual[1], tmp_path / "hf", tmp_path / "again"
+    assert nmt_in_process("export", run, folder, "--for", "hf").returncode == 0
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    loaded = load_model(run / "model.pt")
+    tokenizer = transformers.MarianTokenizer(
+        source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"), vocab=str(folder / "vocab.json")
+    )
+    for lang in ("de", "en", "fr"):
+        tag = loaded.src_vocab.PieceToId(f">>{lang}<<")
+        assert vocab[f">>{lang}<<"] == tag
+        assert tokenizer(f">>{lang}<< A man.").input_ids[0] == tag
+    assert nmt_in_process("import", "hf", folder, "-o", again).returncode == 0
+    line = "A man is riding a bike.\n"
+    for target in ("de", "fr"):
+        ours = nmt_in_process("translate", "-m", run, "--to", target, "--beam", "1", stdin=line)
+        back = nmt_in_process("translate", "-m", again, "--to", target, "--beam", "1", stdin=line)
+        assert back.returncode == 0 and back.stdout == ours.stdout, back.stderr
+
+
+def test_forced_scores_read_the_direction_to_names(multilingual, tmp_path):
+    """`nmt score --model` of a multilingual model: the source starts with the tag --to picks, as translation's does."""
+    from nmt_cli.config import DecodeConfig
+    from nmt_cli.decode.forced import forced_scores
+    from nmt_cli.decode.loading import load_model
+
+    run = multilingual[1]
+    (tmp_path / "src").write_text("A man.\n", encoding="utf-8")
+    (tmp_path / "hyp").write_text("Un homme.\n", encoding="utf-8")
+    loaded = load_model(run / "model.pt")
+    source, hypothesis = (loaded.src_vocab.encode(t, out_type=int) for t in ("A man.", "Un homme."))
+    for target in ("fr", "de"):
+        done = nmt_in_process("score", "--model", run, "--to", target, tmp_path / "src", tmp_path / "hyp")
+        assert done.returncode == 0, done.stderr
+        tag = loaded.src_vocab.PieceToId(f">>{target}<<")
+        expected = forced_scores(loaded.model, [([tag, *source], hypothesis)], DecodeConfig(), torch.device("cpu"))[0]
+        assert json.loads(done.stdout)["total"] == pytest.approx(expected.total, abs=1e-3)
+    refused = nmt_in_process("score", "--model", run, tmp_path / "src", tmp_path / "hyp")
+    assert refused.returncode == 1 and "give --to" in refused.stderr
+
+
+def test_an_untrained_direction_goes_through_english_unless_zero_shot(multilingual, tmp_path):
+    """--from de --to fr (never trained): German->English, then English->French, as two commands would; the
+    word alignments are joined through the English words. --zero-shot reads the German with the >>fr<< tag."""
+    run = multilingual[1]
+    line = "Ein Mann fährt Fahrrad.\n"
+    pivoted = nmt_in_process("translate", "-m", run, "--from", "de", "--to", "fr", stdin=line)
+    assert pivoted.returncode == 0 and "through en" in pivoted.stderr, pivoted.stderr
+    english = nmt_in_process("translate", "-m", run, "--from", "de", "--to", "en", stdin=line)
+    french = nmt_in_process("translate", "-m", run, "--from", "en", "--to", "fr", stdin=english.stdout)
+    assert pivoted.stdout == french.stdout
+    direct = nmt_in_process("translate", "-m", run, "--from", "de", "--to", "fr", "--zero-shot", stdin=line)
+    tagged = nmt_in_process("translate", "-m", run, "--to", "fr", stdin=line)  # no --from: the text as it comes
+    assert direct.returncode == 0 and "through" not in direct.stderr and direct.stdout == tagged.stdout
+    aligned = nmt_in_process(
+        "translate", "-m", run, "--from", "de", "--to", "fr", "--alignments", "--format", "jsonl", stdin=line
+    )
+    record = json.loads(aligned.stdout)
+    words_in, words_out = len(line.split()), len(record["translation"].split())
+    for link in record["alignment"].split():
+        i, j = map(int, link.split("-"))
+        assert 0 <= i < words_in and 0 <= j < words_out
+    (tmp_path / "terms.tsv").write_text("Mann\thomme\n", encoding="utf-8")
+    refused = nmt_in_process(
+        "translate", "-m", run, "--from", "de", "--to", "fr", "--glossary", tmp_path / "terms.tsv", stdin=line
+    )
+    assert refused.returncode == 1 and "goes through en" in refused.stderr
