@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import http.client
+import itertools
 import json
 import os
 import socket
@@ -90,12 +91,21 @@ class Server:
 SOCKET_TIMEOUT = 120.0  # a request slower than this counts as failed
 
 
-def load(port: int, sentences: list[str], clients: int, timeout: float, glossary: str | None = None) -> dict:
+def load(
+    port: int,
+    sentences: list[str],
+    clients: int,
+    timeout: float,
+    glossary: str | None = None,
+    bodies: list[dict] | None = None,
+) -> dict:
     """``clients`` threads share ``sentences`` until they are used up or ``timeout`` seconds have passed
-    (no new request starts after that; those in flight finish); per-request latencies and the wall time."""
+    (no new request starts after that; those in flight finish); per-request latencies and the wall time.
+    ``bodies``: the requests themselves instead (each its own direction), one per sentence."""
     latencies: list[float] = []
     failures = [0]
-    next_index = iter(range(len(sentences)))
+    total = len(bodies) if bodies is not None else len(sentences)
+    next_index = iter(range(total))
     lock = threading.Lock()
     deadline = time.monotonic() + timeout
 
@@ -106,7 +116,7 @@ def load(port: int, sentences: list[str], clients: int, timeout: float, glossary
                 index = next(next_index, None)
             if index is None:
                 break
-            request = {"q": sentences[index], "source": "en", "target": "de"}
+            request = dict(bodies[index]) if bodies is not None else {"q": sentences[index], "source": "en", "target": "de"}
             if glossary is not None:
                 request["glossary"] = glossary
             body = json.dumps(request)
@@ -142,7 +152,7 @@ def load(port: int, sentences: list[str], clients: int, timeout: float, glossary
         "clients": clients,
         "requests": len(latencies),
         "failed": failures[0],
-        "unsent": len(sentences) - len(latencies) - failures[0],
+        "unsent": total - len(latencies) - failures[0],
         "req_per_s": len(latencies) / wall,
         "p50_ms": pct(0.50),
         "p95_ms": pct(0.95),
@@ -194,6 +204,11 @@ def main() -> None:
     parser.add_argument("--source", type=Path, help="the requests' sentences, one a line (default: Multi30k test 2016)")
     parser.add_argument("--glossary", type=Path, help="only compare requests naming this glossary with requests without one")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the --glossary comparison")
+    parser.add_argument(
+        "--directions",
+        help="a multilingual model's directions, e.g. en-de,de-en,en-fr,fr-en: requests of the first alone against "
+        "requests cycling through all of them, alternating, on one server (Multi30k test 2016 in each language)",
+    )
     args = parser.parse_args()
     if args.source is not None:
         text = args.source.read_text(encoding="utf-8")
@@ -202,6 +217,9 @@ def main() -> None:
     sentences = text.splitlines()[: args.sentences]
     if args.glossary is not None:
         glossary_levels(args, sentences)
+        return
+    if args.directions:
+        direction_levels(args)
         return
     if args.soak_only:
         server = Server(args.model, args.threads, True)
@@ -242,6 +260,36 @@ def main() -> None:
             row["p95_vs_lone"] = row["p95_ms"] / lone["p50_ms"]
     print_table("nmt serve under load", rows + [summary])
     record("serve", rows + [summary], "python benchmarks/bench_serve.py " + " ".join(sys.argv[1:]))
+
+
+def direction_levels(args: argparse.Namespace) -> None:
+    """One direction's requests against the same number cycling through every direction of a multilingual model,
+    on one server with continuous batching (one decoding loop for every direction), alternating, medians of
+    ``--rounds`` per client level."""
+    pairs = [tuple(pair.split("-")) for pair in args.directions.split(",")]
+    text = {
+        lang: gzip.decompress((SHARED / "multi30k" / f"test_2016_flickr.{lang}.gz").read_bytes()).decode().splitlines()
+        for lang in {lang for pair in pairs for lang in pair}
+    }
+    count = args.sentences
+    one = [{"q": text[pairs[0][0]][i], "source": pairs[0][0], "target": pairs[0][1]} for i in range(count)]
+    mixed = [
+        {"q": text[src][i], "source": src, "target": tgt} for i, (src, tgt) in zip(range(count), itertools.cycle(pairs))
+    ]
+    server = Server(args.model, args.threads, True)
+    load(server.port, [], 4, args.level_timeout, bodies=mixed[:16])  # warm-up
+    rows = []
+    for clients in (int(c) for c in args.clients.split(",")):
+        rates: dict[str, list[float]] = {"one": [], "mixed": []}
+        for _ in range(args.rounds):
+            for name, bodies in (("one", one), ("mixed", mixed)):
+                rates[name].append(load(server.port, [], clients, args.level_timeout, bodies=bodies)["req_per_s"])
+        single, several = statistics.median(rates["one"]), statistics.median(rates["mixed"])
+        rows.append({"clients": clients, "req/s one direction": single, "req/s mixed": several, "ratio": several / single})
+        print(json.dumps(rows[-1]), flush=True)
+    server.stop()
+    print_table("nmt serve: one direction against mixed directions", rows)
+    record("serve_directions", rows, "python benchmarks/bench_serve.py " + " ".join(sys.argv[1:]))
 
 
 def glossary_levels(args: argparse.Namespace, sentences: list[str]) -> None:

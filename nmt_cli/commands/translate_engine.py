@@ -27,7 +27,7 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
 
         # --workers: CTranslate2's inter_threads, batches translated at once (1 unless given: its default)
         workers = options["workers"] or 1
-        from ..decode.targets import pivot_language, route
+        from ..decode.targets import pivot_language, route, target_tags
 
         ct2 = CTranslate2Engine(models[0], device.type, threads, COMPUTE_TYPES[o.dtype], workers)
         pivot = None if o.zero_shot else pivot_language(ct2.data, o.source, o.to)
@@ -39,6 +39,8 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
         way = route(ct2.data, ct2.src, o.to, str(models[0]), o.source)
         ct2.source_prefix = [ct2.src.IdToPiece(i) for i in way.source_prefix]
         ct2.target_prefix = [ct2.src.IdToPiece(way.target_tag)] if way.target_tag is not None else []
+        if way.source_prefix:
+            ct2.suppressed = [[f">>{name}<<"] for name in target_tags(ct2.src)]
         config = with_decoding(ct2.decode_config, options)
         if config.length_penalty == "gnmt" and config.alpha and options["length_penalty"] is None:
             console.print("note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead")

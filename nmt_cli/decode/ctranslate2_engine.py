@@ -65,6 +65,8 @@ class CTranslate2Engine:
         self.output_tokens = 0
         self.source_prefix: list[str] = []  # set by the caller for --to
         self.target_prefix: list[str] = []  # the same, for a model whose decoder reads the tag first
+        # a tag read from the source is never written (as our engine's Transformer.suppressed)
+        self.suppressed: list[list[str]] = []
         recipe = folder / RECIPE_FILE
         stored = load_recipe(recipe) if recipe.is_file() else None
         self.decode_config = stored.decode if stored is not None else DecodeConfig()
@@ -100,6 +102,7 @@ class CTranslate2Engine:
                 max_batch_size=0,  # the batch as given
                 max_decoding_length=limit + len(self.target_prefix),
                 target_prefix=[self.target_prefix] * len(batch) if self.target_prefix else None,
+                suppress_sequences=self.suppressed or None,
                 asynchronous=True,
             )
             submitted.append((batch, pending))

@@ -73,6 +73,15 @@ def load_ensemble(
     return LoadedModel(ensemble, recipe, first.src_vocab, first.tgt_vocab, first.path, first.calibration)  # type: ignore[arg-type]
 
 
+def suppress_tags(model: Transformer, recipe: Recipe, vocab: Any) -> None:
+    """A multilingual model whose tags are read from the source (``decode/targets.py``) never writes one."""
+    from .targets import target_tags
+
+    tags = target_tags(vocab)
+    if tags and recipe.data.language_tag == "source":
+        model.suppressed = torch.tensor(sorted(tags.values()), device=next(model.parameters()).device)
+
+
 def model_from_payload(
     payload: dict[str, Any],
     origin: Path,
@@ -102,6 +111,7 @@ def model_from_payload(
     model.to(device=device, dtype=dtype).eval()  # the search scores in fp32 whatever the weights' dtype
     if for_inference:
         prepare_for_inference(model, dtype)
+    suppress_tags(model, recipe, src_vocab)
     stored = payload.get("calibration")
     calibration = Calibration.from_dict(stored, str(origin)) if isinstance(stored, dict) else None
     return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin, calibration)

@@ -40,6 +40,9 @@ class Transformer(nn.Module):
         self.config = config
         self.pad_id = pad_id
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
+        # ids inference never produces (a multilingual model's target tags, set where it is loaded: a tag is read,
+        # never written, and an untrained or confused model would otherwise answer ">>fr<<>>fr<<")
+        self.suppressed: Tensor | None = None
         d = config.d_model
         if config.share_embeddings and src_vocab != tgt_vocab:
             raise ValueError("share_embeddings needs one joint vocabulary")
@@ -225,8 +228,11 @@ class Transformer(nn.Module):
         return output_loss(hidden, self.output.weight, target, epsilon)
 
     def logits(self, hidden: Tensor) -> Tensor:
-        """Unnormalised scores over the target vocabulary: (..., D) -> (..., V)."""
-        return self.output(hidden)
+        """Unnormalised scores over the target vocabulary: (..., D) -> (..., V); the :attr:`suppressed` ids never."""
+        scores = self.output(hidden)
+        if self.suppressed is not None:
+            scores = scores.index_fill(-1, self.suppressed, float("-inf"))
+        return scores
 
     def loss(
         self,

@@ -14,7 +14,7 @@ import torch
 
 from ..config import Recipe
 from ..data.batches import ParallelData, collate, make_batches
-from ..decode.loading import LoadedModel
+from ..decode.loading import LoadedModel, suppress_tags
 from ..decode.translator import Translator
 from ..model.transformer import Transformer
 from ..score.metrics import corpus_bleu
@@ -104,6 +104,7 @@ def validation_bleu(
     (cleaned) reference text, and how many sources were truncated to ``model.max_positions``; decoding goes
     through :class:`Translator`, as ``nmt translate`` does."""
     loaded = LoadedModel(model, recipe, vocabs.src, vocabs.tgt, Path("(validation)"))
+    suppress_tags(model, recipe, vocabs.src)  # as translation will (the loss never reads it)
     config = replace(recipe.decode, beam=recipe.train.valid_beam)
     if direction is not None:  # the source carries its tag (data.source), or the decoder is given it
         target_tag = direction.tag if recipe.data.language_tag == "target" else None

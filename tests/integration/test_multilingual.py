@@ -142,6 +142,8 @@ def test_a_tag_read_by_the_decoder_is_forced_and_left_out_of_the_output(multilin
     from nmt_cli.decode.translator import Translator
 
     loaded = load_model(multilingual[1] / "model.pt")
+    assert loaded.model.suppressed is not None  # read from the source: never written
+    loaded.model.suppressed = None  # as a model trained with data.language_tag: target is loaded
     tag = loaded.src_vocab.PieceToId(">>fr<<")
     plain = Translator(loaded, DecodeConfig(beam=2, max_len_b=8))
     tagged = Translator(loaded, DecodeConfig(beam=2, max_len_b=8), target_tag=tag)
@@ -261,3 +263,93 @@ def test_an_untrained_direction_goes_through_english_unless_zero_shot(multilingu
         "translate", "-m", run, "--from", "de", "--to", "fr", "--glossary", tmp_path / "terms.tsv", stdin=line
     )
     assert refused.returncode == 1 and "goes through en" in refused.stderr
+
+
+def test_the_ctranslate2_engine_gives_the_tag_where_training_put_it(multilingual, tmp_path):
+    """`nmt export` of a multilingual model: the CTranslate2 engine puts the tag where training did, the source's
+    first piece (data.language_tag: source) or the decoder's first, as a target prefix the output leaves out
+    (target). That CTranslate2 then decodes as ours is the bilingual export tests' (test_export.py)."""
+    pytest.importorskip("ctranslate2")
+    from nmt_cli.config import DecodeConfig
+    from nmt_cli.decode.ctranslate2_engine import CTranslate2Engine
+    from nmt_cli.decode.targets import route
+
+    run = multilingual[1]
+    model = run / "model.pt"
+    payload = torch.load(model, weights_only=True)
+    payload["recipe"]["data"]["language_tag"] = "target"
+    decoder_tagged = tmp_path / "target.pt"
+    torch.save(payload, decoder_tagged)
+    for side, weights in (("source", model), ("target", decoder_tagged)):
+        folder = tmp_path / f"ct2-{side}"
+        assert nmt_in_process("export", weights, folder).returncode == 0
+        engine = CTranslate2Engine(folder, "cpu", 1, "default", 1)
+        assert engine.data.language_tag == side
+        way = route(engine.data, engine.src, "fr", str(folder))
+        engine.source_prefix = [engine.src.IdToPiece(i) for i in way.source_prefix]
+        engine.target_prefix = [engine.src.IdToPiece(way.target_tag)] if way.target_tag is not None else []
+        calls: list = []
+        engine.translator = _Spy(engine.translator, calls)
+        found = engine.translate(["A man."], DecodeConfig(beam=1, max_len_b=5))
+        (pieces, options), results = calls[0]
+        if side == "source":
+            assert pieces[0][0] == ">>fr<<" and options.get("target_prefix") is None
+            assert found[0][0].text == engine.tgt.decode_pieces(results[0].hypotheses[0])
+        else:
+            assert pieces[0][0] != ">>fr<<" and options["target_prefix"] == [[">>fr<<"]]
+            assert results[0].hypotheses[0][0] == ">>fr<<"  # CTranslate2 returns the prefix: left out
+            assert found[0][0].text == engine.tgt.decode_pieces(results[0].hypotheses[0][1:])
+        cli = nmt_in_process(
+            "translate", "-m", folder, "--engine", "ctranslate2", "--to", "fr", "--beam", "1", stdin="A man.\n"
+        )
+        assert cli.returncode == 0, cli.stderr
+        if side == "source":  # a tag read from the source is never written, even by this untrained model
+            assert ">>" not in cli.stdout
+
+
+class _Spy:
+    """A CTranslate2 translator that records each translate_batch call's pieces, options and results."""
+
+    def __init__(self, real, calls: list) -> None:
+        self.real, self.calls = real, calls
+
+    def translate_batch(self, pieces, **options):
+        options = {**options, "asynchronous": False}
+        results = self.real.translate_batch(pieces, **options)
+        self.calls.append(((pieces, options), results))
+        return [_Done(r) for r in results]
+
+
+class _Done:
+    def __init__(self, result) -> None:
+        self._result = result
+
+    def result(self):
+        return self._result
+
+
+def test_a_new_language_is_added_by_fine_tuning_with_the_parents_vocabulary(m30k_slice, tmp_path):
+    """A model of EN<->DE grows into one of EN<->DE and EN<->FR: vocab.from its model appends the tag it lacks
+    (>>fr<<; old ids unchanged) and train.init_from starts from its weights, the embeddings grown by one row."""
+    parent_yaml = tmp_path / "parent.yaml"
+    parent_yaml.write_text(
+        multilingual_yaml(m30k_slice, tmp_path / "pdata", tmp_path / "parent").replace(
+            "pairs: [en-de, de-en, en-fr, fr-en]", "pairs: [en-de, de-en]"
+        )
+    )
+    prepare(load_recipe(parent_yaml), log=lambda _m: None, progress=False)
+    assert nmt_in_process("train", parent_yaml).returncode == 0
+    parent = load_vocab(tmp_path / "pdata" / "spm.model")
+    assert parent.PieceToId(">>fr<<") == parent.unk_id()
+    child_yaml = tmp_path / "child.yaml"
+    text = multilingual_yaml(m30k_slice, tmp_path / "cdata", tmp_path / "child", f"  init_from: {tmp_path / 'parent'}\n")
+    text = text.replace("vocab:\n  size: 700", f"vocab:\n  size: 700\n  from: {tmp_path / 'parent' / 'model.pt'}")
+    child_yaml.write_text(text)
+    prepare(load_recipe(child_yaml), log=lambda _m: None, progress=False)
+    child = load_vocab(tmp_path / "cdata" / "spm.model")
+    assert child.GetPieceSize() == parent.GetPieceSize() + 1 and child.PieceToId(">>fr<<") == parent.GetPieceSize()
+    assert all(child.IdToPiece(i) == parent.IdToPiece(i) for i in range(parent.GetPieceSize()))
+    done = nmt_in_process("train", child_yaml)
+    assert done.returncode == 0, done.stderr
+    out = nmt_in_process("translate", "-m", tmp_path / "child", "--to", "fr", stdin="A dog.\n")
+    assert out.returncode == 0 and out.stdout.strip(), out.stderr
