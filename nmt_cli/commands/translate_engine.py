@@ -44,7 +44,9 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
         config = with_decoding(ct2.decode_config, options)
         if config.length_penalty == "gnmt" and config.alpha and options["length_penalty"] is None:
             console.print("note: the recipe's length penalty is gnmt; CTranslate2 applies |Y|^alpha (average) instead")
-        return CTranslate2Translator(ct2, config, o.nbest, o.chunk_lines)
+        engine = CTranslate2Translator(ct2, config, o.nbest, o.chunk_lines)
+        engine.languages = languages_of(ct2.data, o.source, o.to)
+        return engine
     from ..decode.loading import load_ensemble
     from ..decode.targets import pivot_language, route
     from ..decode.translator import Translator
@@ -73,6 +75,7 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
         source_prefix=way.source_prefix,
         target_tag=way.target_tag,
     )
+    translator.languages = languages_of(loaded.recipe.data, o.source, o.to)
     if o.confidence and loaded.calibration is None:
         console.print(
             f"note: {models[0]} has no calibration: confidences are exp(mean token log-probability), "
@@ -80,6 +83,15 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
             soft_wrap=True,
         )
     return translator
+
+
+def languages_of(data: Any, source: str | None, to: str | None) -> tuple[str, str]:
+    """The language pair a document is translated in (a gettext catalogue's Language, the sentence splitter's
+    rules): ``--from``/``--to`` where given, else the model's own (a multilingual model's one source language)."""
+    from ..config import parse_pair
+
+    sources = {parse_pair(pair)[0] for pair in data.pairs} if data.pairs else {data.src_lang}
+    return source or (next(iter(sources)) if len(sources) == 1 else ""), to or data.tgt_lang
 
 
 def _through_pivot(o: TranslateOptions, loaded: Any, config: Any, device: Any, aligned: bool, pivot: str) -> Any:

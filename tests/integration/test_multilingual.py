@@ -353,3 +353,17 @@ def test_a_new_language_is_added_by_fine_tuning_with_the_parents_vocabulary(m30k
     assert done.returncode == 0, done.stderr
     out = nmt_in_process("translate", "-m", tmp_path / "child", "--to", "fr", stdin="A dog.\n")
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
+
+
+def test_a_document_is_translated_into_the_language_to_names(multilingual, tmp_path):
+    """A gettext catalogue through a multilingual model: its Language header is --to's, for both routes."""
+    catalogue = tmp_path / "messages.pot"
+    catalogue.write_text(
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\nmsgid "A dog runs."\nmsgstr ""\n',
+        encoding="utf-8",
+    )
+    for args, language in ((["--to", "fr"], "fr"), (["--from", "de", "--to", "fr"], "fr"), (["--to", "de"], "de")):
+        out = tmp_path / f"{'-'.join(args)}.po"
+        done = nmt_in_process("translate", "-m", multilingual[1], "-i", catalogue, "-o", out, *args)
+        assert done.returncode == 0, done.stderr
+        assert f'"Language: {language}\\n"' in out.read_text(encoding="utf-8")
