@@ -14,7 +14,9 @@ from .common import SetOption, console, styled
 
 
 def run(
-    pair: Literal["en-de", "en-fr"] = typer.Option("en-de", "--pair", help="en-de or en-fr (bundled software messages)."),
+    pair: Literal["en-de", "en-fr", "en-de,en-fr"] = typer.Option(
+        "en-de", "--pair", help="en-de, en-fr, or en-de,en-fr: one model of both (bundled software messages)."
+    ),
     minutes: float = typer.Option(10.0, "--minutes", min=0.1, max=10_080, help="Training time budget on this machine."),
     workdir: Path = typer.Option(Path("nmt-quickstart"), "--dir", help="Where data, model and outputs go."),
     overrides: list[str] = SetOption,
@@ -36,28 +38,31 @@ def run(
 
 
 def _summary(result, pair: str) -> None:
-    scores = Table("metric", "model", "copy-the-source baseline", title=f"held-out test set ({pair})")
-    for ours, base in zip(result.scores, result.baseline):
-        scores.add_row(ours.name, f"{ours.score:.1f}", f"{base.score:.1f}")
-    console.print(scores)
+    for test in result.tests:
+        scores = Table("metric", "model", "copy-the-source baseline", title=f"held-out test set ({test.direction})")
+        for ours, base in zip(test.scores, test.baseline):
+            scores.add_row(ours.name, f"{ours.score:.1f}", f"{base.score:.1f}")
+        console.print(scores)
     console.print(styled((result.scores[0].signature, "dim")), soft_wrap=True)
     examples = Table("source", "reference", "nmt output", title="examples", show_lines=True)
-    for row in result.examples:
-        examples.add_row(*row)
+    for test in result.tests:
+        for row in test.examples[: 5 // len(result.tests) + 1]:
+            examples.add_row(*row)
     console.print(examples)
     r = result.recipe
     recipe_file = RunFolder(r.run_dir).recipe_file
     timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result.seconds.items())
     # Plain lines, not a panel: a panel would cut long paths, and these are meant to be copied.
     console.print(styled("\n", ("model folder:", "bold"), f" {result.run_dir}   ({timing})"), soft_wrap=True)
-    try_it = f' echo "Cannot open file" | nmt translate -m {result.run_dir}'
+    to = f" --to {r.directions[0][1]}" if r.multilingual else ""
+    try_it = f' echo "Cannot open file" | nmt translate -m {result.run_dir}{to}'
     console.print(styled(("try it:", "bold"), try_it), soft_wrap=True)
     console.print(styled(("each step by hand:", "bold")))
     for command in (
         f"nmt prepare {recipe_file}",
         f"nmt train {recipe_file}",
         f"nmt average {result.run_dir} --last 5 -o {result.run_dir}/model.pt",
-        f"nmt translate -m {result.run_dir} -i {result.test_source} -o {result.hypotheses}",
+        f"nmt translate -m {result.run_dir}{to} -i {result.test_source} -o {result.hypotheses}",
         f"nmt score {result.hypotheses} {result.test_reference} --metrics bleu,chrf",
     ):
         console.print(f"  {command}", soft_wrap=True)

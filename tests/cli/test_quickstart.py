@@ -81,4 +81,23 @@ def test_quickstart_runs_the_whole_job(tmp_path):
 
 def test_quickstart_rejects_unknown_pairs(tmp_path):
     result = runner.invoke(app, ["quickstart", "--pair", "en-xx", "--dir", str(tmp_path)])
-    assert result.exit_code == 2 and "'en-xx' is not one of 'en-de', 'en-fr'" in result.output
+    assert result.exit_code == 2 and "'en-xx' is not one of 'en-de', 'en-fr', 'en-de,en-fr'" in result.output
+
+
+def test_the_multilingual_quickstart_trains_one_model_of_both_pairs(tmp_path):
+    """--pair en-de,en-fr: one model, each bundled corpus read from its own folder, each test set scored."""
+    work = tmp_path / "qs"
+    tiny = ["train.max_steps=2", "model.layers=1", "model.d_model=32", "model.d_ff=64", "vocab.size=2000",
+            "train.save_every=2", "decode.beam=1", "decode.max_len_b=3", "train.calibrate=false",
+            "vocab.input_sentence_size=2000"]  # fmt: skip
+    args = ["quickstart", "--pair", "en-de,en-fr", "--dir", str(work), *[a for t in tiny for a in ("--set", t)]]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "held-out test set (en-de)" in text and "held-out test set (en-fr)" in text and "--to de" in text
+    sample = Path(str(resources.files("nmt_cli") / "sample"))
+    for pair in ("en-de", "en-fr"):
+        refs = gzip.decompress((sample / pair / f"test.{pair[3:]}.gz").read_bytes()).decode().splitlines()
+        assert len((work / "model" / f"test.{pair}.hyp").read_text().splitlines()) == len(refs)
+    translated = runner.invoke(app, ["translate", "-m", str(work / "model"), "--to", "fr"], input="Cannot open file\n")
+    assert translated.exit_code == 0 and len(translated.stdout.splitlines()) == 1
