@@ -97,15 +97,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--split", choices=sorted(SPLITS), default="test")
     parser.add_argument("--multi", type=Path, action="append", default=[], help="trained multilingual run(s), LABEL=RUN")
-    parser.add_argument("--bilingual", default="", help="trained bilingual runs: en-de=RUN,de-en=RUN,...")
+    parser.add_argument(
+        "--bilingual", default="", help="trained bilingual runs: en-de=RUN,de-en=RUN,... (none: no baseline)"
+    )
     parser.add_argument("--set", action="append", default=[], help="override of the multilingual recipe")
     parser.add_argument("--no-untrained", action="store_true", help="leave out DE<->FR (zero-shot and pivot)")
+    parser.add_argument(
+        "--weights", choices=["avg", "last"], default="avg", help="model.pt (last checkpoints averaged) or the last alone"
+    )
     args = parser.parse_args()
     split_names = SPLITS[args.split]
+    weights = (lambda run: run) if args.weights == "avg" else _last_checkpoint
     multis = [_labelled(str(item)) for item in args.multi] or [
         ("multi", train("multi30k_multi.yaml", "multi", 4 * args.minutes, args.threads, args.set))
     ]
-    given = dict(item.split("=", 1) for item in args.bilingual.split(",") if item)
+    given = dict(item.split("=", 1) for item in args.bilingual.split(",") if item and item != "none")
     rows = []
     for direction in DIRECTIONS:
         name = f"{direction[0]}-{direction[1]}"
@@ -117,22 +123,28 @@ def main() -> None:
         else:
             run = None
         if run is not None:
-            rows.append(direction_rows("bilingual", run, direction, split_names, args.threads, []))
+            rows.append(direction_rows("bilingual", weights(run), direction, split_names, args.threads, []))
         for label, multi in multis:
             to = ["--from", direction[0], "--to", direction[1]]
-            rows.append(direction_rows(label, multi, direction, split_names, args.threads, to))
+            rows.append(direction_rows(label, weights(multi), direction, split_names, args.threads, to))
         print(rows[-1], flush=True)
     if not args.no_untrained:
         for label, multi in multis:
             for direction in UNTRAINED:
                 to = ["--from", direction[0], "--to", direction[1]]
                 rows.append(
-                    direction_rows(f"{label} zero-shot", multi, direction, split_names, args.threads, [*to, "--zero-shot"])
+                    direction_rows(
+                        f"{label} zero-shot", weights(multi), direction, split_names, args.threads, [*to, "--zero-shot"]
+                    )
                 )
-                rows.append(direction_rows(f"{label} pivot en", multi, direction, split_names, args.threads, to))
+                rows.append(direction_rows(f"{label} pivot en", weights(multi), direction, split_names, args.threads, to))
                 print(rows[-2:], flush=True)
     print_table(f"multilingual against bilingual, Multi30k {args.split}", rows)
     record("multilingual", rows, "python benchmarks/bench_multilingual.py " + " ".join(sys.argv[1:]))
+
+
+def _last_checkpoint(run: Path) -> Path:
+    return sorted((run / "checkpoints").glob("step_*.pt"))[-1]
 
 
 def _labelled(item: str) -> tuple[str, Path]:
