@@ -27,6 +27,16 @@ def run(
     ),
     device: str = device_option("cpu"),
     threads: int = ThreadsOption,
+    to: str = typer.Option(
+        None,
+        "--to",
+        metavar="LANG",
+        help="A multilingual model: the direction's target language (its map is this one's).",
+        show_default=False,
+    ),
+    source: str = typer.Option(
+        None, "--from", metavar="LANG", help="A multilingual model: the direction's source language.", show_default=False
+    ),
 ) -> None:
     """Fit the confidence of `nmt translate --confidence` to your data; writes a new model file, never over the old."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
@@ -46,6 +56,7 @@ def run(
 
     check_parallelism(threads, "--threads")
     torch.set_num_threads(threads or os.cpu_count() or 1)
+    way, direction = _direction(model, source, to)  # before anything is read or translated
     sources, references = read_lines(src), read_lines(ref)
     distinct = len(set(zip(sources, references)))
     if distinct < len(sources):
@@ -54,8 +65,8 @@ def run(
             f"{distinct:,} distinct pairs, and its scores on them, say less than the count suggests",
             soft_wrap=True,
         )
-    report = calibrate(model, sources, references, threshold, resolve_device(device))
-    write_calibrated(model, report.calibration, output)
+    report = calibrate(model, sources, references, threshold, resolve_device(device), way)
+    write_calibrated(model, report.calibration, output, direction)
     console.print(
         f"calibrated on {report.pairs:,} pairs ({report.acceptable:.0%} acceptable: sentence chrF >= {threshold:g}); "
         f"on these pairs AUROC for bad translations {report.auroc_confidence:.3f} (mean log-probability alone "
@@ -63,3 +74,26 @@ def run(
         soft_wrap=True,
     )
     console.print(f"wrote {output}; translate with: nmt translate -m {output} --confidence", soft_wrap=True)
+
+
+def _direction(model: Path, source: str | None, to: str | None):  # type: ignore[no-untyped-def]
+    """The route and the name ("en-de") of the direction a multilingual model is calibrated for; (no route,
+    None) for a model of one direction."""
+    from ..decode.loading import load_model
+    from ..decode.targets import language, route
+    from .translate_engine import languages_of
+
+    loaded = load_model(model)
+    data = loaded.recipe.data
+    way = route(data, loaded.src_vocab, to, str(model), source)
+    if not data.pairs:
+        return way, None
+    src, tgt = languages_of(data, source, to)
+    if not src:
+        raise NmtError(f"{model} reads several languages: give --from, one of the sources of {', '.join(data.pairs)}")
+    named = [
+        f"{a}-{b}" for a, b in loaded.recipe.directions if language(a) == language(src) and language(b) == language(tgt)
+    ]
+    if not named:
+        raise NmtError(f"{src}-{tgt}: {model} was not trained on it; calibrate one of {', '.join(data.pairs)}")
+    return way, named[0]

@@ -61,6 +61,7 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
     if pivot is not None:
         return _through_pivot(o, loaded, config, device, aligned, pivot)
     way = route(loaded.recipe.data, loaded.src_vocab, o.to, str(models[0]), o.source)
+    loaded = loaded.for_direction(languages_of(loaded.recipe.data, o.source, o.to)[0] or None, o.to)
     translator = Translator(
         loaded,
         config,

@@ -24,6 +24,7 @@ from ..utils.run_folder import MODEL_FILE
 from .attention_maps import cross_attention
 from .forced import forced_scores
 from .loading import LoadedModel, load_model
+from .targets import Route
 from .translator import Translator
 
 
@@ -43,8 +44,10 @@ def calibrate(
     references: list[str],
     threshold: float = 50.0,
     device: str | torch.device = "cpu",
+    way: Route = Route(),
 ) -> CalibrationReport:
-    """Fit a calibration for the model at ``model_path`` on ``sources`` and their ``references``."""
+    """Fit a calibration for the model at ``model_path`` on ``sources`` and their ``references`` (of one
+    direction of a multilingual model: ``way``, decode/targets.py)."""
     if len(sources) != len(references):
         raise NmtError(
             f"{len(sources):,} source lines but {len(references):,} references; give one reference per source line"
@@ -52,11 +55,16 @@ def calibrate(
     kept = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
     if len(kept) < MIN_PAIRS:
         raise NmtError(f"calibration needs at least {MIN_PAIRS} non-empty pairs; got {len(kept)}")
-    return calibrate_loaded(load_model(model_path, device), kept, threshold, torch.device(device))
+    return calibrate_loaded(load_model(model_path, device), kept, threshold, torch.device(device), way=way)
 
 
 def calibrate_loaded(
-    loaded: LoadedModel, kept: list[tuple[str, str]], threshold: float, device: torch.device, probe: int = 0
+    loaded: LoadedModel,
+    kept: list[tuple[str, str]],
+    threshold: float,
+    device: torch.device,
+    probe: int = 0,
+    way: Route = Route(),
 ) -> CalibrationReport:
     """Fit a calibration for ``loaded`` on (source, reference) pairs, non-empty and at least MIN_PAIRS.
 
@@ -65,7 +73,11 @@ def calibrate_loaded(
     that it is all bad would take minutes."""
     import sacrebleu
 
-    translator = Translator(loaded, loaded.recipe.decode, device, assess=True)
+    if way.target_tag is not None:  # its features would read the tag as a word of the output
+        raise NmtError("a model whose decoder reads the target tag (data.language_tag: target) is not calibrated yet")
+    translator = Translator(
+        loaded, loaded.recipe.decode, device, assess=True, source_prefix=way.source_prefix, target_tag=way.target_tag
+    )
     hyps: list[Any] = []
     acceptable: list[bool] = []
     for part in (kept[:probe], kept[probe:]) if probe else (kept,):
@@ -98,7 +110,7 @@ def calibrate_loaded(
 
 def _paired(loaded: LoadedModel, translator: Translator, sources: list[str], outputs: list[str]) -> list[Features]:
     """The features of each source paired with the given output (made-up failures to learn a flag from)."""
-    source_ids = loaded.src_vocab.encode(sources, out_type=int)
+    source_ids = [translator.source_prefix + ids for ids in loaded.src_vocab.encode(sources, out_type=int)]
     output_ids = loaded.tgt_vocab.encode(outputs, out_type=int)
     limit = loaded.recipe.model.max_positions - 1
     pairs = [(s[:limit], o[:limit]) for s, o in zip(source_ids, output_ids)]
@@ -120,23 +132,27 @@ def _omitted(loaded: LoadedModel, translator: Translator, sources: list[str]) ->
     return _paired(loaded, translator, long_enough, translated)
 
 
-def write_calibrated(model_path: Path, calibration: Calibration, output: Path) -> None:
-    """A copy of the model file with ``calibration`` stored in it, written atomically to ``output``."""
+def write_calibrated(model_path: Path, calibration: Calibration, output: Path, direction: str | None = None) -> None:
+    """A copy of the model file with ``calibration`` stored in it (as ``direction``'s, "en-de", for a
+    multilingual model: the other directions' are kept), written atomically to ``output``."""
     source = model_path / MODEL_FILE if model_path.is_dir() else model_path
     if output.resolve() == source.resolve():
         raise NmtError(f"{output}: is the model file being calibrated; write the calibrated model to another file")
-    _store(source, calibration, output)
+    _store(source, {direction: calibration} if direction else calibration, output)
 
 
-def store_in_place(model_file: Path, calibration: Calibration) -> None:
-    """Store ``calibration`` in a model file training has just written (atomically: the old file stays
-    whole until the new one is complete)."""
+def store_in_place(model_file: Path, calibration: Calibration | dict[str, Calibration]) -> None:
+    """Store ``calibration`` (a multilingual model's: one per direction) in a model file training has just
+    written (atomically: the old file stays whole until the new one is complete)."""
     _store(model_file, calibration, model_file)
 
 
-def _store(source: Path, calibration: Calibration, output: Path) -> None:
+def _store(source: Path, calibration: Calibration | dict[str, Calibration], output: Path) -> None:
     payload = torchfile.load(source)
     kind = payload.pop("kind", "weights")
     payload = {k: v for k, v in payload.items() if k not in ("format_version", "nmt_version")}
-    payload["calibration"] = calibration.to_dict()
+    if isinstance(calibration, dict):
+        payload["calibrations"] = {**payload.get("calibrations", {}), **{k: v.to_dict() for k, v in calibration.items()}}
+    else:
+        payload["calibration"] = calibration.to_dict()
     torchfile.save(output, payload, kind)

@@ -7,7 +7,7 @@ trainer's validation), so nothing else reads model files."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,21 @@ class LoadedModel:
     tgt_vocab: spm.SentencePieceProcessor
     path: Path
     calibration: Calibration | None = None  # the confidence map fitted for this model (nmt calibrate), if any
+    # a multilingual model's maps, one per direction ("en-de"): translations of each read alike only per direction
+    calibrations: dict[str, Calibration] = field(default_factory=dict)
+
+    def for_direction(self, source: str | None, target: str | None) -> LoadedModel:
+        """This model with the calibration of one direction of a multilingual model (the only direction into
+        ``target`` where ``source`` is not known); itself for a model calibrated as one."""
+        if not self.calibrations:
+            return self
+        from .targets import language
+
+        def named(key: str, side: int, code: str | None) -> bool:
+            return code is None or language(key.split("-")[side]) == language(code)
+
+        found = [key for key in self.calibrations if named(key, 1, target) and named(key, 0, source)]
+        return replace(self, calibration=self.calibrations[found[0]] if len(found) == 1 else None)
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
@@ -114,7 +129,13 @@ def model_from_payload(
     suppress_tags(model, recipe, src_vocab)
     stored = payload.get("calibration")
     calibration = Calibration.from_dict(stored, str(origin)) if isinstance(stored, dict) else None
-    return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin, calibration)
+    per_direction = payload.get("calibrations")
+    calibrations = (
+        {str(k): Calibration.from_dict(v, f"{origin} ({k})") for k, v in per_direction.items() if isinstance(v, dict)}
+        if isinstance(per_direction, dict)
+        else {}
+    )
+    return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin, calibration, calibrations)
 
 
 def prepare_for_inference(model: Transformer, dtype: torch.dtype) -> None:

@@ -55,7 +55,8 @@ def load_served_models(
                 tokens = batch_tokens or loaded.recipe.decode.batch_tokens
                 loop = DecodingLoop(loaded.model, name, metrics, tokens, max_queue, batching)
             parameters = count_parameters(loaded.model)
-            served.append(ServedModel(name, source, target, loaded, loop, parameters, prefix))
+            calibrated = loaded.for_direction(source, target)  # a multilingual model's map for this direction
+            served.append(ServedModel(name, source, target, calibrated, loop, parameters, prefix))
     return served + pivots(served)
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 
 from ..config import Recipe
-from ..data.prepare import text_paths
+from ..data.prepare import split_text, text_paths
 from ..decode.fit_confidence import calibrate_loaded, store_in_place
 from ..decode.loading import load_model
+from ..decode.targets import route
 from ..errors import NmtError
 from ..quality.confidence_map import MIN_PAIRS
 from ..utils.allocator import release_freed_memory
@@ -25,8 +26,8 @@ from ..utils.files import split_lines
 
 def calibrate_model_file(model_file: Path, recipe: Recipe, device: torch.device, log: Callable[[str], None]) -> None:
     """Fit the calibration of ``model_file`` on the run's validation pairs and store it there."""
-    if recipe.multilingual:  # one map per direction is still to come: the scores would mix four kinds of output
-        log(f"{model_file} is multilingual: --confidence reads its uncalibrated scores (no calibration per direction yet)")
+    if recipe.multilingual:
+        _calibrate_directions(model_file, recipe, device, log)
         return
     sources_path, references_path = text_paths(recipe.data_dir, "valid", recipe)
     later = f"nmt calibrate -m {model_file} --src IN-DOMAIN.{recipe.data.src_lang} --ref IN-DOMAIN.{recipe.data.tgt_lang}"
@@ -56,3 +57,34 @@ def calibrate_model_file(model_file: Path, recipe: Recipe, device: torch.device,
         f"translations {report.auroc_confidence:.3f}, mean log-probability alone {report.auroc_seq_logprob:.3f}; "
         f"calibration error {report.calibration_error:.3f}); stored in {model_file}"
     )
+
+
+def _calibrate_directions(model_file: Path, recipe: Recipe, device: torch.device, log: Callable[[str], None]) -> None:
+    """A multilingual model: one calibration per direction, each on its own validation pairs (the translations
+    of one direction and another are not alike enough to share a map)."""
+    loaded = load_model(model_file, device)
+    fitted = {}
+    for src, tgt in recipe.directions:
+        name = f"{src}-{tgt}"
+        sources_path, references_path = split_text(recipe.data_dir, f"valid.{name}", src, tgt)
+        if not (sources_path.is_file() and references_path.is_file()):
+            log(f"no validation set: {model_file} has no calibration for {name}")
+            continue
+        sources = split_lines(sources_path.read_text(encoding="utf-8"))
+        references = split_lines(references_path.read_text(encoding="utf-8"))
+        kept = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
+        if len(kept) < MIN_PAIRS:
+            log(f"{name}: {len(kept)} validation pairs, fewer than the {MIN_PAIRS} a calibration needs")
+            continue
+        way = route(recipe.data, loaded.src_vocab, tgt, str(model_file), src)
+        release_freed_memory()
+        try:
+            report = calibrate_loaded(loaded, kept, recipe.train.calibrate_chrf, device, probe=MIN_PAIRS, way=way)
+        except NmtError as err:
+            log(f"{model_file} has no calibration for {name}: {err}")
+            continue
+        fitted[name] = report.calibration
+        log(f"{name}: confidence calibrated on {report.pairs:,} validation pairs ({report.acceptable:.0%} acceptable; "
+            f"AUROC for bad translations {report.auroc_confidence:.3f})")  # fmt: skip
+    if fitted:
+        store_in_place(model_file, fitted)

@@ -367,3 +367,34 @@ def test_a_document_is_translated_into_the_language_to_names(multilingual, tmp_p
         done = nmt_in_process("translate", "-m", multilingual[1], "-i", catalogue, "-o", out, *args)
         assert done.returncode == 0, done.stderr
         assert f'"Language: {language}\\n"' in out.read_text(encoding="utf-8")
+
+
+def test_each_direction_reads_its_own_calibration(multilingual, tmp_path):
+    """A multilingual model stores one confidence map per direction; translation and the server read the map of
+    the direction asked for, and a direction without one is said to be uncalibrated."""
+    import shutil
+
+    from nmt_cli.decode.fit_confidence import store_in_place, write_calibrated
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.quality.confidence_map import Calibration
+    from nmt_cli.quality.features import FEATURES
+
+    n = len(FEATURES)  # a map as fitting writes one (its numbers do not matter here: that it is stored and read)
+    calibration = Calibration(tuple(FEATURES), (0.0,) * n, (1.0,) * n, (0.5,) * n, 0.1, 50.0, 100)
+    model = tmp_path / "model.pt"
+    shutil.copy(multilingual[1] / "model.pt", model)
+    store_in_place(model, {"en-de": calibration})
+    write_calibrated(model, calibration, tmp_path / "more.pt", "fr-en")  # a second map kept beside the first
+    loaded = load_model(tmp_path / "more.pt")
+    assert sorted(loaded.calibrations) == ["en-de", "fr-en"] and loaded.calibration is None
+    assert loaded.for_direction("en", "de").calibration is not None
+    assert loaded.for_direction(None, "deu").calibration is not None  # the one direction into German
+    assert loaded.for_direction(None, "en").calibration is not None  # the one direction into English calibrated
+    assert loaded.for_direction("en", "fr").calibration is None
+    for to, calibrated in (("de", True), ("fr", False)):
+        done = nmt_in_process("translate", "-m", model, "--to", to, "--confidence", stdin="A dog.\n")
+        assert done.returncode == 0 and ("has no calibration" not in done.stderr) == calibrated, done.stderr
+    (tmp_path / "lines").write_text("A dog.\n", encoding="utf-8")
+    lines = tmp_path / "lines"
+    refused = nmt_in_process("calibrate", "-m", model, "--src", lines, "--ref", lines, "--to", "es")
+    assert refused.returncode == 1 and "--to es" in refused.stderr
