@@ -31,6 +31,20 @@ def run(
         download_all(resolved, log=lambda msg: console.print(msg))
     meta = prepare(resolved, force=force, log=lambda msg: console.print(msg))
     _print_summary(meta, resolved.data_dir)
+    if resolved.multilingual:
+        _print_directions(meta, resolved.data.temperature)
+
+
+def _print_directions(meta: dict[str, Any], temperature: float) -> None:
+    """A multilingual dataset: each direction's training pairs and its share of an epoch (temperature sampling)."""
+    from ..data.mixing import temperature_shares
+
+    sizes = {pair: meta["splits"][f"train.{pair}"]["sentences"] for pair in meta["pairs"]}
+    shares = temperature_shares(sizes, temperature, sum(sizes.values()))
+    table = Table("direction", "training pairs", f"pairs per epoch (T={temperature:g})", title="directions")
+    for pair, size in sizes.items():
+        table.add_row(pair, f"{size:,}", f"{shares[pair]:,}")
+    console.print(table)
 
 
 def _print_summary(meta: dict[str, Any], out: Path) -> None:

@@ -86,6 +86,12 @@ def test_prepare_writes_every_direction_with_one_joint_vocabulary_and_a_tag_per_
         assert vocab.PieceToId(tag) != vocab.unk_id()
         assert vocab.encode(f"{tag} A man.", out_type=str)[1] == tag  # one piece, never split
     assert meta["vocab"]["src_model"] == meta["vocab"]["tgt_model"] == "spm.model"
+    report = nmt_in_process("prepare", multilingual[0])  # up to date: every step skipped, the report printed
+    assert report.returncode == 0, report.stderr
+    rows = {
+        line.split()[1]: line.split() for line in report.stderr.splitlines() if line.split()[1:2] in ([p] for p in PAIRS)
+    }
+    assert sorted(rows) == sorted(PAIRS)  # each direction's training pairs and its share of an epoch
 
 
 def test_training_reads_each_pair_with_its_target_tag_and_validates_per_direction(multilingual):
