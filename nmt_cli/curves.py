@@ -57,10 +57,20 @@ def _add(run: RunCurves, record: dict) -> None:
         return
     if isinstance(record.get("elapsed"), (int, float)):
         run.hours_at[step] = record["elapsed"] / 3600
-    for key in ("loss", "lr", "valid_loss", "valid_ppl", "valid_bleu"):
+    directions = [k for k in record if k.startswith("valid_bleu.")]  # a multilingual model's, one per direction
+    for key in ("loss", "lr", "valid_loss", "valid_ppl", "valid_bleu", *directions):
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             run.series.setdefault(key, []).append((step, float(value)))
+
+
+def _with_directions(run: RunCurves, metrics: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """A panel's metrics, the BLEU panel's with each direction of a multilingual run beside the mean (dotted)."""
+    if not any(metric == "valid_bleu" for metric, _, _ in metrics):
+        return metrics
+    directions = sorted(key for key in run.series if key.startswith("valid_bleu."))
+    mean = [("valid_bleu", "mean" if directions else "", "-")]
+    return mean + [(key, key.split(".", 1)[1], ":") for key in directions]
 
 
 def _x(run: RunCurves, steps: list[int], axis: XAxis) -> list[float]:
@@ -97,7 +107,7 @@ def plot_runs(runs: list[RunCurves], output: Path, axis: XAxis = "updates") -> N
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for axis_box, (title, metrics, log_scale) in zip(axes.flat, PANELS):
         for index, run in enumerate(runs):
-            for metric, suffix, style in metrics:
+            for metric, suffix, style in _with_directions(run, list(metrics)):
                 points = run.series.get(metric, [])
                 if not points:
                     continue

@@ -404,3 +404,15 @@ def test_each_direction_reads_its_own_calibration(multilingual, tmp_path):
     lines = tmp_path / "lines"
     refused = nmt_in_process("calibrate", "-m", model, "--src", lines, "--ref", lines, "--to", "es")
     assert refused.returncode == 1 and "--to es" in refused.stderr
+
+
+def test_the_curves_draw_each_directions_bleu_beside_the_mean(multilingual, tmp_path):
+    from nmt_cli.curves import _with_directions, plot_runs, read_run
+
+    run = read_run(multilingual[1], "multi")
+    assert {f"valid_bleu.{pair}" for pair in PAIRS} <= set(run.series)
+    drawn = _with_directions(run, [("valid_bleu", "", "-")])
+    assert drawn[0] == ("valid_bleu", "mean", "-") and sorted(label for _, label, _ in drawn[1:]) == sorted(PAIRS)
+    pytest.importorskip("matplotlib")
+    plot_runs([run], tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 0
