@@ -144,6 +144,8 @@ class ContinuousBeamSearch:
         self.history = torch.zeros((0, 1), dtype=torch.long, device=device)  # (n * K, W) PAD after each row
         self.lengths = torch.zeros(0, dtype=torch.long, device=device)  # (n,) tokens chosen so far
         self.max_len = torch.zeros(0, dtype=torch.long, device=device)  # (n,)
+        self.first = torch.zeros(0, dtype=torch.long, device=device)  # (n,) the token each must emit first; -1: free
+        self.any_first = False  # whether a sentence joined with a first token to emit (see add)
         self.fin_scores = torch.zeros((0, k), device=device)  # (n, K) normalised, best first
         self.fin_tokens = torch.zeros((0, k, 1), dtype=torch.long, device=device)  # (n, K, W)
 
@@ -153,10 +155,16 @@ class ContinuousBeamSearch:
 
     @torch.inference_mode()
     def add(
-        self, sources: list[list[int]], keys: list[Any], constraints: list[tuple[Constraint, ...]] | None = None
+        self,
+        sources: list[list[int]],
+        keys: list[Any],
+        constraints: list[tuple[Constraint, ...]] | None = None,
+        first_tokens: list[int] | None = None,
     ) -> None:
         """Encode sentences (source ids, no EOS, within the model's length) and append them; ``constraints``, per
-        sentence, what its output must hold (glossary terms: decode/constrained.py)."""
+        sentence, what its output must hold (glossary terms: decode/constrained.py); ``first_tokens``, per
+        sentence, a token its output must start with and leaves out of its hypotheses (-1: none): a multilingual
+        model's target tag read by its decoder, as the offline search forces it (decode/translator.py)."""
         if not sources:
             return
         device, k, m = self.device, self.k, len(sources)
@@ -175,6 +183,9 @@ class ContinuousBeamSearch:
         )
         self.lengths = torch.cat([self.lengths, torch.zeros(m, dtype=torch.long, device=device)])
         self.max_len = torch.cat([self.max_len, max_len])
+        firsts = first_tokens if first_tokens is not None else [-1] * m
+        self.first = torch.cat([self.first, torch.tensor(firsts, dtype=torch.long, device=device)])
+        self.any_first = self.any_first or any(token >= 0 for token in firsts)
         self.fin_scores = torch.cat([self.fin_scores, torch.full((m, k), float("-inf"), device=device)])
         self.fin_tokens = torch.cat(
             [_pad_cols(self.fin_tokens, width), torch.full((m, k, width), PAD_ID, dtype=torch.long, device=device)]
@@ -193,15 +204,18 @@ class ContinuousBeamSearch:
         k, n, device = self.k, len(self.keys), self.device
         at_limit = (self.lengths >= self.max_len).repeat_interleave(k)
         logits = self.steps(self.tokens)
+        forced = None
+        if self.any_first:  # a sentence's first step: its first token, where it has one
+            forced = torch.where(self.lengths == 0, self.first, -1).repeat_interleave(k)
         if any(search is not None for search in self.searches):
             chosen = constrained_step(
                 logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
-                self.searches, self.config, self.nbest, at_limit,
+                self.searches, self.config, self.nbest, at_limit, forced=forced,
             )  # fmt: skip
         else:
             chosen = beam_step(
                 logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
-                self.config, self.nbest, at_limit,
+                self.config, self.nbest, at_limit, forced,
             )  # fmt: skip
         open_scores, parent, new_tokens, done = chosen.scores, chosen.parents, chosen.tokens, chosen.done
         if cancelled:
@@ -213,7 +227,7 @@ class ContinuousBeamSearch:
         history.scatter_(1, self.lengths[keep].repeat_interleave(k)[:, None], new_tokens[keep].reshape(-1, 1))
         self.steps.select(rows, sentences=keep if len(keep) < n else None)
         self.history, self.scores, self.tokens = history, open_scores[keep], new_tokens[keep].flatten()
-        self.lengths, self.max_len = self.lengths[keep] + 1, self.max_len[keep]
+        self.lengths, self.max_len, self.first = self.lengths[keep] + 1, self.max_len[keep], self.first[keep]
         self.fin_scores, self.fin_tokens = self.fin_scores[keep], self.fin_tokens[keep]
         self.keys = [self.keys[i] for i in keep.tolist()]
         self.searches = [self.searches[i] for i in keep.tolist()]
@@ -226,7 +240,12 @@ class ContinuousBeamSearch:
             return []
         picked = torch.tensor(done, device=self.device)
         nbest = best_finished(self.fin_scores[picked], self.fin_tokens[picked], self.nbest)
-        return [Finished(self.keys[i], hyps) for i, hyps in zip(done, nbest) if self.keys[i] not in cancelled]
+        skips = (self.first[picked] >= 0).long().tolist()  # the forced first token: not part of the translation
+        return [
+            Finished(self.keys[i], [Hypothesis(h.tokens[skip:], h.score) for h in hyps])
+            for i, hyps, skip in zip(done, nbest, skips)
+            if self.keys[i] not in cancelled
+        ]
 
 
 def _pad_cols(tensor: Tensor, width: int) -> Tensor:

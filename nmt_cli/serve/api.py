@@ -393,6 +393,7 @@ async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | Non
             on_done=lambda job: _resolve_from_thread(running, answered, job),
             assess=Assessor.of(loaded, parsed.config).assess if parsed.confidence else None,
             constraints=constraints,
+            first_token=parsed.model.target_tag,
         )
         try:
             parsed.model.loop.submit(job)
@@ -488,6 +489,7 @@ def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Gloss
                 on_done=_setter(finished),
                 assess=aligner.align if aligned else None,
                 constraints=constraints,
+                first_token=model.target_tag,
             )
             while todo:
                 try:

@@ -60,6 +60,8 @@ class Job:
     assessments: list[list[Any]] = field(default_factory=list)
     # "glossary": per sentence, the terms its translation must hold (decode/constrained.py); None: no glossary
     constraints: list[tuple[Constraint, ...]] | None = None
+    # a multilingual model whose decoder reads the target tag: the token every output starts with (left out)
+    first_token: int | None = None
     error: str | None = None
     ident: int = 0
     remaining: int = 0
@@ -194,6 +196,7 @@ class DecodingLoop:
                 [job.sentences[i] for job, i in sentences],
                 [(job.ident, i) for job, i in sentences],
                 [job.constraints[i] if job.constraints is not None else () for job, i in sentences],
+                [job.first_token if job.first_token is not None else -1 for job, _ in sentences],
             )
         except (RuntimeError, ValueError) as err:  # e.g. out of memory: these jobs fail, the loop goes on
             log.exception("encoding failed")

@@ -57,6 +57,7 @@ class ServedModel:
     loop: DecodingLoop
     parameters: int
     source_prefix: tuple[int, ...] = ()  # a multilingual model's target tag for this direction (decode/targets.py)
+    target_tag: int | None = None  # the same, for a model whose decoder reads it first
     # a direction no model serves: first translated by this model into its source language (the pivot), then by
     # this one (its loaded model, loop and prefix are the second step's)
     pivot: ServedModel | None = None

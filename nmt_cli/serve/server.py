@@ -15,7 +15,7 @@ import torch
 import uvicorn
 
 from ..decode.loading import LoadedModel, load_model
-from ..decode.targets import language, route, target_tags
+from ..decode.targets import Route, language, route, target_tags
 from ..errors import NmtError
 from ..model.transformer import count_parameters
 from .api import create_app
@@ -40,13 +40,8 @@ def load_served_models(
     served: list[ServedModel] = []
     for path in paths:
         loaded = load_model(path, device, dtype)
-        if loaded.recipe.data.pairs and loaded.recipe.data.language_tag == "target":
-            raise NmtError(
-                f"{path}: its decoder reads the target tag (data.language_tag: target), which the server's batches "
-                "do not give yet; serve a model trained with the tag on the source side"
-            )
         loop = None
-        for source, target, prefix in _directions(loaded):
+        for source, target, way in _directions(loaded):
             name = f"{source}-{target}"
             taken = sum(1 for m in served if m.source == source and m.target == target)
             if taken:
@@ -56,28 +51,29 @@ def load_served_models(
                 loop = DecodingLoop(loaded.model, name, metrics, tokens, max_queue, batching)
             parameters = count_parameters(loaded.model)
             calibrated = loaded.for_direction(source, target)  # a multilingual model's map for this direction
-            served.append(ServedModel(name, source, target, calibrated, loop, parameters, prefix))
+            served.append(ServedModel(name, source, target, calibrated, loop, parameters, way.source_prefix, way.target_tag))
     return served + pivots(served)
 
 
-def _directions(loaded: LoadedModel) -> list[tuple[str, str, tuple[int, ...]]]:
-    """(source, target, source prefix) for each direction a model serves: a multilingual recipe's directions
-    (``data.pairs``), else its source with each of its target tags' languages (a tag's own name where two
-    tags share a language, as Serbian's two scripts), else its one pair."""
+def _directions(loaded: LoadedModel) -> list[tuple[str, str, Route]]:
+    """(source, target, how a line is told its target) for each direction a model serves: a multilingual
+    recipe's directions (``data.pairs``), else its source with each of its target tags' languages (a tag's own
+    name where two tags share a language, as Serbian's two scripts), else its one pair."""
     data, vocab = loaded.recipe.data, loaded.src_vocab
     tags = target_tags(vocab)
     if data.pairs:
-        return [(src, tgt, route(data, vocab, tgt, "", src).source_prefix) for src, tgt in loaded.recipe.directions]
+        return [(src, tgt, route(data, vocab, tgt, "", src)) for src, tgt in loaded.recipe.directions]
     if not tags:
-        return [(data.src_lang, data.tgt_lang, ())]
+        return [(data.src_lang, data.tgt_lang, Route())]
     by_language: dict[str, list[str]] = {}
     for name in tags:
         by_language.setdefault(language(name), []).append(name)
-    return sorted(
-        (data.src_lang, lang if len(names) == 1 else name, (tags[name],))
+    found = [
+        (data.src_lang, lang if len(names) == 1 else name, tags[name])
         for lang, names in by_language.items()
         for name in names
-    )
+    ]
+    return [(src, tgt, Route((tag,))) for src, tgt, tag in sorted(found)]
 
 
 def pivots(served: list[ServedModel]) -> list[ServedModel]:

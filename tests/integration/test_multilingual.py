@@ -416,3 +416,33 @@ def test_the_curves_draw_each_directions_bleu_beside_the_mean(multilingual, tmp_
     pytest.importorskip("matplotlib")
     plot_runs([run], tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_the_server_gives_a_decoder_read_tag_as_translate_does(multilingual, tmp_path):
+    """data.language_tag: target: the server's continuous batches force the tag as each output's first token and
+    leave it out, as nmt translate does; the answers are the command line's (greedy: whatever the batch)."""
+    pytest.importorskip("fastapi", reason="nmt serve needs the serve extra")
+    from fastapi.testclient import TestClient
+
+    from nmt_cli.serve.api import create_app
+    from nmt_cli.serve.metrics import ServerMetrics
+    from nmt_cli.serve.requests import Limits
+    from nmt_cli.serve.server import load_served_models
+
+    payload = torch.load(multilingual[1] / "model.pt", weights_only=True)
+    payload["recipe"]["data"]["language_tag"] = "target"
+    model = tmp_path / "target.pt"
+    torch.save(payload, model)
+    metrics = ServerMetrics()
+    models = load_served_models([model], torch.device("cpu"), torch.float32, metrics, None, 64, True)
+    served = {m.name: m for m in models}
+    assert served["en-fr"].target_tag is not None and served["en-fr"].source_prefix == ()
+    sources = ["A man is riding a bike.", "Two dogs play.", "A woman sings on a stage in the evening."]
+    with TestClient(create_app(models, Limits(), metrics)) as client:
+        for target in ("fr", "de"):
+            body = {"text": sources, "source": "en", "target": target, "beam": 1}
+            answers = [t["text"] for t in client.post("/translate", json=body).json()["translations"]]
+            command = nmt_in_process(
+                "translate", "-m", model, "--to", target, "--beam", "1", stdin="\n".join(sources) + "\n"
+            )
+            assert answers == command.stdout.splitlines()
