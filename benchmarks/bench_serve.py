@@ -263,16 +263,18 @@ def main() -> None:
 
 
 def direction_levels(args: argparse.Namespace) -> None:
-    """One direction's requests against the same number cycling through every direction of a multilingual model,
-    on one server with continuous batching (one decoding loop for every direction), alternating, medians of
-    ``--rounds`` per client level."""
+    """Each direction's requests alone against the same requests cycling through every direction of a
+    multilingual model, on one server with continuous batching (one decoding loop for every direction),
+    alternating, medians of ``--rounds`` per client level; the ratio compares the mixed load with the rate its
+    requests would have at each direction's own rate (the directions' sentences differ in length: the first
+    direction alone is not the mixed load's yardstick)."""
     pairs = [tuple(pair.split("-")) for pair in args.directions.split(",")]
     text = {
         lang: gzip.decompress((SHARED / "multi30k" / f"test_2016_flickr.{lang}.gz").read_bytes()).decode().splitlines()
         for lang in {lang for pair in pairs for lang in pair}
     }
     count = args.sentences
-    one = [{"q": text[pairs[0][0]][i], "source": pairs[0][0], "target": pairs[0][1]} for i in range(count)]
+    alone = {f"{src}-{tgt}": [{"q": text[src][i], "source": src, "target": tgt} for i in range(count)] for src, tgt in pairs}
     mixed = [
         {"q": text[src][i], "source": src, "target": tgt} for i, (src, tgt) in zip(range(count), itertools.cycle(pairs))
     ]
@@ -280,15 +282,24 @@ def direction_levels(args: argparse.Namespace) -> None:
     load(server.port, [], 4, args.level_timeout, bodies=mixed[:16])  # warm-up
     rows = []
     for clients in (int(c) for c in args.clients.split(",")):
-        rates: dict[str, list[float]] = {"one": [], "mixed": []}
+        rates: dict[str, list[float]] = {name: [] for name in [*alone, "mixed"]}
         for _ in range(args.rounds):
-            for name, bodies in (("one", one), ("mixed", mixed)):
+            for name, bodies in [*alone.items(), ("mixed", mixed)]:
                 rates[name].append(load(server.port, [], clients, args.level_timeout, bodies=bodies)["req_per_s"])
-        single, several = statistics.median(rates["one"]), statistics.median(rates["mixed"])
-        rows.append({"clients": clients, "req/s one direction": single, "req/s mixed": several, "ratio": several / single})
+        medians = {name: statistics.median(values) for name, values in rates.items()}
+        # the mixed load's requests, each direction's quarter at that direction's own rate: what mixing should keep
+        expected = len(alone) / sum(1 / medians[name] for name in alone)
+        rows.append(
+            {
+                "clients": clients,
+                **{f"req/s {name} alone": medians[name] for name in alone},
+                "req/s mixed": medians["mixed"],
+                "mixed / alone": medians["mixed"] / expected,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     server.stop()
-    print_table("nmt serve: one direction against mixed directions", rows)
+    print_table("nmt serve: each direction alone against mixed directions", rows)
     record("serve_directions", rows, "python benchmarks/bench_serve.py " + " ".join(sys.argv[1:]))
 
 
