@@ -355,7 +355,7 @@ def test_a_multilingual_model_translates_into_the_language_to_names(multilingual
     serbian = CliRunner().invoke(app, ["translate", "-m", str(run), "--to", "sr"], input=text)
     assert serbian.exit_code == 0, serbian.output
     for args, words in (
-        ([], "translates into 3 languages: give --to, one of deu, fra, srp_Cyrl"),
+        ([], "translates into 3 languages: give --to (one of deu, fra, srp_Cyrl)"),
         (["--to", "es"], "--to es: " + str(run) + " does not translate into it; its targets: deu, fra, srp_Cyrl"),
     ):
         refused = CliRunner().invoke(app, ["translate", "-m", str(run), *args], input=text)
