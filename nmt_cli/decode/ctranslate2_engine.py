@@ -14,6 +14,7 @@ from types import ModuleType
 from ..config import DataConfig, DecodeConfig, load_recipe
 from ..data.batches import decoding_batches
 from ..errors import NmtError, reason
+from ..utils.text import as_one_line
 from .translation import EMPTY, Translation, TranslationStats
 from .translator import clean_source_line
 
@@ -112,7 +113,7 @@ class CTranslate2Engine:
                 skip = len(self.target_prefix)  # the tag the decoder was given: not part of the translation
                 self.output_tokens += len(output.hypotheses[0]) + 1 - skip
                 results[i] = [
-                    Translation(self.tgt.decode_pieces(hyp[skip:]), score)
+                    Translation(as_one_line(self.tgt.decode_pieces(hyp[skip:])), score)
                     for hyp, score in zip(output.hypotheses, output.scores)
                 ]
         return results

@@ -24,7 +24,7 @@ from ..model.recurrence import Kept, SentencePast, batch_pasts, sentence_pasts
 from ..model.transformer import Transformer
 from ..terms.glossary import Glossary
 from ..terms.matching import TermMatcher
-from ..utils.text import has_control_characters, replace_control_characters
+from ..utils.text import as_one_line, has_control_characters, replace_control_characters
 from .assess import Assessment, Assessor, teacher_forced
 from .attention_maps import alignment_layer as alignment_layer_of
 from .attention_maps import cross_attention, pharaoh, word_alignment
@@ -503,7 +503,7 @@ class Translator:
 
     def _detokenize(self, hyp: Hypothesis, alignment: str | None, assessment: Assessment | None) -> Translation:
         self.stats.output_tokens += len(hyp.tokens) + 1
-        return Translation(self.loaded.tgt_vocab.decode(hyp.tokens), hyp.score, alignment, assessment)
+        return Translation(as_one_line(self.loaded.tgt_vocab.decode(hyp.tokens)), hyp.score, alignment, assessment)
 
     def _nothing(self) -> Translation:
         return Translation("", float("-inf"), "" if self.align_model is not None else None)

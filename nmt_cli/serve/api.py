@@ -42,6 +42,7 @@ from ..formats.protect import Masked, mask_line
 from ..formats.segments import through_pivot
 from ..terms.glossary import Glossary
 from ..terms.matching import compiled
+from ..utils.text import as_one_line
 from ..version import __version__
 from .body import read_fields
 from .languages import LanguageDetector, language_name
@@ -506,7 +507,7 @@ def _sentences_through_loop(model: ServedModel, block: int = 64, glossary: Gloss
             texts: list[tuple[str, list[tuple[int, int]]]] = [("", [])] * len(encoded)
             for n, (i, hyps) in enumerate(zip(todo, job.results)):
                 links = parse_pharaoh(job.assessments[n][0]) if aligned and hyps else []
-                texts[i] = (loaded.tgt_vocab.decode(hyps[0].tokens) if hyps else "", links)
+                texts[i] = (as_one_line(loaded.tgt_vocab.decode(hyps[0].tokens)) if hyps else "", links)
             out += texts
         return out
 
@@ -628,7 +629,9 @@ def _alternatives(parsed: TranslationRequest, decoded: Decoded) -> list[list[dic
             picked = [hyps[min(rank, len(hyps) - 1)] if hyps else None for hyps in hyps_per_line]
             if rank and all(h is None or len(hyps) <= rank for h, hyps in zip(picked, hyps_per_line)):
                 break
-            text = "\n".join(line.restore(vocab.decode(h.tokens)) if h else "" for h, line in zip(picked, shown))
+            text = "\n".join(
+                line.restore(as_one_line(vocab.decode(h.tokens))) if h else "" for h, line in zip(picked, shown)
+            )
             scores = [h.score for h in picked if h]
             alternative = {"text": text, "score": sum(scores) / len(scores) if scores else 0.0}
             if decoded.assessments is not None:

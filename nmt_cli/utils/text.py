@@ -22,5 +22,15 @@ def replace_control_characters(text: str) -> str:
     return CONTROL_CHARACTERS.sub(" ", text)
 
 
+# What breaks a line or a TSV field: a translation is written as one line, whatever pieces a model produced
+# (byte-fallback pieces can spell "\n"; an untrained or confused model writes them)
+LINE_BREAKS = re.compile("[\t\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def as_one_line(text: str) -> str:
+    """``text`` with each line break, tab and control character replaced by a space."""
+    return replace_control_characters(LINE_BREAKS.sub(" ", text))
+
+
 def has_control_characters(text: str) -> bool:
     return CONTROL_CHARACTERS.search(text) is not None

@@ -446,3 +446,24 @@ def test_the_server_gives_a_decoder_read_tag_as_translate_does(multilingual, tmp
                 "translate", "-m", model, "--to", target, "--beam", "1", stdin="\n".join(sources) + "\n"
             )
             assert answers == command.stdout.splitlines()
+
+
+def test_a_translation_is_one_line_whatever_pieces_the_model_writes(multilingual):
+    """Byte-fallback pieces can spell a line break or a tab; a translation is written as one line all the same
+    (here: an untrained model's, which wrote "\\n" in the quickstart's test set and shifted every line after)."""
+    from nmt_cli.config import DecodeConfig
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.search import Hypothesis
+    from nmt_cli.decode.translator import Translator
+
+    loaded = load_model(multilingual[1] / "model.pt")
+    vocab = loaded.tgt_vocab
+    tokens = [
+        *vocab.encode("A", out_type=int),
+        vocab.PieceToId("<0x0A>"),
+        vocab.PieceToId("<0x09>"),
+        *vocab.encode("b", out_type=int),
+    ]
+    assert "\n" in vocab.decode(tokens)
+    text = Translator(loaded, DecodeConfig())._detokenize(Hypothesis(tokens, 0.0), None, None).text
+    assert text == "A   b"  # the line break and the tab a space each, then the word's own space

@@ -38,7 +38,14 @@ def test_an_epoch_draws_each_direction_its_share_the_same_for_the_same_seed_and_
 
 @pytest.mark.parametrize(
     ("source", "to", "expected"),
-    [("de", "fr", "en"), ("fr", "de", "en"), ("en", "fr", None), ("deu", "fra", "en"), ("de", "es", None), (None, "fr", None)],
+    [
+        ("de", "fr", "en"),
+        ("fr", "de", "en"),
+        ("en", "fr", None),
+        ("deu", "fra", "en"),
+        ("de", "es", None),
+        (None, "fr", None),
+    ],
 )
 def test_an_untrained_direction_goes_through_the_language_that_joins_it(source, to, expected):
     data = SimpleNamespace(pairs=("en-de", "de-en", "en-fr", "fr-en", "de-it", "it-fr"))
