@@ -471,3 +471,28 @@ def test_a_translation_is_one_line_whatever_pieces_the_model_writes(multilingual
     assert "\n" in vocab.decode(tokens)
     text = Translator(loaded, DecodeConfig())._detokenize(Hypothesis(tokens, 0.0), None, None).text
     assert text == "A   b"  # the line break and the tab a space each, then the word's own space
+
+
+def test_a_multilingual_run_resumes_exactly_across_its_epochs_draws(m30k_slice, tmp_path):
+    """Each epoch's draw of the directions is a function of the seed and the epoch: a run stopped and resumed ends
+    with the weights of a run that went straight through (here across two epochs of a small training split)."""
+    path = tmp_path / "small.yaml"
+    path.write_text(
+        multilingual_yaml(m30k_slice, tmp_path / "data", tmp_path / "unused").replace("train: [train]", "train: [val]")
+    )
+    prepare(load_recipe(path), log=lambda _m: None, progress=False)
+    runs = {}
+    for name, stops in (("straight", [8]), ("resumed", [3, 8])):
+        for steps in stops:
+            sets = [
+                f"train.dir={tmp_path / name}",
+                f"train.max_steps={steps}",
+                "train.save_every=1",
+                "train.valid_bleu=false",
+            ]
+            done = nmt_in_process("train", path, *[a for s in sets for a in ("--set", s)])
+            assert done.returncode == 0, done.stderr
+        runs[name] = torch.load(tmp_path / name / "checkpoints" / "step_00000008.pt", weights_only=True)
+    assert runs["straight"]["train_state"]["epoch"] >= 1  # the run crossed an epoch: a second draw was made
+    a, b = runs["straight"]["model"], runs["resumed"]["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
