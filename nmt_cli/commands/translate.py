@@ -268,10 +268,13 @@ def run(
         sampling=sampling or None, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
     )  # fmt: skip
     options = TranslateOptions(
-        models, input, output, nbest, device, threads, dtype, engine, prefix, docids, alignments, alignment_layer,
-        sampling, progress, chunk_lines, shard, restart, file_format, fuzzy, retranslate, fuzzy_below, keep_tags,
-        max_unpacked_mb, max_unpack_ratio, markup, confidence, output_format, glossaries, keep_terms, glossary_mode,
-        protect, to, source, zero_shot, decoding,
+        models=models, input=input, output=output, nbest=nbest, device=device, threads=threads, dtype=dtype,
+        engine=engine, prefix=prefix, docids=docids, alignments=alignments, alignment_layer=alignment_layer,
+        sampling=sampling, progress=progress, chunk_lines=chunk_lines, shard=shard, restart=restart,
+        file_format=file_format, fuzzy=fuzzy, retranslate=retranslate, fuzzy_below=fuzzy_below, keep_tags=keep_tags,
+        max_unpacked_mb=max_unpacked_mb, max_unpack_ratio=max_unpack_ratio, markup=markup, confidence=confidence,
+        output_format=output_format, glossaries=glossaries, keep_terms=keep_terms, glossary_mode=glossary_mode,
+        protect=protect, to=to, source=source, zero_shot=zero_shot, decoding=decoding,
     )  # fmt: skip
     translate_with(options, options.checked())
 

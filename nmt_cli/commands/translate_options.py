@@ -18,7 +18,7 @@ Engines = Literal["nmt", "ctranslate2"]
 Precisions = Literal["fp32", "bf16", "fp16", "int8"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # by name only: 30-odd options, many of one type, are easily swapped
 class TranslateOptions:
     """What the command line gave (None: not given); ``decoding`` holds the ``decode.*`` overrides."""
 
