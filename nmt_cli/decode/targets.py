@@ -108,7 +108,7 @@ def pivot_language(data: Any, source: str | None, to: str | None) -> str | None:
         return None
     named = {(language(a), language(b)): (a, b) for a, b in pairs}
     src, tgt = language(source), language(to)
-    if (src, tgt) in named:
+    if (src, tgt) in named or src == tgt:  # trained, or refused by route()
         return None
     middle = sorted({b for a, b in named if a == src and (b, tgt) in named})
     if not middle:
@@ -118,6 +118,8 @@ def pivot_language(data: Any, source: str | None, to: str | None) -> str | None:
 
 def _check_direction(pairs: list[tuple[str, str]], source: str | None, to: str | None, where: str) -> None:
     known = ", ".join(f"{a}-{b}" for a, b in pairs)
+    if source is not None and to is not None and language(source) == language(to):
+        raise NmtError(f"--from {source} --to {to}: the same language; give the language to translate into")
     if source is not None and language(source) not in {language(a) for a, _ in pairs}:
         raise NmtError(f"--from {source}: {where} does not translate from it; its directions: {known}")
     if to is not None and language(to) not in {language(b) for _, b in pairs}:

@@ -58,3 +58,12 @@ def test_word_alignments_join_through_the_pivot_words():
     # source words 0,1 -> pivot 1,0; pivot 0 -> target 0 and 2, pivot 1 -> target 1
     assert joined_links([(0, 1), (1, 0)], [(0, 0), (0, 2), (1, 1)]) == [(0, 1), (1, 0), (1, 2)]
     assert joined_links([(0, 5)], [(0, 0)]) == []
+
+
+def test_a_direction_into_its_own_language_is_refused():
+    from nmt_cli.decode.targets import route
+    from nmt_cli.errors import NmtError
+
+    data = SimpleNamespace(pairs=("en-de", "de-en"), src_lang="", tgt_lang="", language_tag="source")
+    with pytest.raises(NmtError, match="the same language"):
+        route(data, None, "deu", "model", "de")
