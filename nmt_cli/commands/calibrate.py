@@ -8,7 +8,7 @@ import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import ThreadsOption, console, device_option, resolve_device
+from .common import ThreadsOption, console, device_option, language_option, resolve_device
 
 
 def run(
@@ -27,16 +27,8 @@ def run(
     ),
     device: str = device_option("cpu"),
     threads: int = ThreadsOption,
-    to: str = typer.Option(
-        None,
-        "--to",
-        metavar="LANG",
-        help="A multilingual model: the direction's target language (its map is this one's).",
-        show_default=False,
-    ),
-    source: str = typer.Option(
-        None, "--from", metavar="LANG", help="A multilingual model: the direction's source language.", show_default=False
-    ),
+    to: str = language_option("--to", "A multilingual model: the direction's target language (its map is this one's)."),
+    source: str = language_option("--from", "A multilingual model: the direction's source language."),
 ) -> None:
     """Fit the confidence of `nmt translate --confidence` to your data; writes a new model file, never over the old."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)

@@ -68,6 +68,11 @@ def device_option(default: str = "auto", when: str = "") -> Any:
     return typer.Option(default, "--device", help=f"{when}{choices}")
 
 
+def language_option(flag: str, help: str) -> Any:
+    """``--to`` or ``--from``: a language code (ISO 639-1 or 639-3) naming a direction of a multilingual model."""
+    return typer.Option(None, flag, metavar="LANG", help=help, show_default=False)
+
+
 def resolve_device(name: str, local_rank: int | None = None) -> Any:
     """The ``--device`` to run on (a ``torch.device``); under torchrun, ``auto`` and ``cuda`` take the GPU of the
     local rank."""

@@ -12,7 +12,7 @@ import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import console, deprecated, device_option, resolve_device
+from .common import console, deprecated, device_option, language_option, resolve_device
 
 
 def run(
@@ -54,20 +54,8 @@ def run(
         "scored after the earlier pairs of its document (its context), as translation reads them.",
         show_default=False,
     ),
-    to: str = typer.Option(
-        None,
-        "--to",
-        metavar="LANG",
-        help="With --model, a model that translates into several: the hypotheses' language.",
-        show_default=False,
-    ),
-    source: str = typer.Option(
-        None,
-        "--from",
-        metavar="LANG",
-        help="With --model, a model that reads several: the sources' language.",
-        show_default=False,
-    ),
+    to: str = language_option("--to", "With --model, a model that translates into several: the hypotheses' language."),
+    source: str = language_option("--from", "With --model, a model that reads several: the sources' language."),
 ) -> None:
     """Score translations with sacreBLEU (same numbers and signatures as the sacrebleu command), or with
     --model the model's log-probability of each translation."""

@@ -16,7 +16,7 @@ from ..errors import NmtError
 from ..formats import file_format_help
 from ..quality.flag_names import FLAGS
 from ..utils.allocator import bound_kernel_caches
-from .common import ThreadsOption, console, decode_option, device_option, resolve_device
+from .common import ThreadsOption, console, decode_option, device_option, language_option, resolve_device
 from .lines_io import input_lines, output_sink, report_stats, with_progress
 from .translate_engine import open_engine
 from .translate_options import Engines, Plan, Precisions, TranslateOptions
@@ -232,21 +232,15 @@ def run(
         help="text (translations; with --confidence a tab, the confidence and the flags follow), jsonl (one "
         "object a line: translation, score, confidence, flags, alignment) or tsv.",
     ),
-    to: str = typer.Option(
-        None,
+    to: str = language_option(
         "--to",
-        metavar="LANG",
-        help="The target language of a model that translates into several (an OPUS-MT multilingual model's "
+        "The target language of a model that translates into several (an OPUS-MT multilingual model's "
         ">>fra<< tags): an ISO 639-1 or 639-3 code (fr, fra) or the tag's name. A model with one target needs none.",
-        show_default=False,
     ),
-    source: str = typer.Option(
-        None,
+    source: str = language_option(
         "--from",
-        metavar="LANG",
-        help="The source language, for a model that reads several: checked against the directions it knows; a "
+        "The source language, for a model that reads several: checked against the directions it knows; a "
         "direction it was never trained on goes through a pivot language (de-fr through en).",
-        show_default=False,
     ),
     zero_shot: bool = typer.Option(
         False,
