@@ -28,24 +28,23 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
-from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
+from ..data.vocab import EOS_ID, PAD_ID
 from ..model.transformer import Transformer
 from ..terms.matching import TermMatcher
 from .ensemble import Ensemble
 from .search import (
     ROW_BLOCK,
+    Beam,
     BeamStep,
     Hypothesis,
-    RowLogits,
     beam_step,
-    best_finished,
+    length_limits,
     length_penalty,
     mask_specials,
-    max_output_lengths,
-    prefix_tokens,
-    search_steps,
-    step_logits,
+    one_sentence_done,
+    run_search,
 )
+from .steppers import RowLogits
 from .top_k import top_k_rows
 
 SOFT_BONUS = 2.0  # log-probability added per constraint token in soft mode: e^2, about 7 times as likely
@@ -211,7 +210,36 @@ class _Sentence:
         return number
 
 
-@torch.inference_mode()
+class Constrained:
+    """The constrained search as a strategy of the search loop (``search.run_search``): :class:`.search.Beam` with
+    each step taken by :func:`constrained_step`, the finished lists those of the plain beam."""
+
+    first_rows = 1
+
+    def __init__(self, beam: Beam, constraints: list[tuple[Constraint, ...]], mode: GlossaryMode) -> None:
+        self.beam, self.mode = beam, mode
+        self.rows = beam.rows
+        self.searches = searches_for(constraints)  # by original sentence
+
+    def choose(
+        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
+        forced: Tensor | None,
+    ) -> BeamStep:  # fmt: skip
+        beam = self.beam
+        if at_limit is None:  # no row at its limit yet
+            at_limit = torch.zeros(beam.history.size(0), dtype=torch.bool, device=max_len.device)
+        return constrained_step(
+            logits, beam.scores, beam.history, t, max_len, beam.fin_scores, beam.fin_tokens, sentences,
+            [self.searches[i] for i in sentences.tolist()], beam.config, beam.nbest, at_limit, self.mode, forced,
+        )  # fmt: skip
+
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
+        self.beam.advance(chosen, keep, rows)
+
+    def results(self) -> list[list[Hypothesis]]:
+        return self.beam.results()
+
+
 def constrained_beam_search(
     model: Transformer | Ensemble,
     src: Tensor,
@@ -225,42 +253,10 @@ def constrained_beam_search(
     """Beam search whose outputs meet each sentence's ``constraints`` (one tuple per row of ``src``; empty:
     none) and start with its ``prefix`` where given ((n, P) target ids, PAD-padded; a term the prefix holds is
     met by it). Returns each sentence's ``nbest`` best finished hypotheses, as :func:`.search.beam_search` does."""
-    k = config.beam
-    device = src.device
-    n_sent = src.size(0)
-    memory, src_mask = encoded if encoded is not None else model.encode(src)
-    max_len = with_room(max_output_lengths(src, config, model.config.max_positions), constraints, model, prefix)
-    width = int(max_len.max()) + 1
-    steps = search_steps(model, memory, src_mask, config, True, k, width, None)  # type: ignore[arg-type]
-    sent = torch.arange(n_sent, device=device)
-    scores = torch.zeros((n_sent, 1), device=device)
-    history = torch.zeros((n_sent, 0), dtype=torch.long, device=device)
-    tokens = torch.full((n_sent,), BOS_ID, dtype=torch.long, device=device)
-    fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
-    fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
-    searches = searches_for(constraints)
-    for t in range(width):
-        n, rows_per_sent = scores.shape
-        open_max_len = max_len[sent]
-        at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent)
-        forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
-        logits = step_logits(steps, tokens)
-        chosen = constrained_step(
-            logits, scores, history, t, open_max_len, fin_scores, fin_tokens, sent, [searches[i] for i in sent.tolist()],
-            config, nbest, at_limit, mode, forced,
-        )  # fmt: skip
-        keep = (~chosen.done).nonzero().flatten()
-        if len(keep) == 0:
-            break
-        new_scores, parents, new_tokens = chosen.scores, chosen.parents, chosen.tokens
-        some_done = len(keep) < n
-        if some_done:
-            sent, new_scores, parents, new_tokens = sent[keep], new_scores[keep], parents[keep], new_tokens[keep]
-        rows = parents.flatten()
-        history = torch.cat([history.index_select(0, rows), new_tokens.reshape(-1, 1)], dim=1)
-        steps.select(rows, sentences=keep if some_done else None)
-        scores, tokens = new_scores, new_tokens.flatten()
-    return best_finished(fin_scores, fin_tokens, nbest)
+    max_positions = model.config.max_positions
+    max_len = length_limits(src, config, max_positions, prefix, constraint_room(constraints, src.device))
+    beam = Beam(src.size(0), int(max_len.max()) + 1, config, nbest, src.device)
+    return run_search(model, src, config, Constrained(beam, constraints, mode), max_len, True, prefix, encoded)
 
 
 def searches_for(constraints: list[tuple[Constraint, ...]], rows: int = 1) -> list[_Sentence | None]:
@@ -269,15 +265,10 @@ def searches_for(constraints: list[tuple[Constraint, ...]], rows: int = 1) -> li
     return [_Sentence.start(c, rows) if c else None for c in constraints]
 
 
-def with_room(
-    max_len: Tensor, constraints: list[tuple[Constraint, ...]], model: Transformer | Ensemble, prefix: Tensor | None = None
-) -> Tensor:
-    """Length limits that leave room for every constraint (their longest alternatives, one after another), after
-    the target ``prefix`` where one is given."""
-    room = torch.tensor([sum(max(len(a) for a in c.alternatives) for c in cs) for cs in constraints], device=max_len.device)
-    if prefix is not None:
-        room = room + (prefix != PAD_ID).sum(dim=1)
-    return torch.maximum(max_len, room).clamp(max=model.config.max_positions - 1)
+def constraint_room(constraints: list[tuple[Constraint, ...]], device: torch.device) -> Tensor:
+    """The tokens each sentence's constraints take (their longest alternatives, one after another): room its length
+    limit must leave."""
+    return torch.tensor([sum(max(len(a) for a in c.alternatives) for c in cs) for cs in constraints], device=device)
 
 
 def constrained_step(
@@ -322,6 +313,7 @@ def constrained_step(
             fin_scores, fin_tokens, fin_rows[at], config, nbest, at_limit[rows] if bool(at_limit[rows].any()) else None,
             forced[rows] if forced is not None else None,
         )  # fmt: skip
+        assert chosen.scores is not None and chosen.parents is not None  # a beam's step names both
         width_k = chosen.scores.size(1)
         new_scores[at, :width_k], new_tokens[at, :width_k] = chosen.scores, chosen.tokens
         parents[at, :width_k] = rows[chosen.parents.flatten()].view(len(plain), width_k)
@@ -519,17 +511,13 @@ Candidate = tuple[float, int, int, int]  # summed score, row, token, the number 
 
 
 def _done(search: _Sentence, best_open: float, best_is_eos: bool, nbest: int, limit: int, config: DecodeConfig) -> bool:
-    """The plain search's stopping rule (``DecodeConfig.stop``) over this sentence's finished list (``limit``:
-    its length limit, past which no open hypothesis can grow); and, whatever the rule, as soon as no open
+    """The plain search's stopping rule (:func:`.search.sentence_done`) over this sentence's finished list
+    (``limit``: its length limit, past which no open hypothesis can grow); and, whatever the rule, as soon as no open
     hypothesis can still beat the ``nbest``-th finished one. Hypotheses holding every constraint are few in the
     beam (the banks share it), so K of them finish late; waiting for K would keep rows alive whose outputs the
     bound shows cannot change the answer (docs/benchmarks.md, "Glossaries")."""
     bound = best_open / float(length_penalty(float(limit + 1), config))
     if len(search.finished) >= nbest and search.finished[nbest - 1][0] >= bound:
         return True
-    full = len(search.finished) >= config.beam
-    if config.stop == "beam":
-        return full
-    if config.stop == "top":
-        return full or (best_is_eos and len(search.finished) >= nbest)
-    return full and search.finished[-1][0] >= bound
+    scores = [score for score, _ in search.finished]
+    return one_sentence_done(config, scores, best_open, best_is_eos, nbest, limit, 0)

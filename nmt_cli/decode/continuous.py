@@ -32,13 +32,8 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..inference.caches import DecoderState, JoinableKeysValues
 from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
-from .constrained import Constraint, constrained_step, searches_for, with_room
-from .search import (
-    Hypothesis,
-    beam_step,
-    best_finished,
-    max_output_lengths,
-)
+from .constrained import Constraint, constrained_step, constraint_room, searches_for
+from .search import Hypothesis, beam_step, best_finished, length_limits
 
 
 class JoinableSteps:
@@ -172,7 +167,8 @@ class ContinuousBeamSearch:
         memory, src_mask = self.model.encode(src)
         self.steps.join(memory, src_mask)
         wanted: list[tuple[Constraint, ...]] = constraints if constraints is not None else [() for _ in sources]
-        max_len = with_room(max_output_lengths(src, self.config, self.model.config.max_positions), wanted, self.model)
+        room = constraint_room(wanted, device)
+        max_len = length_limits(src, self.config, self.model.config.max_positions, None, room)
         width = max(self.history.size(1), int(max_len.max()) + 1)  # room for the tokens and the EOS
         first = torch.full((m, k), float("-inf"), device=device)
         first[:, 0] = 0.0  # one live row: the others would repeat it
@@ -218,6 +214,7 @@ class ContinuousBeamSearch:
                 self.config, self.nbest, at_limit, forced,
             )  # fmt: skip
         open_scores, parent, new_tokens, done = chosen.scores, chosen.parents, chosen.tokens, chosen.done
+        assert open_scores is not None and parent is not None  # a beam's step names both
         if cancelled:
             done |= torch.tensor([key in cancelled for key in self.keys], device=device)
         finished = self._results(done.nonzero().flatten().tolist(), cancelled or set())

@@ -16,23 +16,55 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
-from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
+from ..data.vocab import EOS_ID, PAD_ID
 from ..model.recurrence import Past
 from ..model.transformer import Transformer
-from .search import (
-    Hypothesis,
-    length_penalty,
-    mask_specials,
-    max_output_lengths,
-    prefix_tokens,
-    search_steps,
-    with_room_for,
-)
+from .search import BeamStep, Hypothesis, length_limits, length_penalty, mask_specials, run_search
+from .steppers import RowLogits
 
 OVERSAMPLE = 2  # rows per requested sample: duplicates are dropped, so draw more than asked
 
 
-@torch.inference_mode()
+class Sampling:
+    """Sampling as a strategy of the search loop (``search.run_search``): R rows per sentence from the first step,
+    each drawing its own tokens; a row that ended feeds EOS (unscored) until its sentence's rows all have."""
+
+    def __init__(
+        self, n_sent: int, width: int, rows: int, config: DecodeConfig, generator: torch.Generator | None,
+        device: torch.device,
+    ) -> None:  # fmt: skip
+        self.first_rows = self.rows = rows
+        self.config, self.generator = config, generator
+        self.outputs = torch.full((n_sent * rows, width), PAD_ID, dtype=torch.long, device=device)  # by original row
+        self.lengths = torch.full((n_sent * rows,), -1, dtype=torch.long, device=device)  # tokens before EOS; -1: open
+        self.scores = torch.zeros(n_sent * rows, device=device)
+
+    def choose(
+        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
+        forced: Tensor | None,
+    ) -> BeamStep:  # fmt: skip
+        r = self.rows
+        alive = (sentences[:, None] * r + torch.arange(r, device=sentences.device)).flatten()  # original row of each
+        whole = logits[0 : logits.size(0)] if isinstance(logits, RowLogits) else logits  # one product for all rows
+        log_probs = mask_specials(whole.log_softmax(dim=-1), at_limit, forced)  # (n_alive, V)
+        drawn = torch.multinomial(_reshaped(log_probs, self.config).exp(), 1, generator=self.generator).squeeze(1)
+        still_open = self.lengths[alive] < 0
+        tokens = torch.where(still_open, drawn, EOS_ID)  # ended rows keep feeding EOS, and are not scored
+        self.outputs[alive, t] = torch.where(still_open, tokens, self.outputs[alive, t])
+        self.scores[alive] += torch.where(still_open, log_probs.gather(1, tokens[:, None]).squeeze(1), 0.0)
+        ended = still_open & (tokens == EOS_ID)
+        self.lengths[alive[ended]] = t
+        done = (self.lengths[alive] >= 0).view(-1, r).all(dim=1)  # every row of the sentence ended
+        return BeamStep(None, None, tokens.view(-1, r), done)
+
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
+        pass  # every row goes on with its own token; the outputs are kept by original row
+
+    def results(self) -> list[list[Hypothesis]]:
+        normalised = self.scores / length_penalty(self.lengths.double() + 1, self.config).float()
+        return _distinct_best(self.outputs.tolist(), self.lengths.tolist(), normalised.tolist(), self.rows)
+
+
 def sample(
     model: Transformer,
     src: Tensor,
@@ -44,47 +76,11 @@ def sample(
     past: list[Past] | None = None,
 ) -> list[list[Hypothesis]]:
     """Up to ``nbest`` distinct samples per sentence of ``src``, best score first (``encoded`` and ``past``
-    as :func:`.search.search` takes them)."""
-    device = src.device
-    rows_per_sentence = nbest * OVERSAMPLE if nbest > 1 else 1
-    memory, src_mask = encoded if encoded is not None else model.encode(src)
-    max_len = with_room_for(
-        prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions
-    )  # (n_sent,)
-    width = int(max_len.max()) + 1
-    steps = search_steps(model, memory, src_mask, config, True, rows_per_sentence, width, past)
-    n_sent = src.size(0)
-    rows = n_sent * rows_per_sentence
-    steps.select(torch.arange(n_sent, device=device).repeat_interleave(rows_per_sentence), None)
-    row_limit = max_len.repeat_interleave(rows_per_sentence)  # (rows,)
-    outputs = torch.full((rows, width), PAD_ID, dtype=torch.long, device=device)
-    lengths = torch.full((rows,), -1, dtype=torch.long, device=device)  # tokens before EOS; -1: open
-    scores = torch.zeros(rows, device=device)
-    open_sentences = torch.arange(n_sent, device=device)
-    tokens = torch.full((rows,), BOS_ID, dtype=torch.long, device=device)
-    for t in range(width):
-        alive = (
-            open_sentences[:, None] * rows_per_sentence + torch.arange(rows_per_sentence, device=device)
-        ).flatten()  # original row of each open row
-        forced = prefix_tokens(prefix, t, open_sentences, rows_per_sentence)
-        log_probs = mask_specials(steps(tokens).log_softmax(dim=-1), t >= row_limit[alive], forced)  # (n_alive, V)
-        drawn = torch.multinomial(_reshaped(log_probs, config).exp(), 1, generator=generator).squeeze(1)
-        still_open = lengths[alive] < 0
-        tokens = torch.where(still_open, drawn, EOS_ID)  # ended rows keep feeding EOS, and are not scored
-        outputs[alive, t] = torch.where(still_open, tokens, outputs[alive, t])
-        scores[alive] += torch.where(still_open, log_probs.gather(1, tokens[:, None]).squeeze(1), 0.0)
-        ended = still_open & (tokens == EOS_ID)
-        lengths[alive[ended]] = t
-        if bool((lengths[alive] >= 0).all()):
-            break
-        sentence_open = (lengths[alive] < 0).view(-1, rows_per_sentence).any(dim=1)  # (n_open_sentences,)
-        if not bool(sentence_open.all()):
-            keep = sentence_open.nonzero().flatten()
-            kept_rows = (keep[:, None] * rows_per_sentence + torch.arange(rows_per_sentence, device=device)).flatten()
-            steps.select(kept_rows, sentences=keep)
-            open_sentences, tokens = open_sentences[keep], tokens[kept_rows]
-    normalised = scores / length_penalty(lengths.double() + 1, config).float()
-    return _distinct_best(outputs.tolist(), lengths.tolist(), normalised.tolist(), rows_per_sentence, nbest)
+    as :func:`.search.run_search` takes them)."""
+    rows = nbest * OVERSAMPLE if nbest > 1 else 1
+    max_len = length_limits(src, config, model.config.max_positions, prefix)
+    sampling = Sampling(src.size(0), int(max_len.max()) + 1, rows, config, generator, src.device)
+    return [hyps[:nbest] for hyps in run_search(model, src, config, sampling, max_len, True, prefix, encoded, past)]
 
 
 def _reshaped(log_probs: Tensor, config: DecodeConfig) -> Tensor:
@@ -104,8 +100,9 @@ def _reshaped(log_probs: Tensor, config: DecodeConfig) -> Tensor:
 
 
 def _distinct_best(
-    outputs: list[list[int]], lengths: list[int], scores: list[float], per_sentence: int, nbest: int
+    outputs: list[list[int]], lengths: list[int], scores: list[float], per_sentence: int
 ) -> list[list[Hypothesis]]:
+    """Each sentence's distinct finished samples, best first."""
     results = []
     for start in range(0, len(outputs), per_sentence):
         seen, hyps = set(), []
@@ -115,7 +112,7 @@ def _distinct_best(
             if lengths[row] >= 0 and tokens not in seen:
                 seen.add(tokens)
                 hyps.append(Hypothesis(list(tokens), scores[row]))
-        results.append(hyps[:nbest])
+        results.append(hyps)
     return results
 
 

@@ -1,32 +1,33 @@
-"""Greedy and beam search over a batch of source sentences, read top to bottom.
+"""The search: one loop over a batch of source sentences, read top to bottom, and the strategies it runs.
 
-Both searches work on whole tensors: every step scores all open hypotheses of all
-sentences at once, and sentences that are done leave the batch. The decoder runs
-incrementally (:class:`CachedSteps`: a key/value cache for self-attention, encoder
-keys/values computed once); :class:`UncachedSteps` recomputes the whole prefix every step
-and exists as the reference the cache is tested against; :func:`reference_beam_search`, at the end,
-is the whole search written plainly for one sentence, the reference the batched search is tested
-against (as ``attention_reference`` sits next to ``attention``).
+Every step the loop (:func:`run_search`) asks the decoder for the next token's logits of every open row
+(``steppers.py``), masks what no row may emit (PAD, BOS; only EOS at a sentence's length limit; only the prefix's
+token where a target prefix is forced), and hands them to the *strategy*, which chooses each row's token and the
+rows that go on, keeps the finished outputs and says which sentences are done; done sentences leave the batch. The
+strategies: :class:`Greedy` (the best token), :class:`Beam` (beam search, :func:`beam_step`), sampling
+(``sampling.py``) and lexically constrained beam search (``constrained.py``). The server's continuous batching
+(``continuous.py``) runs the same steps over a batch that sentences join while it runs. :func:`reference_beam_search`,
+at the end, is beam search written plainly for one sentence, the reference the batched one is tested against (as
+``attention_reference`` sits next to ``attention``).
 
-Scores are sums of log-probabilities; finished hypotheses are ranked by
-``score / length_penalty(|Y|)`` where |Y| counts the EOS.
+Scores are sums of log-probabilities; finished hypotheses are ranked by ``score / length_penalty(|Y|)`` where |Y|
+counts the EOS. When a sentence stops is ``decode.stop`` (:func:`sentence_done`); it always stops at its limit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import overload
+from typing import Protocol, overload
 
 import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
-from ..inference.step import IncrementalDecoder
 from ..model.recurrence import Past
 from ..model.transformer import Transformer
-from .ensemble import Ensemble, EnsembleSteps
-from .static_steps import StaticSteps, supports_static_steps
+from .ensemble import Ensemble
+from .steppers import RowLogits, search_steps, step_logits
 from .top_k import top_k_rows
 
 
@@ -38,128 +39,93 @@ class Hypothesis:
     score: float
 
 
-# --------------------------------------------------------------------------- decoder steppers
-
-
-class CachedSteps:
-    """Incremental decoding: one new token per row per call, past keys/values cached."""
-
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None) -> None:
-        self.model = model
-        self.decoder = IncrementalDecoder(model)
-        self.state = self.decoder.start(memory, src_mask, past=past)  # beams share their sentence's row
-
-    def __call__(self, tokens: Tensor) -> Tensor:
-        return self.decoder.logits(tokens, self.state).float()  # (N, V) logits
-
-    def row_logits(self, tokens: Tensor) -> RowLogits:
-        """This step's logits, to be made a block of rows at a time (see :class:`RowLogits`)."""
-        return RowLogits(self.model, self.decoder.hidden(tokens, self.state))
-
-    def select(self, rows: Tensor, sentences: Tensor | None) -> None:
-        self.state.select(rows, sentences)
-
-
 @dataclass(frozen=True)
-class RowLogits:
-    """A decoder step's logits (N, V), made a block of rows at a time as the search ranks them.
+class BeamStep:
+    """What one step chose for n open sentences of R rows each: each (n, R) but ``done`` (n,)."""
 
-    At the hundreds of rows of default-batched beam search the whole matrix (77 MB at 600 x 32,000)
-    leaves the processor's cache between the output projection and the log-softmax; a block of 128
-    rows stays in it. Base model, beam 4, 300 Multi30k lines at default batching (AMD EPYC Zen 3, 2
-    threads, median of 5, alternating, same outputs): 10.75 s with the whole matrix, 9.31 s by blocks
-    of 128; level at batch 16 (64 rows: one block) and on the small model (8,000 pieces).
-    """
-
-    model: Transformer
-    hidden: Tensor  # (N, D), the decoder's last hidden states
-
-    def size(self, dim: int) -> int:
-        return self.hidden.size(0) if dim == 0 else self.model.output.out_features
-
-    @property
-    def device(self) -> torch.device:
-        return self.hidden.device
-
-    def __getitem__(self, rows: slice) -> Tensor:
-        n = len(self.hidden)
-        hidden = self.hidden if rows.indices(n) == (0, n, 1) else self.hidden[rows]  # all rows: no slicing call
-        logits = self.model.logits(hidden)
-        return logits if logits.dtype == torch.float32 else logits.float()
+    scores: Tensor | None  # the rows' summed log-probabilities, best first (None: the strategy keeps its own)
+    parents: Tensor | None  # the row each extends, an index into the step's rows (None: each row goes on itself)
+    tokens: Tensor  # the token each adds
+    done: Tensor  # sentences that stop searching after this step
 
 
-def step_logits(steps: CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps, tokens: Tensor) -> Tensor | RowLogits:
-    """A step's logits for the search: on the CPU made a block at a time (:class:`RowLogits`), else whole."""
-    if isinstance(steps, CachedSteps) and tokens.device.type == "cpu":
-        return steps.row_logits(tokens)
-    return steps(tokens)
+class Strategy(Protocol):
+    """What the loop asks of a search strategy (see the module docstring)."""
+
+    first_rows: int  # rows per sentence at the first step (a beam fans out from one BOS row)
+    rows: int  # rows per sentence after it
+
+    def choose(
+        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
+        forced: Tensor | None,
+    ) -> BeamStep:  # fmt: skip
+        """Step ``t``'s choice for the open ``sentences`` (original indices; ``max_len`` their limits) from their
+        rows' ``logits``; ``at_limit`` and ``forced`` per row as :func:`mask_specials` takes them."""
+        ...
+
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
+        """Follow the choice: ``keep`` the sentences that go on (None: all), ``rows`` the rows they go on with."""
+        ...
+
+    def results(self) -> list[list[Hypothesis]]:
+        """Each sentence's hypotheses, best first."""
+        ...
 
 
-class UncachedSteps:
-    """Reference decoding: re-runs the decoder over the whole prefix at every step.
-
-    Keeps one copy of the encoder output per hypothesis (the plain way: ``select`` copies a
-    sentence's rows for each of its hypotheses), so it also checks the cached path's sharing
-    of encoder keys between a sentence's hypotheses.
-    """
-
-    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor) -> None:
-        self.model = model
-        self.memory, self.src_mask = memory, src_mask
-        self.prefix = memory.new_zeros((memory.size(0), 0), dtype=torch.long)
-
-    def __call__(self, tokens: Tensor) -> Tensor:
-        self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t + 1)
-        hidden = self.model.decode(self.prefix, self.memory, self.src_mask)[:, -1]  # (N, D)
-        return self.model.logits(hidden).float()
-
-    def select(self, rows: Tensor, sentences: Tensor | None) -> None:
-        self.prefix = self.prefix.index_select(0, rows)
-        self.memory = self.memory.index_select(0, rows)
-        self.src_mask = self.src_mask.index_select(0, rows)
+# --------------------------------------------------------------------------- the loop
 
 
-def decoder_steps(
+@torch.inference_mode()
+def run_search(
     model: Transformer | Ensemble,
-    memory: Tensor | list[Tensor],
-    src_mask: Tensor,
+    src: Tensor,
     config: DecodeConfig,
-    cached: bool,
-    rows_per_sentence: int,
-    max_steps: int,
-) -> CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps:
-    """The stepper a search runs: on a GPU a recorded CUDA graph (``decode.cuda_graphs``), else cached;
-    for an ensemble, one per model."""
-    if isinstance(model, Ensemble):
-        return EnsembleSteps(
-            [
-                decoder_steps(one, memory_of_one, src_mask, config, cached, rows_per_sentence, max_steps)
-                for one, memory_of_one in zip(model.models, memory)
-            ]
-        )
-    assert isinstance(memory, Tensor)  # one model: one encoder output
-    if not cached:
-        return UncachedSteps(model, memory, src_mask)
-    if config.cuda_graphs and memory.device.type == "cuda" and supports_static_steps(model):
-        return StaticSteps(model, memory, src_mask, rows_per_sentence, max_steps, use_graph=True)
-    return CachedSteps(model, memory, src_mask)
+    strategy: Strategy,
+    max_len: Tensor,
+    cached: bool = True,
+    prefix: Tensor | None = None,
+    encoded: tuple[Tensor, Tensor] | tuple[list[Tensor], Tensor] | None = None,
+    past: list[Past] | None = None,
+) -> list[list[Hypothesis]]:
+    """Search ``src`` (n, S) with ``strategy`` until every sentence is done or at its length limit ``max_len``
+    (n,) (:func:`length_limits`); outputs start with ``prefix`` (n, P) where given. ``encoded`` is
+    ``model.encode(src)`` when the caller has it already; ``past`` the decoder's past (``model.recurrence``).
 
-
-def search_steps(
-    model: Transformer,
-    memory: Tensor,
-    src_mask: Tensor,
-    config: DecodeConfig,
-    cached: bool,
-    rows_per_sentence: int,
-    max_steps: int,
-    past: list[Past] | None,
-) -> CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps:
-    """:func:`decoder_steps`, or with a decoder ``past`` (``model.recurrence``: one model, no graph) cached
-    steps that start from it."""
-    if past is not None:
-        return CachedSteps(model, memory, src_mask, past)
-    return decoder_steps(model, memory, src_mask, config, cached, rows_per_sentence, max_steps)
+    At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable share of the
+    step, so the calls that change nothing in most steps are skipped: the length-limit mask before any sentence
+    reaches its limit, and the selection of the sentences that go on while all do."""
+    device = src.device
+    memory, src_mask = encoded if encoded is not None else model.encode(src)
+    width = int(max_len.max()) + 1  # room for the tokens and the EOS
+    rows_per_sent = strategy.first_rows
+    steps = search_steps(model, memory, src_mask, config, cached, strategy.rows, width, past)  # type: ignore[arg-type]
+    sent = torch.arange(src.size(0), device=device)  # original index of each open sentence
+    if rows_per_sent > 1:
+        steps.select(sent.repeat_interleave(rows_per_sent), None)
+    tokens = torch.full((src.size(0) * rows_per_sent,), BOS_ID, dtype=torch.long, device=device)
+    first_limit = int(max_len.min())  # before this step no sentence is at its length limit
+    open_max_len = max_len  # the open sentences' limits (max_len[sent])
+    for t in range(width):
+        at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent) if t >= first_limit else None
+        forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
+        chosen = strategy.choose(step_logits(steps, tokens), t, sent, open_max_len, at_limit, forced)
+        keep = (~chosen.done).nonzero().flatten()
+        if len(keep) == 0:
+            break
+        new_tokens, parents = chosen.tokens, chosen.parents
+        rows_per_sent = new_tokens.size(1)
+        if len(keep) == len(sent):  # every sentence goes on
+            strategy.advance(chosen, None, None if parents is None else parents.flatten())
+            if parents is not None:
+                steps.select(parents.flatten(), sentences=None)
+        else:  # the done ones' rows leave
+            sent, open_max_len, new_tokens = sent[keep], open_max_len[keep], new_tokens[keep]
+            rows = (keep[:, None] * rows_per_sent + torch.arange(rows_per_sent, device=device)).flatten()
+            rows = rows if parents is None else parents[keep].flatten()
+            strategy.advance(chosen, keep, rows)
+            steps.select(rows, sentences=keep)
+        tokens = new_tokens.flatten()
+    return strategy.results()
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -181,11 +147,18 @@ def prefix_tokens(prefix: Tensor | None, t: int, sentences: Tensor, rows_per_sen
     return torch.where(forced == PAD_ID, -1, forced).repeat_interleave(rows_per_sentence)
 
 
-def with_room_for(prefix: Tensor | None, max_len: Tensor, max_positions: int) -> Tensor:
-    """Length limits that leave room for each sentence's prefix and an EOS after it."""
-    if prefix is None:
+def length_limits(
+    src: Tensor, config: DecodeConfig, max_positions: int, prefix: Tensor | None = None, room: Tensor | None = None
+) -> Tensor:
+    """Each sentence's length limit (:func:`max_output_lengths`), leaving room for its target ``prefix`` and
+    ``room`` more tokens after it (a constrained search's terms) where given, within the model."""
+    max_len = max_output_lengths(src, config, max_positions)
+    if prefix is None and room is None:
         return max_len
-    return torch.maximum(max_len, (prefix != PAD_ID).sum(dim=1)).clamp(max=max_positions - 1)
+    needed = room if room is not None else torch.zeros_like(max_len)
+    if prefix is not None:
+        needed = needed + (prefix != PAD_ID).sum(dim=1)
+    return torch.maximum(max_len, needed).clamp(max=max_positions - 1)
 
 
 @overload
@@ -259,7 +232,42 @@ def _best_tokens(
 # --------------------------------------------------------------------------- greedy
 
 
-@torch.inference_mode()
+class Greedy:
+    """The most probable token at every step, until EOS or the length limit.
+
+    Outputs and scores stay on the device until the end: reading a finished row back at once would make the
+    host wait for the GPU at every sentence."""
+
+    first_rows = rows = 1
+
+    def __init__(self, n_sent: int, width: int, config: DecodeConfig, device: torch.device) -> None:
+        self.config = config
+        self.outputs = torch.full((n_sent, width), PAD_ID, dtype=torch.long, device=device)  # by original row
+        self.lengths = torch.zeros(n_sent, dtype=torch.long, device=device)  # tokens before the EOS
+        self.scores = torch.zeros(n_sent, device=device)  # summed log-probabilities, by original row
+
+    def choose(
+        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
+        forced: Tensor | None,
+    ) -> BeamStep:  # fmt: skip
+        best, tokens = _best_tokens(logits, 1, at_limit, forced)  # (n, 1)
+        self.outputs[sentences, t] = tokens[:, 0]
+        self.scores[sentences] += best[:, 0]
+        done = tokens[:, 0] == EOS_ID
+        self.lengths[sentences[done]] = t
+        return BeamStep(None, None, tokens, done)
+
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
+        pass  # every row goes on with its own token; the outputs are kept by original row
+
+    def results(self) -> list[list[Hypothesis]]:
+        normalised = self.scores / length_penalty(self.lengths.double() + 1, self.config).float()  # |Y| counts EOS
+        return [
+            [Hypothesis(row[:length], score)]
+            for row, length, score in zip(self.outputs.tolist(), self.lengths.tolist(), normalised.tolist())
+        ]
+
+
 def greedy_search(
     model: Transformer,
     src: Tensor,
@@ -269,50 +277,50 @@ def greedy_search(
     encoded: tuple[Tensor, Tensor] | None = None,
     past: list[Past] | None = None,
 ) -> list[list[Hypothesis]]:
-    """The most probable token at every step, until EOS or the length limit (``encoded``: ``model.encode(src)``
-    when the caller has it already; ``past``: the decoder's past, ``model.recurrence``).
-
-    Outputs and scores stay on the device until the end: reading a finished row back at once
-    would make the host wait for the GPU at every sentence.
-    """
-    memory, src_mask = encoded if encoded is not None else model.encode(src)
-    max_len = with_room_for(prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions)
-    steps = search_steps(model, memory, src_mask, config, cached, 1, int(max_len.max()) + 1, past)
-    n = src.size(0)
-    device = src.device
-    alive = torch.arange(n, device=device)  # original index of each open row
-    tokens = torch.full((n,), BOS_ID, dtype=torch.long, device=device)
-    outputs = torch.full((n, int(max_len.max()) + 1), PAD_ID, dtype=torch.long, device=device)  # by original row
-    lengths = torch.zeros(n, dtype=torch.long, device=device)  # tokens before the EOS
-    scores = torch.zeros(n, device=device)  # summed log-probabilities, by original row
-    first_limit = int(max_len.min())  # before this step no row is at its length limit
-    for t in range(outputs.size(1)):
-        forced = prefix_tokens(prefix, t, alive, 1)
-        at_limit = t >= max_len[alive] if t >= first_limit else None
-        best, tokens = _best_tokens(step_logits(steps, tokens), 1, at_limit, forced)  # (n_alive, 1)
-        tokens = tokens[:, 0]
-        outputs[alive, t] = tokens
-        scores[alive] += best[:, 0]
-        done = tokens == EOS_ID
-        if not done.any():
-            continue
-        lengths[alive[done]] = t
-        keep = (~done).nonzero().flatten()
-        if len(keep) == 0:
-            break
-        alive, tokens = alive[keep], tokens[keep]
-        steps.select(keep, sentences=keep)
-    normalised = scores / length_penalty(lengths.double() + 1, config).float()  # |Y| counts the EOS
-    return [
-        [Hypothesis(row[:length], score)]
-        for row, length, score in zip(outputs.tolist(), lengths.tolist(), normalised.tolist())
-    ]
+    """Greedy search (:class:`Greedy`); the arguments as :func:`run_search` takes them."""
+    max_len = length_limits(src, config, model.config.max_positions, prefix)
+    greedy = Greedy(src.size(0), int(max_len.max()) + 1, config, src.device)
+    return run_search(model, src, config, greedy, max_len, cached, prefix, encoded, past)
 
 
 # --------------------------------------------------------------------------- beam
 
 
-@torch.inference_mode()
+class Beam:
+    """Beam search: every step extends each open hypothesis by one token, keeps the 2K best candidates of each
+    sentence, moves those ending in EOS (among the K best) to the sentence's finished list and carries the K best
+    others on (:func:`beam_step`). The first step runs one row per sentence (all its hypotheses would be the same
+    BOS); the loop's ``select`` then fans each sentence out to its K best continuations."""
+
+    first_rows = 1
+
+    def __init__(self, n_sent: int, width: int, config: DecodeConfig, nbest: int, device: torch.device) -> None:
+        k = self.rows = config.beam
+        self.config, self.nbest = config, nbest
+        self.scores = torch.zeros((n_sent, 1), device=device)  # (n, rows per sentence)
+        self.history = torch.zeros((n_sent, 0), dtype=torch.long, device=device)  # (n * rows, t) tokens so far
+        self.fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
+        self.fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
+
+    def choose(
+        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
+        forced: Tensor | None,
+    ) -> BeamStep:  # fmt: skip
+        return beam_step(
+            logits, self.scores, self.history, t, max_len, self.fin_scores, self.fin_tokens, sentences, self.config,
+            self.nbest, at_limit, forced,
+        )  # fmt: skip
+
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
+        assert chosen.scores is not None and rows is not None
+        tokens = chosen.tokens if keep is None else chosen.tokens[keep]
+        self.history = torch.cat([self.history.index_select(0, rows), tokens.reshape(-1, 1)], dim=1)
+        self.scores = chosen.scores if keep is None else chosen.scores[keep]
+
+    def results(self) -> list[list[Hypothesis]]:
+        return best_finished(self.fin_scores, self.fin_tokens, self.nbest)
+
+
 def beam_search(
     model: Transformer,
     src: Tensor,
@@ -323,71 +331,11 @@ def beam_search(
     encoded: tuple[Tensor, Tensor] | None = None,
     past: list[Past] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search; returns the ``nbest`` best finished hypotheses of each sentence (``encoded``:
-    ``model.encode(src)`` when the caller has it already; ``past``: the decoder's past, ``model.recurrence``).
-
-    Every step extends each open hypothesis by one token, keeps the 2K best candidates of
-    each sentence, moves those ending in EOS (among the K best) to the sentence's finished
-    list and carries the K best others on. When a sentence stops is ``config.stop`` (see
-    :func:`_sentence_done`); it always stops at its length limit.
-    """
-    k = config.beam
-    device = src.device
-    n_sent = src.size(0)
-    memory, src_mask = encoded if encoded is not None else model.encode(src)
-    max_len = with_room_for(
-        prefix, max_output_lengths(src, config, model.config.max_positions), model.config.max_positions
-    )  # (n_sent,)
-    width = int(max_len.max()) + 1  # room for the tokens and the EOS
-    steps = search_steps(model, memory, src_mask, config, cached, k, width, past)
-
-    # The first step runs one row per sentence (all its hypotheses would be the same BOS);
-    # ``select`` then fans each sentence out to its K best continuations.
-    sent = torch.arange(n_sent, device=device)  # original index of each open sentence
-    scores = torch.zeros((n_sent, 1), device=device)  # (n, rows per sentence)
-    history = torch.zeros((n_sent, 0), dtype=torch.long, device=device)
-    tokens = torch.full((n_sent,), BOS_ID, dtype=torch.long, device=device)
-    fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
-    fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
-    first_limit = int(max_len.min())  # before this step no sentence is at its length limit
-    open_max_len = max_len  # the open sentences' limits (max_len[sent])
-
-    # At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable
-    # share of the step, so the calls that change nothing in most steps are skipped: the length-limit
-    # mask before any sentence reaches its limit, and the selection of the sentences that go on while
-    # all do (and in beam_step, the finished lists while no EOS ranks among the K best).
-    for t in range(width):
-        n, rows_per_sent = scores.shape
-        at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent) if t >= first_limit else None
-        forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
-        logits = step_logits(steps, tokens)
-        chosen = beam_step(
-            logits, scores, history, t, open_max_len, fin_scores, fin_tokens, sent, config, nbest, at_limit, forced
-        )
-        keep = (~chosen.done).nonzero().flatten()
-        if len(keep) == 0:
-            break
-        open_scores, parent, new_tokens = chosen.scores, chosen.parents, chosen.tokens
-        some_done = len(keep) < n
-        if some_done:  # their rows leave
-            sent, open_scores, parent, new_tokens = sent[keep], open_scores[keep], parent[keep], new_tokens[keep]
-            open_max_len = open_max_len[keep]
-        rows = parent.flatten()  # (n_keep * K,)
-        history = torch.cat([history.index_select(0, rows), new_tokens.reshape(-1, 1)], dim=1)
-        steps.select(rows, sentences=keep if some_done else None)
-        scores, tokens = open_scores, new_tokens.flatten()
-
-    return best_finished(fin_scores, fin_tokens, nbest)
-
-
-@dataclass(frozen=True)
-class BeamStep:
-    """What one beam step chose for n open sentences of K rows each: each (n, K) but ``done`` (n,)."""
-
-    scores: Tensor  # the K best candidates that did not end: summed log-probabilities, best first
-    parents: Tensor  # the row each extends (an index into the step's rows)
-    tokens: Tensor  # the token each adds
-    done: Tensor  # sentences that stop searching after this step (see _sentence_done)
+    """Batched beam search (:class:`Beam`): each sentence's ``nbest`` best finished hypotheses; the other
+    arguments as :func:`run_search` takes them."""
+    max_len = length_limits(src, config, model.config.max_positions, prefix)
+    beam = Beam(src.size(0), int(max_len.max()) + 1, config, nbest, src.device)
+    return run_search(model, src, config, beam, max_len, cached, prefix, encoded, past)
 
 
 def beam_step(
@@ -430,7 +378,7 @@ def beam_step(
     open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(min(k, top_scores.size(1)), dim=1)
     first_rows = torch.arange(0, n * rows_per_sent, rows_per_sent, device=scores.device)  # each sentence's first row
     parents = origin.gather(1, pick) + first_rows[:, None]
-    done = _sentence_done(config, fin_scores[finished], open_scores[:, 0], is_eos[:, 0], nbest, max_len, lengths)
+    done = sentence_done(config, fin_scores[finished], open_scores[:, 0], is_eos[:, 0], nbest, max_len, lengths)
     return BeamStep(open_scores, parents, token.gather(1, pick), done)
 
 
@@ -445,7 +393,7 @@ def _rank_candidates(scores: Tensor, row_log_probs: Tensor, row_tokens: Tensor, 
     return top_scores, top_index // per_row, row_tokens.view(n, -1).gather(1, top_index)
 
 
-def _sentence_done(
+def sentence_done(
     config: DecodeConfig,
     finished: Tensor,
     best_open: Tensor,
@@ -471,6 +419,19 @@ def _sentence_done(
         bound = best_open / length_penalty(max_len.double() + 1, config).float()
         done = full & (finished[:, k - 1] >= bound)
     return done | (t >= max_len) | (best_open == float("-inf"))
+
+
+def one_sentence_done(
+    config: DecodeConfig, finished: list[float], best_open: float, best_is_eos: bool, nbest: int, max_len: int, t: int
+) -> bool:
+    """:func:`sentence_done` for one sentence whose finished scores (best first) are a list."""
+    k = config.beam
+    kept = finished[:k] + [float("-inf")] * (k - len(finished[:k]))
+    done = sentence_done(
+        config, torch.tensor([kept]), torch.tensor([best_open]), torch.tensor([best_is_eos]), nbest,
+        torch.tensor([max_len]), t,
+    )  # fmt: skip
+    return bool(done[0])
 
 
 def _collect_finished(
@@ -563,13 +524,6 @@ def reference_beam_search(model: Transformer, src: Tensor, config: DecodeConfig,
         finished = sorted(finished, key=lambda f: -f[0])[:k]
         hyps = [(hyps[row][0] + [token], value) for value, row, token in top if token != EOS_ID][:k]
         best_open = hyps[0][1] if hyps else float("-inf")
-        full = len(finished) == k
-        if config.stop == "beam":
-            done = full
-        elif config.stop == "top":
-            done = full or (top[0][2] == EOS_ID and len(finished) >= nbest)
-        else:
-            done = full and finished[-1][0] >= best_open / float(length_penalty(float(max_len + 1), config))
-        if done or t >= max_len or best_open == float("-inf"):
+        if one_sentence_done(config, [f[0] for f in finished], best_open, top[0][2] == EOS_ID, nbest, max_len, t):
             break
     return [Hypothesis(tokens, score) for score, tokens in finished[:nbest]]

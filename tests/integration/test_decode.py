@@ -232,6 +232,7 @@ def test_fixed_shape_steps_equal_cached_steps(loaded, overfit, monkeypatch, beam
     their slots stay; the first beam step runs one row per sentence.
     """
     from nmt_cli.decode import search as search_module
+    from nmt_cli.decode import steppers
     from nmt_cli.decode.static_steps import StaticSteps
 
     _, src, _ = overfit
@@ -244,7 +245,7 @@ def test_fixed_shape_steps_equal_cached_steps(loaded, overfit, monkeypatch, beam
         made.append(StaticSteps(model, memory, src_mask, rows_per_sentence, max_steps, use_graph=False))
         return made[-1]
 
-    monkeypatch.setattr(search_module, "decoder_steps", fixed_shape)
+    monkeypatch.setattr(steppers, "decoder_steps", fixed_shape)
     got = search_module.search(loaded.model, batch, config, nbest=beam)
     assert len(made) == 1 and made[0].steps_done > 3
     assert made[0].sentence_slots.numel() < batch.size(0)  # sentences did leave the search
@@ -429,7 +430,7 @@ def test_attention_maps_and_their_picture(loaded, overfit, tmp_path):
 def test_fixed_shape_steps_also_serve_sampling_and_prefixes(loaded, overfit, monkeypatch):
     """On a GPU, sampling and prefixed searches run on the CUDA-graph stepper too: run it eagerly here
     and compare with the cached stepper (same seed, same prefixes)."""
-    from nmt_cli.decode import search as search_module
+    from nmt_cli.decode import steppers
     from nmt_cli.decode.static_steps import StaticSteps
 
     _, src, _ = overfit
@@ -445,7 +446,7 @@ def test_fixed_shape_steps_also_serve_sampling_and_prefixes(loaded, overfit, mon
     def fixed_shape(model, memory, src_mask, config, cached, rows_per_sentence, max_steps):
         return StaticSteps(model, memory, src_mask, rows_per_sentence, max_steps, use_graph=False)
 
-    monkeypatch.setattr(search_module, "decoder_steps", fixed_shape)  # sampling's steps come from it too
+    monkeypatch.setattr(steppers, "decoder_steps", fixed_shape)  # sampling's steps come from it too
     got = [list(Translator(loaded, c, nbest=n).translate(lines, p)) for c, n, p in cases]
     for before, after in zip(expected, got):
         assert [[t.text for t in h] for h in after] == [[t.text for t in h] for h in before]
