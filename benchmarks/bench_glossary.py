@@ -115,7 +115,7 @@ def main() -> None:
         "hard": Translator(loaded, config, glossary=glossary, glossary_mode="hard"),
         "soft": Translator(loaded, config, glossary=glossary, glossary_mode="soft"),
     }
-    constraints = [translators["hard"].constraints_of(line.strip()) for line in src]
+    constraints = [translators["hard"].glossary.constraints_of(line.strip()) for line in src]
     outputs = {name: translate(t, src)[0] for name, t in translators.items()}
     with_terms = [i for i, c in enumerate(constraints) if c]
     agreeing = [i for i in with_terms if all(c.met_by(ref[i]) for c in constraints[i])]

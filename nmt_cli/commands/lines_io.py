@@ -73,7 +73,7 @@ def report_stats(stats, seconds: float, show: bool, max_positions: int) -> None:
             f"tokens (model.max_positions {max_positions}, EOS included) were truncated",
             soft_wrap=True,
         )
-    failures = getattr(stats, "term_failures", None)
+    failures = stats.term_failures
     if failures:
         shown = ", ".join(map(str, failures[:10])) + (", ..." if len(failures) > 10 else "")
         console.print(

@@ -22,7 +22,7 @@ from .translate_engine import open_engine
 from .translate_options import Engines, Plan, Precisions, TranslateOptions
 
 if TYPE_CHECKING:  # imported where used: the command line starts without torch
-    from ..decode.translation import Translation
+    from ..decode.translation import Engine, Translation
 
 
 # `nmt translate --help` lists its options under these titles, in this order (cli.py draws them).
@@ -290,7 +290,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     target = resolve_device(o.device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
     translator = open_engine(o, target, threads, plan.aligned)
     if plan.line_by_line and o.protect and not o.markup and o.prefix is None:
-        translator = ProtectedEngine(translator, getattr(translator, "terms", None))
+        translator = ProtectedEngine(translator)
     input, output, prefix, docids = o.input, o.output, o.prefix, o.docids
     prefixes = read_lines(prefix) if prefix is not None else None
     documents = read_lines(docids) if docids is not None else None
@@ -305,8 +305,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
 
     def texts(lines: Iterator[str], first: int = 0) -> Iterator[str]:
         if o.markup:
-            matcher = getattr(translator, "terms", None)
-            kept = matcher.kept_spans if matcher is not None else None
+            kept = translator.terms.kept_spans if translator.terms is not None else None
             found = _sentences(results, plan.aligned, kept=kept)
             yield from _markup_lines(lines, first, found, o.chunk_lines, plan.kept_tags)
             return
@@ -315,9 +314,9 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
 
     def one_document(lines: Iterable[str], first: int = 0) -> Iterator[list[Translation]]:
         """A file's sentences, handed over in one call and in order, read as one document."""
-        if getattr(translator, "document", None) is None:
+        if not translator.context_sentences:
             return translator.translate(lines)
-        translator.new_document()  # type: ignore[attr-defined]
+        translator.new_document()
         return translator.translate(lines, documents=itertools.repeat("file"))
 
     show = o.progress if o.progress is not None else output is not None
@@ -326,9 +325,8 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     if not plan.line_by_line:
         assert input is not None
         gettext_options = (o.fuzzy, o.retranslate, o.fuzzy_below if o.confidence else None)
-        terms = getattr(translator, "terms_in_text", lambda: None)()  # --glossary: gettext notes the terms applied
-        matcher = getattr(translator, "terms", None)  # --keep-terms: masked in documents as in lines
-        kept = matcher.kept_spans if matcher is not None else None
+        matcher = translator.terms  # --glossary: gettext notes the terms applied; --keep-terms: masked as in lines
+        terms, kept = (matcher.applied, matcher.kept_spans) if matcher is not None else (None, None)
         sentences = _sentences(one_document, plan.aligned, o.confidence, show, terms, kept)
         limits = UnpackLimits(o.max_unpacked_mb * MIB, o.max_unpack_ratio)
         count = _translate_document(
@@ -362,12 +360,12 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     report_stats(translator.stats, time.perf_counter() - started, show, translator.max_positions)
 
 
-def _check_context_options(translator, documents: list[str] | None, input: Path | None, docids: Path | None) -> None:
+def _check_context_options(translator: Engine, documents: list[str] | None, input: Path | None, docids: Path | None) -> None:
     """--docids goes with a model that reads document context, one id per input line (checked before anything
     is written when the input is a file)."""
     if documents is None:
         return
-    if getattr(translator, "document", None) is None:
+    if not translator.context_sentences:
         raise NmtError(
             "--docids: this model translates each sentence alone (trained without model.concat or "
             "model.recurrence); drop --docids"
@@ -382,20 +380,19 @@ def _check_context_options(translator, documents: list[str] | None, input: Path 
             )
 
 
-def _read_context_before(translator, input: Path, first: int, documents: list[str] | None = None) -> None:
+def _read_context_before(translator: Engine, input: Path, first: int, documents: list[str] | None = None) -> None:
     """Before a job goes on at line ``first`` (resumed, or a shard), the model reads the lines before it that
     its document context covers, as the uninterrupted job did (their translations are left out)."""
     import dataclasses
 
-    context = getattr(translator, "document", None)
-    if context is None:
+    if not translator.context_sentences:
         return
-    start = max(0, first - context.sentences)
+    start = max(0, first - translator.context_sentences)
     with input_lines(input) as handle:
         before = list(itertools.islice(handle, start, first))
-    stats = dataclasses.replace(translator.stats)
+    counted = dataclasses.replace(translator.stats)  # the lines read again are not counted twice
     list(translator.translate(before, None, start, documents[start:first] if documents is not None else None))
-    translator.stats = stats
+    vars(translator.stats).update(vars(counted))
 
 
 def _sentences(results, aligned: bool, assessed: bool = False, show: bool = False, terms=None, kept=None):

@@ -20,24 +20,98 @@ sentence-level model never comes here, and a document of one sentence reads no c
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import sentencepiece as spm
+import torch
 
+from ..data.batches import pad_rows
 from ..data.context import break_id, join_context
-from ..model.recurrence import SentencePast
+from ..data.vocab import BOS_ID, PAD_ID
+from ..errors import NmtError
+from ..model.recurrence import Kept, SentencePast, batch_pasts, sentence_pasts
+from ..model.transformer import Transformer
+from .ensemble import Ensemble
+from .loading import LoadedModel
+from .search import Hypothesis
 from .translation import Translation
 
-TranslateEncoded = Callable[
-    [list[list[int]], "list[list[int]] | None", "Sequence[tuple[int, int]] | None"], list[list[Translation]]
-]
-# rows, their prefixes, each row's past sentences -> n-best lists, and what each row leaves the next sentence
-TranslateWithPasts = Callable[
-    [list[list[int]], "list[list[int]] | None", list[list[SentencePast]]],
-    tuple[list[list[Translation]], "list[SentencePast | None]"],
-]
+
+class EncodedTranslator(Protocol):
+    """What a document reader asks of the translator: sentences already encoded as source ids translated with the
+    context it gives them."""
+
+    def translate_encoded(
+        self,
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None = None,
+        contexts: Sequence[tuple[int, int]] | None = None,
+    ) -> list[list[Translation]]:
+        """Rows whose source and prefix start with ``contexts[i]`` tokens of context, left out of the outputs."""
+        ...
+
+    def translate_with_pasts(
+        self, encoded: list[list[int]], prefixes: list[list[int]] | None, pasts: list[list[SentencePast]]
+    ) -> tuple[list[list[Translation]], list[SentencePast | None]]:
+        """Rows read after their previous sentences' keys/values; also what each row leaves (None: nothing)."""
+        ...
+
+
+class DocumentReader(Protocol):
+    """How a model reads its document's earlier sentences: :class:`DocumentContext` (concatenation) or
+    :class:`DocumentPast` (recurrence)."""
+
+    sentences: int  # earlier sentences of its document that a sentence reads
+
+    def translate(
+        self, translator: EncodedTranslator, encoded: list[list[int]], prefixes: list[list[int]] | None,
+        starts: Sequence[bool],
+    ) -> list[list[Translation]]:  # fmt: skip
+        """The n-best lists of one chunk's sentences (source ids); ``starts[i]``: sentence i begins a document."""
+        ...
+
+
+def document_reader(loaded: LoadedModel, max_positions: int) -> DocumentReader | None:
+    """How a model reads its document's earlier sentences: by concatenation, by recurrence, or not at all (None)."""
+    model = loaded.recipe.model
+    if model.concat:
+        return DocumentContext.of(model.concat, model.concat_target, loaded.src_vocab, loaded.tgt_vocab, max_positions)
+    if model.recurrence:
+        if isinstance(loaded.model, Ensemble):
+            raise NmtError(f"{loaded.path}: models trained with model.recurrence translate alone, not as an ensemble")
+        return DocumentPast(model.recurrence)
+    return None
+
+
+class DocumentStarts:
+    """Where documents start in a stream of lines: where the document id changes (``--docids``: one id per line),
+    or without ids after a blank line; the first line begins one, and so does the line after :meth:`new_document`."""
+
+    def __init__(self) -> None:
+        self._previous: tuple[str | None, bool] = (None, True)  # the last line's document id, and whether it was blank
+
+    def new_document(self) -> None:
+        self._previous = (None, True)
+
+    def of(self, chunk: list[str], ids: Iterator[str] | None, line_number: int) -> list[bool]:
+        """Per line of the chunk, whether it begins a document (``line_number``: lines read before the chunk)."""
+        starts = []
+        for number, line in enumerate(chunk):
+            blank = not line.strip()
+            if ids is None:
+                starts.append(self._previous[1])
+                self._previous = (None, blank)
+                continue
+            document = next(ids, None)
+            if document is None:
+                raise NmtError(
+                    f"the document ids end at line {line_number + number} but the input goes on; give one id per input line"
+                )
+            starts.append(document.strip() != self._previous[0])
+            self._previous = (document.strip(), blank)
+        return starts
 
 
 @dataclass
@@ -67,15 +141,15 @@ class DocumentContext:
 
     def translate(
         self,
-        translate_encoded: TranslateEncoded,
+        translator: EncodedTranslator,
         encoded: list[list[int]],
         prefixes: list[list[int]] | None,
         starts: Sequence[bool],
     ) -> list[list[Translation]]:
         """The n-best lists of one chunk's sentences (source ids); ``starts[i]``: sentence i begins a document."""
         if self.tgt_break is None:
-            return self._sources_only(translate_encoded, encoded, prefixes, starts)
-        return self._in_order(translate_encoded, encoded, prefixes, starts)
+            return self._sources_only(translator.translate_encoded, encoded, prefixes, starts)
+        return self._in_order(translator.translate_encoded, encoded, prefixes, starts)
 
     def _sources_only(
         self,
@@ -154,12 +228,13 @@ class DocumentPast:
 
     def translate(
         self,
-        translate_with_pasts: TranslateWithPasts,
+        translator: EncodedTranslator,
         encoded: list[list[int]],
         prefixes: list[list[int]] | None,
         starts: Sequence[bool],
     ) -> list[list[Translation]]:
         """The n-best lists of one chunk's sentences; ``starts[i]``: sentence i begins a document."""
+        translate_with_pasts = translator.translate_with_pasts
 
         def step(wave: Wave, histories: list[deque[SentencePast]]) -> list[tuple[list[Translation], Any]]:
             forced = [prefixes[i] for _, i in wave] if prefixes is not None else None
@@ -171,6 +246,31 @@ class DocumentPast:
 
         results, self.history = in_document_order(encoded, starts, self.history, self.sentences, step, blank)
         return results
+
+
+TranslateEncoded = Callable[
+    [list[list[int]], "list[list[int]] | None", "Sequence[tuple[int, int]] | None"], list[list[Translation]]
+]
+Search = Callable[..., list[list[Hypothesis]]]  # (model, src, prefix, encoded, past) -> n-best lists
+
+
+@torch.inference_mode()
+def search_with_pasts(
+    model: Transformer, src: torch.Tensor, prefix: torch.Tensor | None, pasts: list[list[SentencePast]], search: Search
+) -> tuple[list[list[Hypothesis]], list[SentencePast]]:
+    """``model.recurrence``: the sentences ``src`` searched (``search``) with their previous sentences' keys/values
+    as every self-attention layer's past, and the keys/values each leaves its successor: its source's, and its best
+    translation's, read once more teacher-forced."""
+    like = model.output.weight
+    kept_encoder: Kept = []
+    memory, src_mask = model.encode(src, batch_pasts(pasts, "encoder", len(model.encoder), like), kept_encoder)
+    decoder_past = batch_pasts(pasts, "decoder", len(model.decoder), like)
+    found = search(model, src, prefix, (memory, src_mask), decoder_past)
+    chosen = [[BOS_ID] + (hyps[0].tokens if hyps else []) for hyps in found]
+    kept_decoder: Kept = []
+    model.decode(pad_rows(chosen).to(src.device), memory, src_mask, decoder_past, kept_decoder)
+    lengths = (src != PAD_ID).sum(dim=1).tolist()
+    return found, sentence_pasts(kept_encoder, kept_decoder, lengths, [len(c) for c in chosen])
 
 
 Wave = list[tuple[int, int]]  # (document number in the chunk, sentence index) of one sentence of each document

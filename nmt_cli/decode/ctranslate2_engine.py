@@ -14,6 +14,7 @@ from types import ModuleType
 from ..config import DataConfig, DecodeConfig, load_recipe
 from ..data.batches import decoding_batches
 from ..errors import NmtError, reason
+from ..terms.matching import TermMatcher
 from ..utils.text import as_one_line
 from .translation import EMPTY, Translation, TranslationStats
 from .translator import clean_source_line
@@ -129,6 +130,11 @@ class CTranslate2Translator:
         self.stats = TranslationStats()
         self.languages = engine.languages
         self.max_positions = 0  # not stored in an exported folder
+        self.terms: TermMatcher | None = None  # this engine takes no glossary (commands/translate_options.py)
+        self.context_sentences = 0  # every line alone
+
+    def new_document(self) -> None:
+        pass  # every line is read alone
 
     def translate(
         self,

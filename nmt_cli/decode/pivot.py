@@ -14,23 +14,25 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from ..formats.segments import joined_links
 from .attention_maps import parse_pharaoh, pharaoh
-from .translation import Engine, Translation
+from .translation import Engine, Translation, TranslationStats
 
 
 class PivotEngine:
-    """``first`` into the pivot language, then ``second`` out of it; every other attribute is ``second``'s."""
+    """``first`` into the pivot language, then ``second`` out of it; its settings and counts are ``second``'s."""
 
     def __init__(self, first: Engine, second: Engine, languages: tuple[str, str], chunk_lines: int = 10_000) -> None:
         self.first, self.second = first, second
         self.languages = languages
         self.chunk_lines = chunk_lines
+        self.config, self.max_positions, self.terms = second.config, second.max_positions, second.terms
+        self.context_sentences = 0  # a pivot reads every line alone
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.second, name)
+    @property
+    def stats(self) -> TranslationStats:
+        return self.second.stats
 
     def translate(
         self,
@@ -50,8 +52,8 @@ class PivotEngine:
             first_line += len(chunk)
 
     def new_document(self) -> None:
-        for engine in (self.first, self.second):
-            getattr(engine, "new_document", lambda: None)()
+        self.first.new_document()
+        self.second.new_document()
 
 
 def _joined(into: Translation, hyp: Translation) -> Translation:

@@ -13,30 +13,36 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Any
 
+from ..config import DecodeConfig
 from ..formats.protect import Masked, mask_line
-from ..terms.matching import TermMatcher
-from .translation import Engine, Translation
+from .translation import Engine, Translation, TranslationStats
 
 
 class ProtectedEngine:
-    """``engine`` with every line's protected spans masked on the way in and restored on the way out; every
-    other attribute is the engine's own. With ``terms`` (``--keep-terms``, ``--glossary``): a name to keep is
+    """``engine`` with every line's protected spans masked on the way in and restored on the way out; what it
+    reports is the engine's own. With ``terms`` (``--keep-terms``, ``--glossary``): a name to keep is
     masked too, so it comes back as written and ends where it ends (no "Ubuntuu"); a glossary term is never
     masked, so that the engine's constrained search sees and translates it."""
 
-    def __init__(self, engine: Engine, terms: TermMatcher | None = None) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.terms = terms
+        self.terms = engine.terms
+        self.config: DecodeConfig = engine.config
+        self.languages, self.max_positions = engine.languages, engine.max_positions
+        self.context_sentences = engine.context_sentences
+
+    @property
+    def stats(self) -> TranslationStats:
+        return self.engine.stats
+
+    def new_document(self) -> None:
+        self.engine.new_document()
 
     def mask(self, line: str) -> Masked:
         found = self.terms.find(line) if self.terms is not None else []
         keep = [(m.start, m.end) for m in found if m.term.kept]
         return mask_line(line, keep=keep, free=[(m.start, m.end) for m in found if not m.term.kept])
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, name)
 
     def translate(
         self,

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import parse_pair
+from ..config import DataConfig, parse_pair
 from ..errors import NmtError
 
 TAG = re.compile(r">>([A-Za-z]{2,3}(?:_[A-Za-z]{4})?)<<")
@@ -84,26 +84,26 @@ class Route:
     target_tag: int | None = None
 
 
-def route(data: Any, vocab: Any, to: str | None, where: str, source: str | None = None) -> Route:
+def route(data: DataConfig, vocab: Any, to: str | None, where: str, source: str | None = None) -> Route:
     """The :class:`Route` of ``--to`` (and ``--from``) for a model whose recipe's data section is ``data`` and
     whose source vocabulary is ``vocab``; a direction it does not know is a one-line error naming those it knows.
     A direction never trained whose languages the model knows is translated zero-shot."""
-    pairs = [parse_pair(pair) for pair in getattr(data, "pairs", ())]
+    pairs = [parse_pair(pair) for pair in data.pairs]
     if pairs:
         _check_direction(pairs, source, to, where)
     elif source is not None and data.src_lang and language(source) != language(data.src_lang):
         raise NmtError(f"--from {source}: {where} translates from {data.src_lang} only")
     tag = source_prefix(vocab, data.tgt_lang, to, where, pairs)
-    if tag and getattr(data, "language_tag", "source") == "target":
+    if tag and data.language_tag == "target":
         return Route((), tag[0])
     return Route(tag)
 
 
-def pivot_language(data: Any, source: str | None, to: str | None) -> str | None:
+def pivot_language(data: DataConfig, source: str | None, to: str | None) -> str | None:
     """The language a multilingual model's untrained direction ``source``->``to`` goes through: one both trained
     directions join at, English where it is one of them (as LibreTranslate pivots); None for a trained direction,
     or where no language joins them (then the direction is translated zero-shot)."""
-    pairs = [parse_pair(pair) for pair in getattr(data, "pairs", ())]
+    pairs = [parse_pair(pair) for pair in data.pairs]
     if not pairs or source is None or to is None:
         return None
     named = {(language(a), language(b)): (a, b) for a, b in pairs}

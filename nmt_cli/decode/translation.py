@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from ..config import DecodeConfig
+    from ..terms.matching import TermMatcher
     from .assess import Assessment
 
 
@@ -104,9 +105,15 @@ class Engine(Protocol):
     """Lines in, n-best lists out, in order."""
 
     config: DecodeConfig  # the decoding settings it runs with
-    stats: TranslationStats
     languages: tuple[str, str]  # the model's source and target language ("" when unknown)
     max_positions: int  # the longest sequence the model takes (0: not known)
+    terms: TermMatcher | None  # the glossary and names to keep it applies (--glossary, --keep-terms), or None
+    context_sentences: int  # earlier sentences of its document a line reads (0: every line alone)
+
+    @property
+    def stats(self) -> TranslationStats:
+        """What it translated so far (lines, empty, truncated, ...)."""
+        ...
 
     def translate(
         self,
@@ -118,4 +125,8 @@ class Engine(Protocol):
         """For every line its n-best list; ``prefixes``, one per line, start the outputs; ``first_line`` is the
         index of the first line in the whole input (a resumed job's or a shard's start); ``documents``, one id
         per line, says which lines a model reading document context reads together."""
+        ...
+
+    def new_document(self) -> None:
+        """The next line begins a document (each file a format hands over is one)."""
         ...

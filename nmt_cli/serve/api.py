@@ -31,11 +31,13 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from ..decode.aligner import Aligner
 from ..decode.assess import Assessment, Assessor
 from ..decode.attention_maps import parse_pharaoh
 from ..decode.constrained import CONSTRAINED_MIN_BEAM, term_constraints
+from ..decode.glossary_search import check_term_lengths
 from ..decode.search import Hypothesis
-from ..decode.translator import Aligner, Translator, check_term_lengths
+from ..decode.translator import Translator
 from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, DocumentRequest, Sentences, translate_document
 from ..formats.protect import Masked, mask_line

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..config import DecodeConfig
+from ..decode.glossary_search import check_term_lengths
 from ..decode.loading import LoadedModel
-from ..decode.translator import check_term_lengths
 from ..errors import DataError, NmtError
 from ..formats.unpack import UnpackLimits
 from ..terms.glossary import Glossary, glossary_from_pairs

@@ -117,7 +117,7 @@ def validation_bleu(
     sources = [data.src[i].tolist() for i in range(len(data))]
     first = data.context.first if data.context is not None else data.previous
     if translator.document is not None and first is not None:  # document context: in document order, in context
-        found = translator.read_in_context(sources, None, (first == np.arange(len(data))).tolist())
+        found = translator.document.translate(translator, sources, None, (first == np.arange(len(data))).tolist())
     else:
         found = translator.translate_encoded(sources)
     outputs = [hyps[0].text for hyps in found]

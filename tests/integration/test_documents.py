@@ -110,6 +110,7 @@ def test_recurrence_scores_its_own_translation_in_context_as_the_search_did(recu
 
     from nmt_cli.data.batches import pad_rows
     from nmt_cli.data.vocab import EOS_ID
+    from nmt_cli.decode.context import search_with_pasts
     from nmt_cli.decode.forced import forced_scores_with_pasts
     from nmt_cli.decode.loading import load_model
     from nmt_cli.decode.translator import Translator
@@ -121,7 +122,7 @@ def test_recurrence_scores_its_own_translation_in_context_as_the_search_did(recu
     pasts: list = []
     pairs, scores = [], []
     for ids in sources:
-        found, left = translator.search_with_pasts(pad_rows([ids + [EOS_ID]]), None, [pasts])
+        found, left = search_with_pasts(loaded.model, pad_rows([ids + [EOS_ID]]), None, [pasts], translator._run)
         pairs.append((ids, found[0][0].tokens))
         scores.append(found[0][0].score)
         pasts = [left[0]]

@@ -15,8 +15,9 @@ from nmt_cli.config import load_recipe
 from nmt_cli.data.align import load_links
 from nmt_cli.data.binary import TokenArray
 from nmt_cli.data.prepare import prepare
+from nmt_cli.decode.aligner import Aligner
 from nmt_cli.decode.loading import load_model
-from nmt_cli.decode.translator import Aligner, Translator
+from nmt_cli.decode.translator import Translator
 from nmt_cli.errors import NmtError
 from nmt_cli.model.guided import GUIDED_HEAD
 from nmt_cli.train.loop import train

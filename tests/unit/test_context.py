@@ -82,7 +82,7 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[list[list[int]], list[list[int]] | None, list[tuple[int, int]] | None]] = []
 
-    def __call__(self, rows, prefixes, contexts):
+    def translate_encoded(self, rows, prefixes=None, contexts=None):
         self.calls.append((rows, prefixes, list(contexts) if contexts is not None else None))
         return [[Translation(f"out{row[-1]}" if row else "", 0.0)] for row in rows]
 

@@ -149,7 +149,10 @@ def test_protected_lines_mask_kept_names_and_leave_glossary_terms_to_the_search(
         read_keep_terms(_write(tmp_path, "names.txt", "Ubuntu\nGitHub\n")),
         read_glossary(_write(tmp_path, "g.tsv", "README.md\tLIESMICH.md\nfile\tDatei\n")),
     )
-    engine = ProtectedEngine(engine=None, terms=TermMatcher(terms))  # type: ignore[arg-type]
+    from types import SimpleNamespace
+
+    inner = SimpleNamespace(terms=TermMatcher(terms), config=None, languages=("", ""), max_positions=0, context_sentences=0)
+    engine = ProtectedEngine(inner)  # type: ignore[arg-type]
     masked = engine.mask("Open GitHub on Ubuntu, then the file README.md in /etc.")
     assert set(masked.originals.values()) == {"GitHub", "Ubuntu", "/etc"}
     assert "README.md" in masked.text and "file" in masked.text

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 import pytest
 
 from nmt_cli.decode.protected import ProtectedEngine
-from nmt_cli.decode.translation import Translation
+from nmt_cli.decode.translation import Translation, TranslationStats
 from nmt_cli.formats.protect import mask_line
 
 LINES = {
@@ -26,9 +26,14 @@ LINES = {
 class Garbling:
     """An engine that mangles every word it reads and loses the last mask of a line, as a weak model may."""
 
-    def __init__(self) -> None:
+    def __init__(self, terms=None) -> None:
         self.read: list[str] = []
         self.config = None
+        self.stats = TranslationStats()
+        self.languages, self.max_positions, self.terms, self.context_sentences = ("en", "de"), 64, terms, 0
+
+    def new_document(self) -> None:
+        pass
 
     def translate(
         self,
@@ -68,9 +73,13 @@ def test_a_stream_is_read_as_the_engine_asks_for_it():
     assert "/tmp/b" in next(results)[0].text
 
 
-def test_other_attributes_are_the_engines():
+def test_what_it_reports_is_the_engines():
     inner = Garbling()
-    assert ProtectedEngine(inner).config is inner.config
+    engine = ProtectedEngine(inner)
+    assert engine.config is inner.config and engine.languages == ("en", "de") and engine.max_positions == 64
+    list(engine.translate(["See /tmp/a."]))
+    inner.stats.sentences += 1
+    assert engine.stats is inner.stats and engine.stats.sentences == 1
 
 
 @pytest.mark.parametrize("line", ["Name:\tValue", "a  b\tc"])
