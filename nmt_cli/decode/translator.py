@@ -108,17 +108,11 @@ class Translator:
         first_line: int = 0,
         documents: Iterable[str] | None = None,
     ) -> Iterator[list[Translation]]:
-        """Yield, for every input line in order, its n-best list of ``Translation``; each output starts with
-        the line's target prefix when ``prefixes`` gives one (an empty prefix: none).
-
-        ``first_line`` is the index of the first line in the whole input (a chunk boundary, when a job
-        resumes or is one shard of several): sampling draws each chunk from a generator seeded by
-        ``decode.seed`` and the chunk's number, so a chunk samples the same wherever it is translated.
-
-        A model that reads document context reads each line after the earlier lines of its document:
-        ``documents`` gives each line's document id (``--docids``); without it a blank line ends a document
-        (``context.DocumentStarts``). A sentence-level model reads every line alone.
-        """
+        """For every input line in order, its n-best list; each output starts with the line's target prefix where
+        ``prefixes`` gives one. ``first_line``: the index of the first line in the whole input (a resumed job's or a
+        shard's): sampling seeds each chunk by ``decode.seed`` and the chunk's number, so a chunk samples the same
+        wherever it is translated. ``documents``: each line's document id (``--docids``) for a model that reads
+        document context; without them a blank line ends a document (``context.DocumentStarts``)."""
         source = iter(lines)
         starts = iter(prefixes) if prefixes is not None else None
         ids = iter(documents) if documents is not None else None
@@ -187,16 +181,11 @@ class Translator:
         pasts: list[list[SentencePast]] | None = None,
         constraints: list[tuple[Constraint, ...]] | None = None,
     ) -> list[list[Translation]]:
-        """The n-best lists of sentences already encoded as source ids (no EOS), in order; ``prefixes``
-        are target ids each output must start with; ``constraints``, per sentence, what its output must hold.
-
-        With ``contexts`` (document context, ``decode/context.py``), each sentence's source and prefix start with
-        that many tokens of context, which its outputs leave out; alignments and assessments read the sentence
-        and its output alone. With ``pasts`` (``model.recurrence``), each sentence's model reads the keys/values
-        its previous sentences left, and :attr:`last_pasts` then holds what each sentence leaves (None: empty).
-
-        Empty sentences give an empty line; too long ones are truncated and counted.
-        """
+        """The n-best lists of sentences encoded as source ids (no EOS), in order; ``prefixes``: target ids each
+        output starts with; ``constraints``: per sentence, what its output must hold. ``contexts`` (document context,
+        ``context.py``): each source and prefix starts with that many tokens of context, left out of the outputs, of
+        their alignments and assessments. ``pasts`` (``model.recurrence``): each sentence reads the keys/values its
+        previous sentences left; :attr:`last_pasts` then holds what each leaves (None: empty)."""
         encoded = list(encoded)
         contexts = list(contexts) if contexts is not None else None
         if self.target_tag is not None:  # forced as the output's first token, left out as context is

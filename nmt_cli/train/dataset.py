@@ -20,7 +20,14 @@ from ..data.prepare import language_tag, load_meta, split_text, text_paths
 from ..data.vocab import load_vocab
 from ..errors import NmtError
 from .checkpoint import data_identity
-from .validate import Vocabularies
+
+
+@dataclass(frozen=True)
+class Vocabularies:
+    """The source and target SentencePiece models of a run."""
+
+    src: spm.SentencePieceProcessor
+    tgt: spm.SentencePieceProcessor
 
 
 @dataclass

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import sentencepiece as spm
 import torch
 
 from ..config import Recipe
@@ -23,17 +22,9 @@ from .memory import CPU_MAX_TOKENS
 from .repulsive import head_similarity
 
 if TYPE_CHECKING:
-    from .dataset import Direction
+    from .dataset import Direction, Vocabularies
 
 HEAD_SIMILARITY_PAIRS = 16  # validation pairs whose attention maps measure how alike the heads are
-
-
-@dataclass(frozen=True)
-class Vocabularies:
-    """The source and target SentencePiece models of a run."""
-
-    src: spm.SentencePieceProcessor
-    tgt: spm.SentencePieceProcessor
 
 
 @dataclass(frozen=True)
