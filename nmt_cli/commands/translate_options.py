@@ -220,7 +220,11 @@ ONLY = {
         "--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; use --stop beam "
         "or leave --stop out",
     ),
-    "int8": ("ctranslate2", "--dtype int8: only with --engine ctranslate2 (our engine computes in fp32, bf16 or fp16)"),
+    "int8": (
+        "ctranslate2",
+        "--dtype int8: only with --engine ctranslate2 (our engine computes in fp32, bf16 or fp16); add --engine "
+        "ctranslate2 or choose another --dtype",
+    ),
 }
 
 

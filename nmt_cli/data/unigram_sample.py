@@ -3,12 +3,10 @@
 A BPE vocabulary is learned from word counts (:mod:`.word_counts`); a unigram one from sentences
 (from counts, 112 of 8,000 pieces came out different: its seed pieces come from a suffix array over
 the text). SentencePiece holds a sample of up to ``vocab.input_sentence_size`` lines and builds that
-suffix array over their characters. Peak memory measured (sentencepiece 0.2, Multi30k EN+DE lines
-of 67 characters on average, 8,000 pieces, 2 threads, GNU time): 588 MiB for 400k lines (26.7M
-characters), 2,819 MiB for 2M lines (134M characters), 551 MiB for the 400k lines joined four to one:
-about 21.9 bytes a character plus 31 MiB, whatever the number of lines. The default 10M lines of WMT
-text, about 140 characters a line, would take about 30 GB, found out only when the process is killed
-after minutes of loading. So the need is estimated from the files' sizes and their first megabytes, and a
+suffix array over their characters: its peak memory grows with the sample's characters, whatever the number of
+lines (``BYTES_PER_CHARACTER`` and ``FIXED_BYTES``; the measurements: docs/choices.md, "Memory"). The default
+10M lines of WMT text would take about 30 GB, found out only when the process is killed after minutes of
+loading. So the need is estimated from the files' sizes and their first megabytes, and a
 sample that cannot fit stops before SentencePiece starts, naming the ``input_sentence_size`` that fits.
 """
 

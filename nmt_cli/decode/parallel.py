@@ -4,12 +4,9 @@ A decoder step of a beam search over a few dozen rows is many small operations: 
 threads, each matrix product spends much of its time handing work out and waiting for the other
 thread, and the operations between products use one thread anyway. Two batches translated at once,
 one thread each, keep both cores busy with whole products instead. Marian's ``--cpu-threads`` and
-CTranslate2's ``inter_threads`` work the same way. On an AMD EPYC (Zen 3, 2 cores), beam 4, batches of
-16 Multi30k sentences, in one process, alternating (``docs/benchmarks.md``): the small model's 160
-lines in 1.38-1.57 s with two workers against 1.71-2.32 s one batch at a time on both threads, the base
-model's 96 lines in 3.3-3.7 against 4.1-4.4 s; one sentence per batch about 1.1x. Large batches (a
-few hundred decoder rows) already keep two threads busy and gain nothing, so by default workers take
-on only small batches (``AUTO_MAX_ROWS``); ``decode.workers`` sets the number outright.
+CTranslate2's ``inter_threads`` work the same way (the measurements: docs/choices.md, "Decoding"). Large
+batches (a few hundred decoder rows) already keep two threads busy and gain nothing, so by default workers
+take on only small batches (``AUTO_MAX_ROWS``); ``decode.workers`` sets the number outright.
 
 Each batch's search is a pure function of its inputs, so the outputs do not depend on which worker
 runs it or on the order the batches finish; results come back in the batches' order. Threads, not

@@ -47,9 +47,7 @@ class RowLogits:
 
     At the hundreds of rows of default-batched beam search the whole matrix (77 MB at 600 x 32,000)
     leaves the processor's cache between the output projection and the log-softmax; a block of 128
-    rows stays in it. Base model, beam 4, 300 Multi30k lines at default batching (AMD EPYC Zen 3, 2
-    threads, median of 5, alternating, same outputs): 10.75 s with the whole matrix, 9.31 s by blocks
-    of 128; level at batch 16 (64 rows: one block) and on the small model (8,000 pieces).
+    rows stays in it (the measurement: docs/choices.md, "Decoding").
     """
 
     model: Transformer

@@ -135,14 +135,14 @@ def use_onednn() -> bool:
 
 def blas_min_rows() -> int | None:
     """From how many input rows on a product leaves oneDNN for the BLAS: ``BLAS_MIN_ROWS`` on processors
-    without AVX-512 (Zen 3 measured), never with it (Zen 4 measured: see ``BLAS_MIN_ROWS``)."""
+    without AVX-512, never with it (where each was measured: docs/choices.md)."""
     return None if "AVX512" in torch.backends.cpu.get_cpu_capability() else BLAS_MIN_ROWS
 
 
 def packs_bf16_weights() -> bool:
     """Whether a bf16 model's linear layers read oneDNN-packed copies of their weights: under ``auto``
     or ``packed``, where the processor multiplies bf16 in hardware and oneDNN computes it: ``F.linear``
-    reorders a bf16 weight on every call, a packed copy does it once (1.4-2.6x faster per step: docs/choices.md)."""
+    reorders a bf16 weight on every call, a packed copy does it once (docs/choices.md)."""
     return cpu_linear_choice() in ("auto", "packed") and native_bf16_cpu() and onednn_usable(torch.bfloat16)
 
 

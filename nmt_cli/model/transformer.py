@@ -443,8 +443,8 @@ _INITIALISERS = (
 def _initialisers_skipped() -> Iterator[None]:
     """torch.nn.init's functions, which our layers and PyTorch's own (``reset_parameters``) call, made to
     return their tensor untouched for a while, as HuggingFace's ``no_init_weights`` does. Random weights
-    that a checkpoint's overwrite next are wasted work: for the base model 0.7 s on the CPU; and on the
-    meta device (the shape check before loading) ``normal_`` first imports torch._dynamo, 1.9 s."""
+    that a checkpoint's overwrite next are wasted work, and on the meta device (the shape check before loading)
+    ``normal_`` first imports torch._dynamo (the costs: docs/choices.md, "Memory")."""
     saved = {name: getattr(nn.init, name) for name in _INITIALISERS}
     try:
         for name in _INITIALISERS:

@@ -5,11 +5,8 @@ A decoder step (and a training step) allocates the same large buffers every time
 rows (8-16 MB), feed-forward activations, log-probabilities. glibc's malloc serves blocks of more than
 128 KiB with fresh ``mmap`` pages (raising that threshold only as such blocks are freed) and hands the
 top of its heap back to the kernel once 128 KiB lie free there, so those buffers come back as new
-pages every step: each page is faulted in and zeroed by the kernel before it is written. Measured on an
-AMD EPYC (Zen 3, 2 threads), ``nmt translate`` of the base model, beam 4, 300 Multi30k lines at batch
-16: about 207,000 page faults in the translation, and ``clear_page`` the largest single entry outside
-the matrix products in ``perf`` (5% of the time); about 94,000 with these settings, the kernel's share
-of the time 11% -> 3.8% (see ``docs/benchmarks.md``). PyTorch's
+pages every step: each page is faulted in and zeroed by the kernel before it is written, the largest single
+cost outside the matrix products in a profile of a translation (docs/choices.md, "Memory"). PyTorch's
 own advice for CPU inference is a caching allocator (jemalloc or TCMalloc through ``LD_PRELOAD``); these
 two ``mallopt`` settings get the same effect from the allocator already in the process.
 
