@@ -31,7 +31,7 @@ from ..data.batches import pad_rows
 from ..data.context import break_id, join_context
 from ..data.vocab import BOS_ID, PAD_ID
 from ..errors import NmtError
-from ..model.recurrence import Kept, SentencePast, batch_pasts, sentence_pasts
+from ..model.recurrence import SentencePast, batch_pasts, sentence_pasts
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
 from .loading import LoadedModel
@@ -262,13 +262,11 @@ def search_with_pasts(
     as every self-attention layer's past, and the keys/values each leaves its successor: its source's, and its best
     translation's, read once more teacher-forced."""
     like = model.output.weight
-    kept_encoder: Kept = []
-    memory, src_mask = model.encode(src, batch_pasts(pasts, "encoder", len(model.encoder), like), kept_encoder)
+    memory, src_mask, kept_encoder = model.encode_kept(src, batch_pasts(pasts, "encoder", len(model.encoder), like))
     decoder_past = batch_pasts(pasts, "decoder", len(model.decoder), like)
     found = search(model, src, prefix, (memory, src_mask), decoder_past)
     chosen = [[BOS_ID] + (hyps[0].tokens if hyps else []) for hyps in found]
-    kept_decoder: Kept = []
-    model.decode(pad_rows(chosen).to(src.device), memory, src_mask, decoder_past, kept_decoder)
+    _, kept_decoder = model.decode_kept(pad_rows(chosen).to(src.device), memory, src_mask, decoder_past)
     lengths = (src != PAD_ID).sum(dim=1).tolist()
     return found, sentence_pasts(kept_encoder, kept_decoder, lengths, [len(c) for c in chosen])
 

@@ -17,7 +17,7 @@ import torch
 from ..config import DecodeConfig
 from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
-from ..model.recurrence import Kept, SentencePast, batch_pasts, sentence_pasts
+from ..model.recurrence import SentencePast, batch_pasts, sentence_pasts
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
 from .search import length_penalty
@@ -124,12 +124,11 @@ def _scores_with_pasts(
     pasts = [histories[n] for n, _ in part]
     like = model.output.weight
     src = pad_rows(sources).to(device)
-    kept_encoder: Kept = []
-    kept_decoder: Kept = []
-    memory, src_mask = model.encode(src, batch_pasts(pasts, "encoder", len(model.encoder), like), kept_encoder)
+    memory, src_mask, kept_encoder = model.encode_kept(src, batch_pasts(pasts, "encoder", len(model.encoder), like))
     tgt_in = pad_rows(targets).to(device)
     tgt_out = pad_rows([t[1:] + [EOS_ID] for t in targets]).to(device)
-    hidden = model.decode(tgt_in, memory, src_mask, batch_pasts(pasts, "decoder", len(model.decoder), like), kept_decoder)
+    decoder_past = batch_pasts(pasts, "decoder", len(model.decoder), like)
+    hidden, kept_decoder = model.decode_kept(tgt_in, memory, src_mask, decoder_past)
     totals = _target_log_probs(model, hidden, tgt_out).sum(dim=1).tolist()
     left = sentence_pasts(kept_encoder, kept_decoder, [len(s) for s in sources], [len(t) for t in targets])
     out = []

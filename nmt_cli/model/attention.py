@@ -27,6 +27,8 @@ from .packing import Layout, Packing, has_variable_length_kernel
 from .positions import sinusoids
 from .recurrence import Past
 
+KeysValues = tuple[Tensor, Tensor]  # one self-attention input's keys and values, each (B, H, T, d_k)
+
 
 @dataclass
 class RelativeTerms:
@@ -36,6 +38,12 @@ class RelativeTerms:
     values: Tensor
 
 
+def future(t_q: int, t_k: int, device: torch.device) -> Tensor:
+    """The causal mask, True where a key lies in a query's future: (Tq, Tk), the queries being the last Tq of
+    the Tk positions (it aligns bottom-right: incremental decoding's queries follow its cached keys)."""
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(t_k - t_q + 1)
+
+
 def attention_weights(
     q: Tensor,
     k: Tensor,
@@ -43,19 +51,23 @@ def attention_weights(
     causal: bool = False,
     relative: RelativeTerms | None = None,
     bias: Tensor | None = None,
+    in_place: bool = False,
 ) -> Tensor:
-    """softmax(q k^T / sqrt(d_k) + rel + bias) in fp32: (B, H, Tq, Tk). The causal mask aligns bottom-right."""
-    d_k = q.size(-1)
+    """softmax(q k^T / sqrt(d_k) + rel + bias) in fp32: (B, H, Tq, Tk), the formula every computation but
+    PyTorch's kernels runs. ``in_place`` (inference: no gradient, no relative terms) scales and masks the
+    scores where they lie instead of making copies."""
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+    if in_place:
+        assert relative is None and bias is None and not causal
+        scores.mul_(1 / math.sqrt(q.size(-1)))
+        return (scores if mask is None else scores.masked_fill_(mask.logical_not(), float("-inf"))).softmax(dim=-1)
     if relative is not None:
         scores = scores + torch.einsum("bhqd,qkd->bhqk", q, relative.keys)
-    scores = scores / math.sqrt(d_k)
+    scores = scores / math.sqrt(q.size(-1))
     if bias is not None:
         scores = scores + bias
     if causal:
-        t_q, t_k = scores.shape[-2:]
-        future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(t_k - t_q + 1)
-        scores = scores.masked_fill(future, float("-inf"))
+        scores = scores.masked_fill(future(scores.size(-2), scores.size(-1), q.device), float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return scores.float().softmax(dim=-1)  # softmax in fp32 under autocast
@@ -96,7 +108,7 @@ def attention(
     if kernel == "written out":
         return attention_reference(q, k, v, mask, dropout, causal, relative, bias)
     if kernel == "in place":
-        return _attention_in_place(q, k, v, mask)
+        return torch.matmul(attention_weights(q, k, mask, in_place=True), v)  # (B, H, Tq, d_k)
     if bias is not None:  # one float mask: the position term, -inf where a key is hidden
         mask, causal = _as_float_mask(bias.to(q.dtype), mask, causal), False
     t_q, t_k = q.size(-2), k.size(-2)
@@ -106,8 +118,8 @@ def attention(
         # SDPA's is_causal would align top-left, so several are masked explicitly.
         causal = False
         if t_q > 1:
-            future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(t_k - t_q + 1)
-            mask = ~future if mask is None else mask & ~future
+            seen = ~future(t_q, t_k, q.device)
+            mask = seen if mask is None else mask & seen
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 
 
@@ -178,20 +190,9 @@ def attention_kernel(
     return "in place" if in_place else "fused"
 
 
-def _attention_in_place(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """softmax(q k^T / sqrt(d_k)) v written out for inference, the scores scaled and masked in place
-    (no gradient, no dropout). ``mask`` (broadcast to (B, H, Tq, Tk)) is True where a key may be seen."""
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1 / math.sqrt(q.size(-1)))  # (B, H, Tq, Tk)
-    if mask is not None:
-        scores.masked_fill_(mask.logical_not(), float("-inf"))
-    return torch.matmul(scores.softmax(dim=-1), v)  # (B, H, Tq, d_k)
-
-
 def _as_float_mask(bias: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-    t_q, t_k = bias.shape[-2:]
     if causal:
-        future = torch.ones(t_q, t_k, dtype=torch.bool, device=bias.device).triu(t_k - t_q + 1)
-        bias = bias.masked_fill(future, float("-inf"))
+        bias = bias.masked_fill(future(bias.size(-2), bias.size(-1), bias.device), float("-inf"))
     if mask is not None:
         bias = bias.masked_fill(~mask, float("-inf"))
     return bias
@@ -304,28 +305,22 @@ class SelfAttention(_Heads):
         self.xl = XLPositions(config.d_model, config.n_heads) if config.positions == "xl" else None
 
     def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | Layout | None = None,
-        causal: bool = False,
-        past: Past | None = None,
-        keep: list[tuple[Tensor, Tensor]] | None = None,
-    ) -> Tensor:
+        self, x: Tensor, mask: Tensor | Layout | None = None, causal: bool = False, past: Past | None = None
+    ) -> tuple[Tensor, KeysValues]:
         """Attention of ``x`` (B, T, D) over itself, and over ``past``'s keys/values first where given
-        (segment-level recurrence, ``recurrence.py``: no gradient through them); ``keep`` receives this
-        input's keys and values (detached), for the next sentence's past. A packed batch's ``x`` is
-        (1, N, D) and its ``mask`` the sentences' :class:`Layout`."""
+        (segment-level recurrence, ``recurrence.py``: no gradient through them); returns its output and this
+        input's keys and values (B, H, T, d_k), the next sentence's past. A packed batch's ``x`` is (1, N, D) and
+        its ``mask`` the sentences' :class:`Layout`."""
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))  # each (B, H, T, d_k)
         if isinstance(mask, Layout):  # a packed batch (packing.py): absolute positions only, no past
-            return self._merge(packed_attention(q, k, v, mask, mask, causal))
-        if keep is not None:
-            keep.append((k.detach(), v.detach()))
+            return self._merge(packed_attention(q, k, v, mask, mask, causal)), (k, v)
+        own = k, v
         if past is not None:
             mask = past.mask(mask, x.size(0), k.size(2))
             k, v = torch.cat([past.keys.to(k.dtype), k], dim=2), torch.cat([past.values.to(v.dtype), v], dim=2)
         q, relative, bias = self.position_terms(q, k.size(2))
         context = attention(q, k, v, mask, self._attention_dropout(), causal, relative, bias)  # (B, H, T, d_k)
-        return self._merge(context)  # (B, T, D)
+        return self._merge(context), own  # (B, T, D)
 
     def attention_map(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         """The attention weights (B, H, T, T) that :meth:`forward` applies to the same input (no cache)."""

@@ -9,17 +9,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import CrossAttention, SelfAttention
+from .attention import CrossAttention, KeysValues, SelfAttention
 from .dropout import Dropout, apply_dropout
 from .packing import Layout, Packing
-from .recurrence import Kept, Past
+from .recurrence import Past
 
 Arrangement = Literal["post", "pre", "rezero", "none"]
 
@@ -102,6 +102,15 @@ class FeedForward(nn.Module):
         return self.w2(hidden)
 
 
+class LayerOutput(NamedTuple):
+    """What a layer returns: its output, what its self-attention computed of this input (the next sentence's
+    past under recurrence), and where asked, one cross-attention head's weights (B, T, S) (guided alignment)."""
+
+    hidden: Tensor
+    keys_values: KeysValues
+    alignment: Tensor | None = None
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each in a residual block."""
 
@@ -112,11 +121,12 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
-    def forward(self, x: Tensor, src_mask: Tensor | Layout, past: Past | None = None, keep: Kept | None = None) -> Tensor:
-        """``past``: the previous sentences' keys/values this layer attends to as well (recurrence.py);
-        ``keep`` receives this sentence's. A packed batch (packing.py) gives its source's layout as the mask."""
-        x = self.res_attn(x, lambda h: self.self_attn(h, mask=src_mask, past=past, keep=keep))
-        return self.res_ffn(x, self.ffn)
+    def forward(self, x: Tensor, src_mask: Tensor | Layout, past: Past | None = None) -> LayerOutput:
+        """``past``: the previous sentences' keys/values this layer attends to as well (recurrence.py). A packed
+        batch (packing.py) gives its source's layout as the mask."""
+        seen: list[KeysValues] = []
+        x = self.res_attn(x, lambda h: _kept(self.self_attn(h, mask=src_mask, past=past), seen))
+        return LayerOutput(self.res_ffn(x, self.ffn), seen[0])
 
 
 class DecoderLayer(nn.Module):
@@ -132,27 +142,33 @@ class DecoderLayer(nn.Module):
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
     def forward(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor | Packing, past: Past | None = None, keep: Kept | None = None
-    ) -> Tensor:
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | Packing,
+        past: Past | None = None,
+        align_head: int | None = None,
+    ) -> LayerOutput:
         """``x`` (B, T, D) the embedded shifted target, ``memory`` (B, S, D) the encoder output; ``past`` the
-        previous target sentences' self-attention keys/values (recurrence.py), ``keep`` receives this one's.
-        A packed batch (packing.py) gives its :class:`Packing` as the mask: its target's layout then bounds
-        the self-attention too."""
+        previous target sentences' self-attention keys/values (recurrence.py); ``align_head``: also return that
+        cross-attention head's weights (guided alignment). A packed batch (packing.py) gives its
+        :class:`Packing` as the mask: its target's layout then bounds the self-attention too."""
         own = src_mask.target if isinstance(src_mask, Packing) else None
-        x = self.res_self(x, lambda h: self.self_attn(h, mask=own, causal=True, past=past, keep=keep))
-        x = self.res_cross(x, lambda h: self.cross_attn(h, memory, mask=src_mask))
-        return self.res_ffn(x, self.ffn)
-
-    def forward_aligned(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor, head: int, past: Past | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """:meth:`forward`, and the cross-attention weights (B, T, S) of ``head`` (guided alignment)."""
-        seen: list[Tensor] = []
+        seen: list[KeysValues] = []
+        weights: list[Tensor] = []
 
         def cross(h: Tensor) -> Tensor:
-            seen.append(self.cross_attn.head_weights(h, memory, src_mask, head))
+            if align_head is not None:
+                assert isinstance(src_mask, Tensor)  # train.packed refuses guided alignment
+                weights.append(self.cross_attn.head_weights(h, memory, src_mask, align_head))
             return self.cross_attn(h, memory, mask=src_mask)
 
-        x = self.res_self(x, lambda h: self.self_attn(h, causal=True, past=past))
+        x = self.res_self(x, lambda h: _kept(self.self_attn(h, mask=own, causal=True, past=past), seen))
         x = self.res_cross(x, cross)
-        return self.res_ffn(x, self.ffn), seen[0]
+        return LayerOutput(self.res_ffn(x, self.ffn), seen[0], weights[0] if weights else None)
+
+
+def _kept(result: tuple[Tensor, KeysValues], seen: list[KeysValues]) -> Tensor:
+    """Self-attention's output, its keys/values set aside for the layer to return."""
+    seen.append(result[1])
+    return result[0]

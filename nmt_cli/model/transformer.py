@@ -12,7 +12,7 @@ import contextlib
 import math
 import threading
 from collections.abc import Iterator, Sequence
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -95,10 +95,9 @@ class Transformer(nn.Module):
 
     # ----------------------------------------------------------------- encoder / decoder
 
-    def encode(self, src: Tensor, past: list[Past] | None = None, keep: Kept | None = None) -> tuple[Tensor, Tensor]:
+    def encode(self, src: Tensor, past: list[Past] | None = None) -> tuple[Tensor, Tensor]:
         """Encode ``src`` (B, S) to memory (B, S, D); also return the key mask (B, 1, 1, S). With ``past`` (per
-        layer, segment-level recurrence: ``recurrence.py``) each layer attends to the previous sentences too;
-        ``keep`` receives each layer's keys/values of ``src``.
+        layer, segment-level recurrence: ``recurrence.py``) each layer attends to the previous sentences too.
 
         At inference on the CPU, sources are encoded in groups of similar length and at most
         ``ENCODE_GROUP_MAX_TOKENS`` positions (:func:`length_groups`), each only as wide as its longest:
@@ -106,87 +105,110 @@ class Transformer(nn.Module):
         default 6,000-token batches) and a group's activations stay in the processor's cache. Memory at
         padded positions then differs (zero beyond a group's width); it is never attended to."""
         src_mask = (src != self.pad_id)[:, None, None, :]
-        if self.training or torch.is_grad_enabled() or src.device.type != "cpu" or past is not None or keep is not None:
-            return self._encode_padded(src, src_mask, past, keep), src_mask
+        if self.training or torch.is_grad_enabled() or src.device.type != "cpu" or past is not None:
+            return self._encoded(src, src_mask, past)[0], src_mask
         positions = torch.arange(1, src.size(1) + 1, device=src.device)
         widths = (src_mask[:, 0, 0] * positions).amax(dim=1).clamp(min=1).tolist()  # up to the last token
         groups = length_groups(widths)
         if len(groups) == 1:
-            return self._encode_padded(src, src_mask), src_mask
+            return self._encoded(src, src_mask)[0], src_mask
         memory: Tensor | None = None
         for rows in groups:
             width, index = widths[rows[0]], torch.tensor(rows, device=src.device)
-            part = self._encode_padded(src[index, :width], src_mask[index, :, :, :width])
+            part = self._encoded(src[index, :width], src_mask[index, :, :, :width])[0]
             if memory is None:
                 memory = part.new_zeros((*src.shape, part.size(-1)))
             memory[index, :width] = part
         assert memory is not None
         return memory, src_mask
 
-    def _encode_padded(
-        self, src: Tensor, src_mask: Tensor, past: list[Past] | None = None, keep: Kept | None = None
-    ) -> Tensor:
-        x = self._embed(self.src_embed, src)
-        for n, layer in enumerate(self.encoder_layers):
-            x = self._run(layer, x, src_mask, past=past[n] if past is not None else None, keep=keep)
-        return self.encoder_norm(x)
+    def encode_kept(self, src: Tensor, past: list[Past] | None = None) -> tuple[Tensor, Tensor, Kept]:
+        """:meth:`encode`, and each layer's self-attention keys/values of ``src`` (detached): the next sentence's
+        past (``model.recurrence``)."""
+        src_mask = (src != self.pad_id)[:, None, None, :]
+        memory, kept = self._encoded(src, src_mask, past, keep=True)
+        return memory, src_mask, kept
 
-    def decode(
-        self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None, keep: Kept | None = None
-    ) -> Tensor:
-        """Decoder hidden states (B, T, D) for the whole shifted target (training, scoring); ``past`` and
-        ``keep`` as :meth:`encode`'s, for the decoder's self-attention."""
-        x = self._embed(self.tgt_embed, tgt_in)
-        for n, layer in enumerate(self.decoder_layers):
-            x = self._run(layer, x, memory, src_mask, past=past[n] if past is not None else None, keep=keep)
-        return self.decoder_norm(x)
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None) -> Tensor:
+        """Decoder hidden states (B, T, D) for the whole shifted target (training, scoring); ``past`` as
+        :meth:`encode`'s, for the decoder's self-attention."""
+        return self._decoded(tgt_in, memory, src_mask, past)[0]
+
+    def decode_kept(
+        self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None
+    ) -> tuple[Tensor, Kept]:
+        """:meth:`decode`, and each layer's self-attention keys/values of ``tgt_in`` (as :meth:`encode_kept`)."""
+        hidden, kept, _ = self._decoded(tgt_in, memory, src_mask, past, keep=True)
+        return hidden, kept
 
     def decode_aligned(
         self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None
     ) -> tuple[Tensor, Tensor]:
         """:meth:`decode`, and the guided head's cross-attention weights (B, T, S) (guided alignment)."""
-        x = self._embed(self.tgt_embed, tgt_in)
-        aligning = guided_layer(len(self.decoder))
-        weights: Tensor | None = None
-        for index, layer in enumerate(self.decoder_layers):
-            layer_past = past[index] if past is not None else None
-            if index == aligning:
-                x, weights = self._run_aligned(layer, x, memory, src_mask, layer_past)
-            else:
-                x = self._run(layer, x, memory, src_mask, past=layer_past)
+        hidden, _, weights = self._decoded(tgt_in, memory, src_mask, past, align_at=guided_layer(len(self.decoder)))
         assert weights is not None
-        return self.decoder_norm(x), weights
-
-    def _run_aligned(
-        self, layer: DecoderLayer, x: Tensor, memory: Tensor, src_mask: Tensor, past: Past | None
-    ) -> tuple[Tensor, Tensor]:
-        if self.activation_checkpointing and self.training:
-            return checkpoint(layer.forward_aligned, x, memory, src_mask, GUIDED_HEAD, past, use_reentrant=False)
-        return layer.forward_aligned(x, memory, src_mask, GUIDED_HEAD, past)
+        return hidden, weights
 
     def _packed_hidden(self, src: Tensor, tgt_in: Tensor, packing: Packing) -> Tensor:
         """:meth:`encode` then :meth:`decode` of a packed batch: the decoder states of the target's real
         positions, (1, N, D) in ``packing.target``'s order."""
         x = self._embed_packed(self.src_embed, src, packing.source)
-        for layer in self.encoder_layers:
-            x = self._run(layer, x, packing.source)
-        memory = self.encoder_norm(x)
+        memory = self.encoder_norm(self._through(self.encoder_layers, x, packing.source)[0])
         y = self._embed_packed(self.tgt_embed, tgt_in, packing.target)
-        for decoder_layer in self.decoder_layers:
-            y = self._run(decoder_layer, y, memory, packing)
-        return self.decoder_norm(y)
+        return self.decoder_norm(self._through(self.decoder_layers, y, memory, packing)[0])
 
-    def _run(
-        self, layer: nn.Module, *args: Tensor | Layout | Packing, past: Past | None = None, keep: Kept | None = None
-    ) -> Tensor:
-        if keep is not None or past is not None:
-            # a layer that keeps its keys/values runs whole: recomputing it would keep them twice
-            if self.activation_checkpointing and self.training and keep is None:
-                return checkpoint(layer, *args, past=past, use_reentrant=False)
-            return layer(*args, past=past, keep=keep)
-        if self.activation_checkpointing and self.training:
-            return checkpoint(layer, *args, use_reentrant=False)
-        return layer(*args)
+    # ----------------------------------------------------------------- the one route through the layers
+
+    def _encoded(
+        self, src: Tensor, src_mask: Tensor, past: list[Past] | None = None, keep: bool = False
+    ) -> tuple[Tensor, Kept]:
+        x, kept, _ = self._through(self.encoder_layers, self._embed(self.src_embed, src), src_mask, past=past, keep=keep)
+        return self.encoder_norm(x), kept
+
+    def _decoded(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        past: list[Past] | None = None,
+        keep: bool = False,
+        align_at: int | None = None,
+    ) -> tuple[Tensor, Kept, Tensor | None]:
+        x = self._embed(self.tgt_embed, tgt_in)
+        y, kept, weights = self._through(self.decoder_layers, x, memory, src_mask, past=past, keep=keep, align_at=align_at)
+        return self.decoder_norm(y), kept, weights
+
+    def _through(
+        self,
+        layers: Sequence[EncoderLayer] | Sequence[DecoderLayer],
+        x: Tensor,
+        *inputs: Tensor | Layout | Packing,
+        past: list[Past] | None = None,
+        keep: bool = False,
+        align_at: int | None = None,
+    ) -> tuple[Tensor, Kept, Tensor | None]:
+        """``x`` through a stack of layers (whose other ``inputs`` are the mask, or the memory and its mask):
+        its output; with ``keep`` each layer's self-attention keys/values of its input (detached), for the next
+        sentence's past; with ``align_at`` that layer's guided head's cross-attention weights (guided alignment).
+        Activation checkpointing recomputes a layer in the backward pass (not one whose keys/values are kept:
+        they are a result, not a step to redo)."""
+        kept: Kept = []
+        weights: Tensor | None = None
+        recompute = self.activation_checkpointing and self.training and not keep
+        for n, layer in enumerate(layers):
+            options: dict[str, Any] = {} if past is None else {"past": past[n]}
+            if n == align_at:
+                options["align_head"] = GUIDED_HEAD
+            if recompute:
+                out = checkpoint(layer, x, *inputs, use_reentrant=False, **options)
+            else:
+                out = layer(x, *inputs, **options)
+            x = out.hidden
+            if keep:
+                kept.append((out.keys_values[0].detach(), out.keys_values[1].detach()))
+            if out.alignment is not None:
+                weights = out.alignment
+        return x, kept, weights
 
     def previous_pasts(
         self, previous: Sequence[PreviousPairs], epsilon: float = 0.0
@@ -202,10 +224,8 @@ class Transformer(nn.Module):
         nll_sum: Tensor | None = None
         with contextlib.nullcontext() if train else torch.no_grad():
             for src, tgt_in, tgt_out, present, scored in previous:
-                kept_encoder: Kept = []
-                kept_decoder: Kept = []
-                memory, src_mask = self.encode(src, keep=kept_encoder)
-                hidden = self.decode(tgt_in, memory, src_mask, keep=kept_decoder)
+                memory, src_mask, kept_encoder = self.encode_kept(src)
+                hidden, kept_decoder = self.decode_kept(tgt_in, memory, src_mask)
                 encoder.append(right_aligned(kept_encoder, (src != self.pad_id).sum(dim=1), present))
                 decoder.append(right_aligned(kept_decoder, (tgt_in != self.pad_id).sum(dim=1), present))
                 if train and scored:

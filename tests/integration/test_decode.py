@@ -152,7 +152,7 @@ def test_decoding_records_no_autograd_graph(loaded, overfit):
     _, src, _ = overfit
     seen = []
     hooks = [
-        layer.register_forward_hook(lambda _m, _i, out: seen.append(out.requires_grad or torch.is_grad_enabled()))
+        layer.register_forward_hook(lambda _m, _i, out: seen.append(out.hidden.requires_grad or torch.is_grad_enabled()))
         for layer in [*loaded.model.encoder, *loaded.model.decoder]
     ]
     try:

@@ -268,7 +268,7 @@ def test_xl_attention_equals_the_pairwise_formula(causal):
     attn = SelfAttention(ModelConfig(d_model=16, n_heads=2, positions="xl")).eval()
     x = torch.randn(2, 5, 16)
     mask = None if causal else torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
-    got = attn(x, mask=mask, causal=causal)
+    got, _ = attn(x, mask=mask, causal=causal)
     expected = naive_xl_attention(attn, x, mask, causal)
     if mask is not None:  # padded query rows are never read
         got, expected = got[0], expected[0]

@@ -10,7 +10,7 @@ import torch
 
 from nmt_cli.config import ModelConfig
 from nmt_cli.inference.step import IncrementalDecoder
-from nmt_cli.model.recurrence import Kept, batch_pasts, right_aligned, sentence_pasts
+from nmt_cli.model.recurrence import batch_pasts, right_aligned, sentence_pasts
 from nmt_cli.model.transformer import build_model
 
 CONFIG = ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0, positions="xl", recurrence=1)
@@ -32,8 +32,7 @@ def test_the_decoder_with_the_previous_sentence_as_past_is_the_decoder_over_both
     with torch.no_grad():
         memory, mask = model.encode(src)
         whole = model.decode(torch.cat([previous, current], dim=1), memory, mask)[:, previous.size(1) :]
-        kept: Kept = []
-        model.decode(previous, memory, mask, keep=kept)
+        _, kept = model.decode_kept(previous, memory, mask)
         past = right_aligned(kept, torch.tensor([previous.size(1)]), torch.tensor([True]))
         alone = model.decode(current, memory, mask, past=past)
     torch.testing.assert_close(alone, whole, rtol=1e-5, atol=1e-5)
@@ -47,10 +46,8 @@ def test_padding_in_a_batch_of_pasts_changes_nothing():
     with torch.no_grad():
         pasts = []
         for prev in previous:
-            kept_encoder: Kept = []
-            kept_decoder: Kept = []
-            memory, mask = model.encode(prev, keep=kept_encoder)
-            model.decode(prev, memory, mask, keep=kept_decoder)
+            memory, mask, kept_encoder = model.encode_kept(prev)
+            _, kept_decoder = model.decode_kept(prev, memory, mask)
             pasts.extend(sentence_pasts(kept_encoder, kept_decoder, [prev.size(1)], [prev.size(1)]))
         encoder = batch_pasts([[p] for p in pasts], "encoder", 2, src.float())
         batched, _ = model.encode(src, past=encoder)
@@ -65,8 +62,7 @@ def test_a_hidden_past_is_no_past():
     model = _model()
     src = torch.tensor([[5, 6, 7, 3]])
     with torch.no_grad():
-        kept: Kept = []
-        model.encode(torch.tensor([[9, 10, 11, 3]]), keep=kept)
+        _, _, kept = model.encode_kept(torch.tensor([[9, 10, 11, 3]]))
         hidden = right_aligned(kept, torch.tensor([4]), torch.tensor([False]))
         torch.testing.assert_close(model.encode(src, past=hidden)[0], model.encode(src)[0], rtol=1e-5, atol=1e-5)
 
@@ -77,9 +73,8 @@ def test_incremental_steps_with_a_past_follow_the_whole_sequence():
     src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
     tgt_in = torch.tensor([[2, 11, 12, 13], [2, 14, 15, 16]])
     with torch.no_grad():
-        kept: Kept = []
         memory, mask = model.encode(src)
-        model.decode(torch.tensor([[2, 20, 21, 22], [2, 23, 0, 0]]), memory, mask, keep=kept)
+        _, kept = model.decode_kept(torch.tensor([[2, 20, 21, 22], [2, 23, 0, 0]]), memory, mask)
         past = right_aligned(kept, torch.tensor([4, 2]), torch.tensor([True, True]))
         whole = model.decode(tgt_in, memory, mask, past=past)
         decoder = IncrementalDecoder(model)
