@@ -21,7 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..config import Recipe, dump_recipe
-from ..data.batches import collate, make_batches, target_tokens
+from ..data.batches import make_batches
 from ..data.mixing import epoch_pool
 from ..data.vocab import PAD_ID
 from ..errors import NmtError, TrainingStopped
@@ -41,17 +41,14 @@ from .distributed import (
     set_threads,
     shutdown,
 )
-from .ema import WeightAverage
 from .fit_at_end import calibrate_model_file
-from .memory import CPU_MAX_TOKENS, free_cuda_memory, probe_gpu_batch, resolve_max_tokens, split_after_oom, split_rows
-from .precision import autocast, resolve_precision
+from .memory import CPU_MAX_TOKENS, resolve_max_tokens
+from .precision import resolve_precision
 from .reporting import Reporter
-from .repulsive import repulse_heads
-from .schedule import learning_rate
 from .start import check_compatible, finished_reason, load_parent, start_checkpoint
 from .state import TrainState
 from .stopping import Preempted, StopRequest
-from .update import accumulate, gathered_rng, gradient_norm, restore_rng, rng_states, set_rng_states
+from .update import Updater, gathered_rng, restore_rng
 from .validate import validate
 
 Log = Callable[[str], None]
@@ -76,25 +73,19 @@ class Trainer:
         self.model.activation_checkpointing = self.config.activation_checkpointing
         self.model.packed = self.config.packed
         _prefer_memory_efficient_attention(info.device)
-        self.optimizer = _optimizer(self.model, recipe)
-        self.ema = WeightAverage(self.model, self.config.ema_decay) if self.config.ema_decay else None
         self.parent: dict[str, Any] | None = None  # the model a fine-tuning run started from (train.init_from)
-        schedule = learning_rate(self.config, recipe.model.d_model)
-        # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
         self.precision = resolve_precision(self.config.precision, info.device)
         if self.config.packed:
             kernel = packed_attention_kernel(info.device, self.precision)
             log(f"train.packed: sentences laid end to end, attention through {kernel}")
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         self.state = TrainState()
         self.report = Reporter(self.folder, self.config.tensorboard, info, log)
         self._last_save_time = time.monotonic()
-        self.network: torch.nn.Module = self.model
-        self.last_lr = 0.0
         self.max_tokens = recipe.train.max_tokens if isinstance(recipe.train.max_tokens, int) else CPU_MAX_TOKENS
-        self.split = 1  # each batch runs as this many accumulation steps (raised after a CUDA OOM)
         self.stop = StopRequest()  # signals, installed while run() trains (train/stopping.py)
+        self.updates = Updater(
+            self.model, recipe, info, self.data.train, self.precision, self.stop, log, self._out_of_memory
+        )
         self.stopped_by: str | None = None  # the signal that ended training, if one did
         self.preempted = False  # every process agreed to stop for a preemption signal: save and leave
         self._saved_step = -1  # the update of the newest checkpoint on disk (the same on every process)
@@ -110,8 +101,7 @@ class Trainer:
         start = start_checkpoint(self.folder, resume, start_from, self.info.device)
         if start is None and self.config.init_from:
             self.parent = load_parent(Path(self.config.init_from), self.folder, self.recipe, self.data, self.model, self.log)
-            if self.ema is not None:
-                self.ema = WeightAverage(self.model, self.config.ema_decay)  # averages from the parent's weights
+            self.updates.restart_average()  # averages from the parent's weights
         if start is not None:
             check_compatible(start, self.recipe, self.data)
             finished = finished_reason(self.config, start.payload["train_state"])
@@ -128,10 +118,11 @@ class Trainer:
         if start is not None:
             self._restore(start)
         self.max_tokens = self.state.max_tokens = resolve_max_tokens(
-            self.config, self.state.max_tokens, self.info.device, self.log, self._probe_batch_size
+            self.config, self.state.max_tokens, self.info.device, self.log, self.updates.probe_batch_size
         )
+        self.updates.max_tokens = self.max_tokens
         if self.info.distributed:
-            self.network = DistributedDataParallel(
+            self.updates.network = DistributedDataParallel(
                 self.model, device_ids=[self.info.local_rank] if self.info.device.type == "cuda" else None
             )
         if self.config.compile:
@@ -141,18 +132,10 @@ class Trainer:
     def _restore(self, start: TrainingCheckpoint) -> None:
         payload, path = start.payload, start.path
         self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
-        self.scheduler.load_state_dict(payload["scheduler"])
-        self.scaler.load_state_dict(payload["scaler"])
+        self.updates.load_state_dict(payload)
         self.state.load_state_dict(payload["train_state"])
         self._saved_step = self.state.step
         self.parent = payload.get("parent")
-        if self.ema is not None:
-            if payload.get("ema"):
-                self.ema.load_state_dict(payload["ema"])
-            else:
-                self.ema = WeightAverage(self.model, self.config.ema_decay)  # starts from the resumed weights
-                self.log("train.ema_decay is new to this run: the moving average starts from the resumed weights")
         info = self.info
         reseed = self.config.seed + 1000 * info.rank + self.state.step
         restore_rng(payload["rng"], info.rank, info.world_size, info.device, reseed)
@@ -203,7 +186,7 @@ class Trainer:
             first = self.state.epoch_batches_done
             clock = time.perf_counter()
             try:
-                sums = self._update(batches[first : first + per_update])
+                sums = self.updates.run(batches[first : first + per_update], self.state.step)
             except Preempted:
                 self.log(f"update {self.state.step + 1:,} abandoned at {self.stop.signal}: it runs again on resuming")
                 return self._stop_reason()
@@ -239,87 +222,12 @@ class Trainer:
             pool,
         )
 
-    def _update(self, group: list[np.ndarray]) -> dict[str, float]:
-        """One optimizer step over ``group``; after a CUDA OOM, again with each batch split finer."""
-        while True:
-            try:
-                return self._try_update(group)
-            except torch.cuda.OutOfMemoryError:
-                pass  # recover outside the handler, so the traceback's frames free their tensors
-            self._recover_from_oom()
-
-    def _recover_from_oom(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        free_cuda_memory(self.info.device)
-        self.split = split_after_oom(self.split, self.info.distributed, self.state.step + 1, self.max_tokens)
+    def _out_of_memory(self, split: int) -> None:
         self.log(
-            f"out of GPU memory at update {self.state.step + 1:,}: each batch now runs as {self.split} "
+            f"out of GPU memory at update {self.state.step + 1:,}: each batch now runs as {split} "
             "accumulation steps (same gradients, less memory)"
         )
-        self.report.write({"step": self.state.step, "oom_split": self.split})
-
-    def _try_update(self, group: list[np.ndarray]) -> dict[str, float]:
-        """Forward/backward over this process's share of ``group``, then one optimizer step."""
-        info = self.info
-        total_tokens = sum(target_tokens(self.data.train, b) for b in group)
-        pieces = [
-            indices[part] for indices in group[info.rank :: info.world_size] for part in split_rows(len(indices), self.split)
-        ]
-        rng = rng_states(info.device)
-        try:
-            # Forward and backward passes change nothing but the gradients and the random state, both
-            # put back here when a preemption drops them; the optimizer step below always completes.
-            with self.stop.interruptible(enabled=not info.distributed):
-                sums = self._accumulate(pieces, total_tokens)
-        except Preempted:
-            self.optimizer.zero_grad(set_to_none=True)
-            set_rng_states(rng, info.device)
-            raise
-        self.scaler.unscale_(self.optimizer)
-        if self.recipe.model.repulsive:
-            repulse_heads(self.model, self.recipe.model.repulsive)
-        sums["grad_norm"] = gradient_norm(self.model, self.config.clip_norm)  # before clipping
-        self.last_lr = self.optimizer.param_groups[0]["lr"]  # the rate this update used
-        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-        self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients overflowed
-        self.scaler.update()
-        skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
-        if not skipped:
-            self.scheduler.step()  # a skipped update must not advance the learning-rate schedule
-            if self.ema is not None:
-                self.ema.update(self.state.step)
-        self.optimizer.zero_grad(set_to_none=True)
-        return {**sums, "skipped": skipped}
-
-    def _accumulate(self, pieces: list[np.ndarray], total_tokens: int) -> dict[str, Any]:
-        """Forward and backward over this process's batches of one update; the gradients add up."""
-        batches = (collate(self.data.train, indices).to(self.info.device) for indices in pieces)
-        return accumulate(
-            self.network, batches, len(pieces), total_tokens, self.info.world_size, self.config.label_smoothing,
-            self.scaler, self._autocast, self.config.guided_alignment,
-        )  # fmt: skip
-
-    def _probe_loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-        """The loss of one of the memory probe's batches, whose tokens are all real (no padding)."""
-        smoothing = self.config.label_smoothing
-        return self.model(src, tgt_in, tgt_out, smoothing, tgt_out.numel(), None, 0.0, None, src.numel())[0]
-
-    def _probe_batch_size(self) -> int:
-        """``train.max_tokens: auto`` on a GPU: the largest batch whose update fits, the same on every process."""
-        longest = min(int(self.data.train.pair_lengths.max()), self.recipe.model.max_positions)
-        return probe_gpu_batch(
-            self.model,
-            self.optimizer,
-            (self.data.src_size, self.data.tgt_size),
-            longest,
-            self._probe_loss,
-            self._autocast,
-            self.info,
-            self.log,
-        )
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        return autocast(self.precision, self.info.device)
+        self.report.write({"step": self.state.step, "oom_split": split})
 
     # ----------------------------------------------------------------- after each update
 
@@ -328,7 +236,7 @@ class Trainer:
         if state.step % RELEASE_MEMORY_EVERY == 0:
             release_freed_memory()
         if state.step % config.log_every == 0:
-            self.report.update(bar, self.state, self.last_lr, self.scaler)
+            self.report.update(bar, self.state, self.updates.last_lr, self.updates.scaler)
         if config.validate_every and state.step % config.validate_every == 0:
             if self._validate_and_track():
                 return f"no improvement in {config.patience} validations (early stopping)"
@@ -397,14 +305,7 @@ class Trainer:
         if self.info.is_main:
             payload = checkpoint.training_payload(
                 self._model_payload(),
-                {
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "scaler": self.scaler.state_dict(),
-                    "train_state": self.state.state_dict(),
-                    "rng": rng,
-                    **({"ema": self.ema.state_dict()} if self.ema else {}),
-                },
+                {**self.updates.state_dict(), "train_state": self.state.state_dict(), "rng": rng},
                 self.info.world_size,
                 self.data.identity,
             )
@@ -440,7 +341,7 @@ class Trainer:
             self.log(f"{self.folder.model_file} not written ({self.stop.signal}); the next `nmt train` writes it")
 
     def _write_model_file(self) -> None:
-        ema = self.ema.model_state_dict() if self.ema is not None else None
+        ema = self.updates.ema.model_state_dict() if self.updates.ema is not None else None
         target = checkpoint.write_model_file(self.folder, self.config, self._model_payload(), ema, self.log)
         if self.config.calibrate:
             try:
@@ -458,21 +359,6 @@ def _prefer_memory_efficient_attention(device: torch.device) -> None:
     """
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
-
-
-def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
-    config = recipe.train
-    cls = torch.optim.AdamW if config.weight_decay else torch.optim.Adam
-    # One fused kernel over all parameters instead of several small operations per tensor.
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in model.parameters())
-    return cls(
-        model.parameters(),
-        lr=1.0,
-        betas=(config.adam_beta1, config.adam_beta2),
-        eps=config.adam_eps,
-        weight_decay=config.weight_decay,
-        fused=fused,
-    )
 
 
 def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_from: str | None = None) -> Path:

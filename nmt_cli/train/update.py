@@ -1,5 +1,6 @@
-"""The arithmetic of one update, apart from the loop that schedules it: forward and backward over a process's
-batches with the gradients adding up, the gradient norm, and the random states an abandoned update puts back."""
+"""One update, apart from the loop that schedules it (:class:`Updater`): forward and backward over a process's
+batches with the gradients adding up, the gradient norm, the optimizer and its schedule, and the random states an
+abandoned update puts back."""
 
 from __future__ import annotations
 
@@ -7,11 +8,20 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
+import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data.batches import Batch
+from ..config import Recipe
+from ..data.batches import Batch, ParallelData, collate, target_tokens
+from ..model.transformer import Transformer
 from .distributed import DistInfo, gather_objects
+from .ema import WeightAverage
+from .memory import free_cuda_memory, probe_gpu_batch, split_after_oom, split_rows
+from .precision import autocast
+from .repulsive import repulse_heads
+from .schedule import learning_rate
+from .stopping import Preempted, StopRequest
 
 
 def accumulate(
@@ -91,3 +101,140 @@ def gradient_norm(model: torch.nn.Module, clip: float) -> torch.Tensor:
     if not grads:
         return torch.zeros(())
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+
+class Updater:
+    """One optimizer update of a run, as the loop asks for it: forward and backward over this process's share of
+    the update's batches, the gradient norm and clipping, the optimizer, the learning-rate schedule, fp16's loss
+    scaler and the moving average of the weights; after a CUDA OOM, the same update again with each batch split
+    finer. What it holds is saved with every checkpoint (:meth:`state_dict`)."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        recipe: Recipe,
+        info: DistInfo,
+        train: ParallelData,
+        precision: str,
+        stop: StopRequest,
+        log: Callable[[str], None],
+        out_of_memory: Callable[[int], None],
+    ) -> None:
+        """``out_of_memory`` is told each new split after a CUDA OOM."""
+        self.model, self.recipe, self.info, self.train, self.precision = model, recipe, info, train, precision
+        self.config = recipe.train
+        self.stop, self.log, self.out_of_memory = stop, log, out_of_memory
+        self.network: torch.nn.Module = model  # DistributedDataParallel around it in a torchrun group
+        self.optimizer = _optimizer(model, recipe)
+        schedule = learning_rate(self.config, recipe.model.d_model)
+        # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
+        self.scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+        self.ema = WeightAverage(model, self.config.ema_decay) if self.config.ema_decay else None
+        self.max_tokens = 0  # the batches' size, for the OOM message
+        self.split = 1  # each batch runs as this many accumulation steps (raised after a CUDA OOM)
+        self.last_lr = 0.0  # the rate the last update used
+
+    def restart_average(self) -> None:
+        """The moving average starts again from the model's weights (a fine-tuning parent's, resumed ones)."""
+        if self.ema is not None:
+            self.ema = WeightAverage(self.model, self.config.ema_decay)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            **({"ema": self.ema.state_dict()} if self.ema else {}),
+        }
+
+    def load_state_dict(self, payload: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        if self.ema is not None:
+            if payload.get("ema"):
+                self.ema.load_state_dict(payload["ema"])
+            else:
+                self.restart_average()
+                self.log("train.ema_decay is new to this run: the moving average starts from the resumed weights")
+
+    def run(self, group: list[np.ndarray], step: int) -> dict[str, Any]:
+        """Update ``step + 1`` over ``group``; after a CUDA OOM, again with each batch split finer."""
+        while True:
+            try:
+                return self._try(group, step)
+            except torch.cuda.OutOfMemoryError:
+                pass  # recover outside the handler, so the traceback's frames free their tensors
+            self.optimizer.zero_grad(set_to_none=True)
+            free_cuda_memory(self.info.device)
+            self.split = split_after_oom(self.split, self.info.distributed, step + 1, self.max_tokens)
+            self.out_of_memory(self.split)
+
+    def _try(self, group: list[np.ndarray], step: int) -> dict[str, Any]:
+        """Forward/backward over this process's share of ``group``, then one optimizer step."""
+        info = self.info
+        total_tokens = sum(target_tokens(self.train, b) for b in group)
+        pieces = [
+            indices[part] for indices in group[info.rank :: info.world_size] for part in split_rows(len(indices), self.split)
+        ]
+        rng = rng_states(info.device)
+        try:
+            # Forward and backward passes change nothing but the gradients and the random state, both
+            # put back here when a preemption drops them; the optimizer step below always completes.
+            with self.stop.interruptible(enabled=not info.distributed):
+                batches = (collate(self.train, indices).to(info.device) for indices in pieces)
+                sums = accumulate(
+                    self.network, batches, len(pieces), total_tokens, info.world_size, self.config.label_smoothing,
+                    self.scaler, self.autocast, self.config.guided_alignment,
+                )  # fmt: skip
+        except Preempted:
+            self.optimizer.zero_grad(set_to_none=True)
+            set_rng_states(rng, info.device)
+            raise
+        self.scaler.unscale_(self.optimizer)
+        if self.recipe.model.repulsive:
+            repulse_heads(self.model, self.recipe.model.repulsive)
+        sums["grad_norm"] = gradient_norm(self.model, self.config.clip_norm)  # before clipping
+        self.last_lr = self.optimizer.param_groups[0]["lr"]
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+        self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients overflowed
+        self.scaler.update()
+        skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
+        if not skipped:
+            self.scheduler.step()  # a skipped update must not advance the learning-rate schedule
+            if self.ema is not None:
+                self.ema.update(step)
+        self.optimizer.zero_grad(set_to_none=True)
+        return {**sums, "skipped": skipped}
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return autocast(self.precision, self.info.device)
+
+    def probe_batch_size(self) -> int:
+        """``train.max_tokens: auto`` on a GPU: the largest batch whose update fits, the same on every process."""
+        longest = min(int(self.train.pair_lengths.max()), self.recipe.model.max_positions)
+        sizes = (self.model.src_vocab, self.model.tgt_vocab)
+        return probe_gpu_batch(
+            self.model, self.optimizer, sizes, longest, self._probe_loss, self.autocast, self.info, self.log
+        )
+
+    def _probe_loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        """The loss of one of the memory probe's batches, whose tokens are all real (no padding)."""
+        smoothing = self.config.label_smoothing
+        return self.model(src, tgt_in, tgt_out, smoothing, tgt_out.numel(), None, 0.0, None, src.numel())[0]
+
+
+def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+    config = recipe.train
+    cls = torch.optim.AdamW if config.weight_decay else torch.optim.Adam
+    # One fused kernel over all parameters instead of several small operations per tensor.
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in model.parameters())
+    return cls(
+        model.parameters(),
+        lr=1.0,
+        betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+        fused=fused,
+    )

@@ -50,10 +50,10 @@ def _records(run: Path) -> list[dict]:
 def test_fp16_overflow_skips_updates_without_advancing_step_or_schedule(prepared, tmp_path):
     trainer, _ = _trainer(prepared, tmp_path / "run", "train.precision=fp16", "train.max_steps=5")
     # Start from a loss scale that overflows fp16 for certain, as a too-high scale does early in training.
-    trainer.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
+    trainer.updates.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
     state = trainer.run()
     assert state.step == 5 and state.skipped_updates >= 1
-    assert trainer.scheduler.last_epoch == 5
+    assert trainer.updates.scheduler.last_epoch == 5
     assert state.epoch_batches_done == state.step + state.skipped_updates
     records = [r for r in _records(tmp_path / "run") if "loss" in r]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
@@ -171,16 +171,16 @@ def test_real_out_of_memory_splits_the_batch(prepared, tmp_path):
     torch.cuda.synchronize()
     baseline = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    expected = trainer._update(group)  # first update also creates Adam's state
+    expected = trainer.updates.run(group, 0)  # first update also creates Adam's state
     needed = torch.cuda.max_memory_allocated() - baseline
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_allocated() + 0.5 * needed) / total)
     try:
-        got = trainer._update(group)
+        got = trainer.updates.run(group, 1)
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
-    assert trainer.split >= 2, "the capped update did not run out of memory; raise the batch"
+    assert trainer.updates.split >= 2, "the capped update did not run out of memory; raise the batch"
     assert any("accumulation steps" in m for m in messages)
     assert got["tokens"] == expected["tokens"] and math.isfinite(float(got["loss"]))
 

@@ -87,11 +87,11 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_update(prepared, tmp_
     batches = whole._epoch_batches()
     group = [max(batches, key=len)]
     rows = len(group[0])
-    split.network = _RunsOutOfMemoryAbove(split.model, rows // 3)
+    split.updates.network = _RunsOutOfMemoryAbove(split.model, rows // 3)
     for trainer in (whole, split):  # plain SGD: the new weights show the gradient itself (Adam's first step is ~sign)
-        trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=1.0)
-    expected, got = whole._update(group), split._update(group)
-    assert split.split == 4 and split.network.refused == 2  # 1 -> 2 -> 4 pieces
+        trainer.updates.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=1.0)
+    expected, got = whole.updates.run(group, 0), split.updates.run(group, 0)
+    assert split.updates.split == 4 and split.updates.network.refused == 2  # 1 -> 2 -> 4 pieces
     assert any("each batch now runs as 4 accumulation steps" in m for m in messages)
     assert got["tokens"] == expected["tokens"]
     assert float(got["loss"]) == pytest.approx(float(expected["loss"]), rel=1e-5)
@@ -101,9 +101,9 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_update(prepared, tmp_
 
 def test_out_of_memory_on_a_single_sentence_is_one_line_advice(prepared, tmp_path):
     trainer, _ = _trainer(prepared, tmp_path / "run")
-    trainer.network = _RunsOutOfMemoryAbove(trainer.model, 0)
+    trainer.updates.network = _RunsOutOfMemoryAbove(trainer.model, 0)
     with pytest.raises(NmtError, match=r"out of GPU memory at update 1 .*lower train.max_tokens"):
-        trainer._update([trainer._epoch_batches()[0]])
+        trainer.updates.run([trainer._epoch_batches()[0]], trainer.state.step)
 
 
 def test_auto_max_tokens_on_the_cpu_is_fixed_and_resumes_unchanged(prepared, tmp_path):
@@ -142,13 +142,13 @@ class _OverflowsFirst(torch.nn.Module):
 def test_overflowing_loss_scale_skips_updates_without_advancing_step_or_schedule(prepared, tmp_path):
     trainer, _ = _trainer(prepared, tmp_path / "run", "train.max_steps=3", "train.log_every=1")
     # The CPU scaler runs the same skip logic as CUDA fp16; two overflowing batches must be skipped.
-    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
-    trainer.network = _OverflowsFirst(trainer.model, 2)
+    trainer.updates.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    trainer.updates.network = _OverflowsFirst(trainer.model, 2)
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     state = trainer.run()
     assert state.step == 3 and state.skipped_updates == 2
-    assert trainer.scaler.get_scale() == 2.0**14  # halved once per overflow
-    assert trainer.scheduler.last_epoch == 3  # one schedule step per applied update
+    assert trainer.updates.scaler.get_scale() == 2.0**14  # halved once per overflow
+    assert trainer.updates.scheduler.last_epoch == 3  # one schedule step per applied update
     assert state.epoch == 1 and state.epoch_batches_done == 5  # the skipped batches' data is consumed
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3]
