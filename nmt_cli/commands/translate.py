@@ -278,7 +278,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     (resumable, sharded) or the stream of lines."""
     import torch
 
-    from ..decode.file_job import Shard, file_sha256, job_identity
+    from ..decode.file_job import Shard
     from ..decode.protected import ProtectedEngine
     from ..decode.translation import output_lines
     from ..formats.unpack import MIB, UnpackLimits
@@ -335,29 +335,33 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
         if show:
             console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}")
     elif input is not None and (output is not None or plan.shard is not None):
-        identity = job_identity(
-            translator.config, o.models, o.engine, o.dtype, o.nbest, o.alignments, o.alignment_layer, prefix,
-            o.chunk_lines,
-        )  # fmt: skip
-        identity["settings"].update(
-            markup=o.markup,
-            confidence=o.confidence,
-            format=o.output_format,
-            protect=o.protect,
-            to=o.to,
-            source=o.source,
-            zero_shot=o.zero_shot,
-        )
-        if docids is not None:  # other documents, another job
-            identity["docids"] = file_sha256(docids)
-        if o.glossaries or o.keep_terms:  # other terms, other translations
-            identity["terms"] = [file_sha256(p) for p in [*o.glossaries, *o.keep_terms]] + [o.glossary_mode]
+        identity = _job_identity(o, translator)
         _run_job(input, output, plan.shard or Shard(), launched, o.chunk_lines, identity, texts, o.restart, show)
     else:
         with input_lines(input) as lines, output_sink(output) as sink:
             for text in with_progress(texts(lines), show):
                 sink.write(text)
     report_stats(translator.stats, time.perf_counter() - started, show, translator.max_positions)
+
+
+def _job_identity(o: TranslateOptions, translator: Engine) -> dict:
+    """What makes a resumable job this job: every setting that changes what it writes (another identity, another
+    job: ``decode/file_job.py``)."""
+    from ..decode.file_job import file_sha256, job_identity
+
+    identity = job_identity(
+        translator.config, o.models, o.engine, o.dtype, o.nbest, o.alignments, o.alignment_layer, o.prefix,
+        o.chunk_lines,
+    )  # fmt: skip
+    identity["settings"].update(
+        markup=o.markup, confidence=o.confidence, format=o.output_format, protect=o.protect, to=o.to, source=o.source,
+        zero_shot=o.zero_shot,
+    )  # fmt: skip
+    if o.docids is not None:  # other documents, another job
+        identity["docids"] = file_sha256(o.docids)
+    if o.glossaries or o.keep_terms:  # other terms, other translations
+        identity["terms"] = [file_sha256(p) for p in [*o.glossaries, *o.keep_terms]] + [o.glossary_mode]
+    return identity
 
 
 def _check_context_options(translator: Engine, documents: list[str] | None, input: Path | None, docids: Path | None) -> None:

@@ -117,105 +117,136 @@ def _text_pattern(text: str) -> re.Pattern[str]:
 def _fragment(children, raw: str, spelling: _Spelling) -> tuple[str, list[tuple[str, str]], list[int]]:
     """An inline block's tokens as an HTML fragment, each element's raw (open, close) markup, and how many
     source lines each run between hard breaks has."""
-    segment_lines = [1]
-    out: list[str] = []
-    markups: list[tuple[str, str]] = []
-    stack: list[int] = []
-    links: list[tuple[int, int]] = []  # per open link: where its raw source starts, and its place in out
-    at, skip = 0, 0
+    fragment = _Fragment(raw, spelling)
+    skip = 0
     for n, token in enumerate(children):
         if skip:
             skip -= 1
             continue
-        kind = token.type
-        if kind == "text":
-            match = _text_pattern(token.content).match(raw, at)
-            if not match:
-                raise _Unmatched
-            spelling.learn(match.group(0))
-            at = match.end()
-            out.append(html.escape(token.content, quote=False))
-        elif kind in ("softbreak", "hardbreak"):
-            match = re.compile(r"(?: {2,}|\\)?[ \t]*\n" if kind == "hardbreak" else r"[ \t]*\n").match(raw, at)
-            if not match:
-                raise _Unmatched
-            if kind == "softbreak":
-                out.append(" ")
-                segment_lines[-1] += 1
-            else:
-                segment_lines.append(1)
-                markups.append((match.group(0), ""))
-                out.append(f'<br data-i="{len(markups) - 1}"/>')
-            at = match.end()
-        elif kind in ("em_open", "strong_open", "s_open"):
-            at = _consume(raw, at, token.markup)
-            markups.append((token.markup, ""))
-            stack.append(len(markups) - 1)
-            out.append(f'<{token.tag} data-i="{len(markups) - 1}">')
-        elif kind in ("em_close", "strong_close", "s_close"):
-            at = _consume(raw, at, token.markup)
-            index = stack.pop()
-            markups[index] = (markups[index][0], token.markup)
-            out.append(f"</{token.tag}>")
-        elif kind in ("math_inline", "math_inline_double"):
-            fence = re.escape(token.markup)
-            match = re.compile(rf"{fence}(.*?){fence}", re.DOTALL).match(raw, at)
-            if not match:
-                raise _Unmatched
-            markups.append((match.group(0), ""))  # a formula is kept as a code span is
-            out.append(f'<code data-i="{len(markups) - 1}">{html.escape(match.group(1), quote=False)}</code>')
-            at = match.end()
-        elif kind == "code_inline":
-            match = re.compile(rf"{token.markup}(?!`)(.*?)(?<!`){token.markup}(?!`)", re.DOTALL).match(raw, at)
-            if not match:
-                raise _Unmatched
-            markups.append((match.group(0), ""))
-            out.append(f'<code data-i="{len(markups) - 1}">{html.escape(token.content, quote=False)}</code>')
-            at = match.end()
-        elif kind == "link_open" and token.markup in ("autolink", "linkify"):
-            end = raw.find(">", at) + 1 if raw.startswith("<", at) else 0
+        write = _WRITERS.get(token.type)
+        if write is None:
+            raise _Unmatched
+        skip = write(fragment, token, children, n) or 0
+    if raw[fragment.at :].strip():
+        raise _Unmatched
+    return "".join(fragment.out), fragment.markups, fragment.segment_lines
+
+
+class _Fragment:
+    """The fragment :func:`_fragment` writes, token by token: one method per kind of token, each reading the
+    token's markup from ``raw`` where it stands (``at``) and writing its element; a method returns how many of the
+    tokens after it it consumed."""
+
+    def __init__(self, raw: str, spelling: _Spelling) -> None:
+        self.raw, self.spelling = raw, spelling
+        self.segment_lines = [1]
+        self.out: list[str] = []
+        self.markups: list[tuple[str, str]] = []
+        self.stack: list[int] = []
+        self.links: list[tuple[int, int]] = []  # per open link: where its raw source starts, and its place in out
+        self.at = 0
+
+    def _match(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        match = pattern.match(self.raw, self.at)
+        if not match:
+            raise _Unmatched
+        self.at = match.end()
+        return match
+
+    def _markup(self, opening: str, element: str) -> int:
+        """A new element's markup (its opening; the closing comes later where it has one) and its element."""
+        self.markups.append((opening, ""))
+        index = len(self.markups) - 1
+        self.out.append(element.format(index))
+        return index
+
+    def _code(self, markup: str, text: str) -> None:
+        """An element the translation keeps as written: a code span to it, a word of its own."""
+        self.markups.append((markup, ""))
+        self.out.append(f'<code data-i="{len(self.markups) - 1}">{html.escape(text, quote=False)}</code>')
+
+    def text(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        match = self._match(_text_pattern(token.content))
+        self.spelling.learn(match.group(0))
+        self.out.append(html.escape(token.content, quote=False))
+
+    def line_break(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        hard = token.type == "hardbreak"
+        match = self._match(re.compile(r"(?: {2,}|\\)?[ \t]*\n" if hard else r"[ \t]*\n"))
+        if not hard:
+            self.out.append(" ")
+            self.segment_lines[-1] += 1
+            return
+        self.segment_lines.append(1)
+        self._markup(match.group(0), '<br data-i="{}"/>')
+
+    def emphasis_open(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        self.at = _consume(self.raw, self.at, token.markup)
+        self.stack.append(self._markup(token.markup, f'<{token.tag} data-i="{{}}">'))
+
+    def emphasis_close(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        self.at = _consume(self.raw, self.at, token.markup)
+        index = self.stack.pop()
+        self.markups[index] = (self.markups[index][0], token.markup)
+        self.out.append(f"</{token.tag}>")
+
+    def math(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        fence = re.escape(token.markup)
+        match = self._match(re.compile(rf"{fence}(.*?){fence}", re.DOTALL))
+        self._code(match.group(0), match.group(1))  # a formula is kept as a code span is
+
+    def code(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        match = self._match(re.compile(rf"{token.markup}(?!`)(.*?)(?<!`){token.markup}(?!`)", re.DOTALL))
+        self._code(match.group(0), token.content)
+
+    def link_open(self, token, children, n: int) -> int:  # type: ignore[no-untyped-def]
+        if token.markup in ("autolink", "linkify"):
+            end = self.raw.find(">", self.at) + 1 if self.raw.startswith("<", self.at) else 0
             if not end:
                 raise _Unmatched
-            markups.append((raw[at:end], ""))  # a code span to the translation: a word of its own, as written
-            out.append(f'<code data-i="{len(markups) - 1}">{html.escape(raw[at:end], quote=False)}</code>')
-            at, skip = end, _autolink_length(children, n)
-        elif kind == "link_open":
-            links.append((at, len(out)))
-            at = _consume(raw, at, "[")
-            markups.append(("[", ""))
-            stack.append(len(markups) - 1)
-            out.append(f'<a data-i="{len(markups) - 1}">')
-        elif kind == "link_close":
-            match = _LINK_TAIL.match(raw, at)
-            if not match:
-                raise _Unmatched
-            index = stack.pop()
-            start, written = links.pop()
-            at = match.end()
-            if match.group(0) in ("]", "][]"):  # [label] or [label][]: the text is the label, kept as written
-                whole = raw[start:at]
-                markups[index] = (whole, "")
-                del out[written:]
-                out.append(f'<code data-i="{index}">{html.escape(whole, quote=False)}</code>')
-                continue
-            markups[index] = ("[", match.group(0))
-            out.append("</a>")
-        elif kind == "image":
-            match = _IMAGE.match(raw, at)
-            if not match:
-                raise _Unmatched
-            markups.append((match.group(0), ""))
-            out.append(f'<x-md data-i="{len(markups) - 1}"/>')
-            at = match.end()
-        elif kind == "html_inline":
-            at = _consume(raw, at, token.content)
-            markups.append((token.content, ""))
-            out.append(f'<x-md data-i="{len(markups) - 1}"/>')
-        else:
-            raise _Unmatched
-    if raw[at:].strip():
-        raise _Unmatched
-    return "".join(out), markups, segment_lines
+            self._code(self.raw[self.at : end], self.raw[self.at : end])
+            self.at = end
+            return _autolink_length(children, n)
+        self.links.append((self.at, len(self.out)))
+        self.at = _consume(self.raw, self.at, "[")
+        self.stack.append(self._markup("[", '<a data-i="{}">'))
+        return 0
+
+    def link_close(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        match = self._match(_LINK_TAIL)
+        index = self.stack.pop()
+        start, written = self.links.pop()
+        if match.group(0) in ("]", "][]"):  # [label] or [label][]: the text is the label, kept as written
+            whole = self.raw[start : self.at]
+            self.markups[index] = (whole, "")
+            del self.out[written:]
+            self.out.append(f'<code data-i="{index}">{html.escape(whole, quote=False)}</code>')
+            return
+        self.markups[index] = ("[", match.group(0))
+        self.out.append("</a>")
+
+    def image(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        self._markup(self._match(_IMAGE).group(0), '<x-md data-i="{}"/>')
+
+    def html_inline(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        self.at = _consume(self.raw, self.at, token.content)
+        self._markup(token.content, '<x-md data-i="{}"/>')
+
+
+_WRITERS = {
+    "text": _Fragment.text,
+    "softbreak": _Fragment.line_break,
+    "hardbreak": _Fragment.line_break,
+    **dict.fromkeys(("em_open", "strong_open", "s_open"), _Fragment.emphasis_open),
+    **dict.fromkeys(("em_close", "strong_close", "s_close"), _Fragment.emphasis_close),
+    "math_inline": _Fragment.math,
+    "math_inline_double": _Fragment.math,
+    "code_inline": _Fragment.code,
+    "link_open": _Fragment.link_open,
+    "link_close": _Fragment.link_close,
+    "image": _Fragment.image,
+    "html_inline": _Fragment.html_inline,
+}
 
 
 def _autolink_length(children, n: int) -> int:

@@ -18,7 +18,7 @@ import signal
 import sys
 
 from nmt_cli import cli
-from nmt_cli.train import checkpoint, loop
+from nmt_cli.train import checkpoint, loop, update
 from nmt_cli.utils import resumable_output
 
 
@@ -43,7 +43,7 @@ def main() -> None:
     if name == "validation":
         loop.validate = _signal_first(loop.validate, signal.SIGTERM)
     elif name in ("update", "save"):
-        loop.Trainer._accumulate = _signal_first(loop.Trainer._accumulate, signal.SIGTERM, at_call=int(number))
+        update.accumulate = _signal_first(update.accumulate, signal.SIGTERM, at_call=int(number))
     if name == "save":
         checkpoint.save = _signal_first(checkpoint.save, signal.SIGTERM, signal.SIGUSR1)
     if name == "model_file":
