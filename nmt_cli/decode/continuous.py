@@ -67,9 +67,7 @@ class JoinableSteps:
         self.visible = torch.cat([self.visible, self.visible.new_zeros((rows, *self.visible.shape[1:]))])
         for layer, new in zip(old.caches, fresh.caches):
             _joinable(layer.self_attention).add_rows(rows)
-            source, joining = layer.cross_attention, new.cross_attention  # (B, H, S, d_k), padded to the longer source
-            source.keys = torch.cat([_pad_dim2(source.keys, width), _pad_dim2(joining.keys, width)])
-            source.values = torch.cat([_pad_dim2(source.values, width), _pad_dim2(joining.values, width)])
+            layer.cross_attention.join(new.cross_attention, width)
 
     def __call__(self, tokens: Tensor) -> Tensor:
         assert self.state is not None
@@ -102,11 +100,6 @@ def _joinable(cache: object) -> JoinableKeysValues:
 
 def _pad_last(mask: Tensor, width: int, value: bool) -> Tensor:
     return F.pad(mask, (0, width - mask.size(-1)), value=value)
-
-
-def _pad_dim2(tensor: Tensor, width: int) -> Tensor:
-    """(B, H, S, d_k) padded with zeros to S = ``width``."""
-    return F.pad(tensor, (0, 0, 0, width - tensor.size(2)))
 
 
 @dataclass

@@ -46,11 +46,9 @@ class StaticSteps:
         n_sent, device = memory.size(0), memory.device
         self.per_sentence = rows_per_sentence
         slots = n_sent * rows_per_sentence
-        layers, heads = len(model.decoder), model.config.n_heads
+        heads = model.config.n_heads
         d_k = model.config.d_model // heads
-        shape = (layers, slots, heads, max_steps, d_k)
-        self.keys = torch.zeros(shape, dtype=memory.dtype, device=device)  # all layers in one buffer:
-        self.values = torch.zeros(shape, dtype=memory.dtype, device=device)  # one copy moves every cache
+        self.keys, self.values = StaticKeysValues.buffers(len(model.decoder), slots, heads, max_steps, d_k, memory)
         self.position = torch.zeros(1, dtype=torch.long, device=device)
         self.slot_positions = torch.arange(max_steps, device=device)
         self.visible = torch.zeros((1, 1, 1, max_steps), dtype=torch.bool, device=device)

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
 from ..model.recurrence import Past
 
@@ -119,6 +120,13 @@ class StaticKeysValues:
     position: Tensor  # (1,) int64
     visible: Tensor  # (1, 1, 1, T_max) bool: slots 0 .. position
 
+    @staticmethod
+    def buffers(layers: int, rows: int, heads: int, max_steps: int, d_k: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """Every layer's keys and values in one buffer each, (layers, N, H, T_max, d_k), zeros of ``like``'s dtype
+        and device: one copy moves every layer's cache."""
+        shape = (layers, rows, heads, max_steps, d_k)
+        return like.new_zeros(shape), like.new_zeros(shape)
+
     def extend(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         self.keys.index_copy_(2, self.position, keys)
         self.values.index_copy_(2, self.position, values)
@@ -140,6 +148,16 @@ class MemoryKeysValues:
 
     def select(self, sentences: Tensor) -> None:
         self.keys, self.values = self.keys.index_select(0, sentences), self.values.index_select(0, sentences)
+
+    def join(self, other: MemoryKeysValues, width: int) -> None:
+        """``other``'s sentences appended (a running batch that sentences join), both padded with zeros to
+        ``width`` source positions (the padding is masked: never attended to)."""
+
+        def padded(tensor: Tensor) -> Tensor:
+            return F.pad(tensor, (0, 0, 0, width - tensor.size(2)))
+
+        self.keys = torch.cat([padded(self.keys), padded(other.keys)])
+        self.values = torch.cat([padded(self.values), padded(other.values)])
 
 
 @dataclass
