@@ -27,7 +27,7 @@ from .packing import Layout, Packing, has_variable_length_kernel
 from .positions import sinusoids
 from .recurrence import Past
 
-KeysValues = tuple[Tensor, Tensor]  # one self-attention input's keys and values, each (B, H, T, d_k)
+KeyValuePair = tuple[Tensor, Tensor]  # one self-attention input's keys and values, each (B, H, T, d_k)
 
 
 @dataclass
@@ -306,7 +306,7 @@ class SelfAttention(_Heads):
 
     def forward(
         self, x: Tensor, mask: Tensor | Layout | None = None, causal: bool = False, past: Past | None = None
-    ) -> tuple[Tensor, KeysValues]:
+    ) -> tuple[Tensor, KeyValuePair]:
         """Attention of ``x`` (B, T, D) over itself, and over ``past``'s keys/values first where given
         (segment-level recurrence, ``recurrence.py``: no gradient through them); returns its output and this
         input's keys and values (B, H, T, d_k), the next sentence's past. A packed batch's ``x`` is (1, N, D) and

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import CrossAttention, KeysValues, SelfAttention
+from .attention import CrossAttention, KeyValuePair, SelfAttention
 from .dropout import Dropout, apply_dropout
 from .packing import Layout, Packing
 from .recurrence import Past
@@ -107,7 +107,7 @@ class LayerOutput(NamedTuple):
     past under recurrence), and where asked, one cross-attention head's weights (B, T, S) (guided alignment)."""
 
     hidden: Tensor
-    keys_values: KeysValues
+    keys_values: KeyValuePair
     alignment: Tensor | None = None
 
 
@@ -124,7 +124,7 @@ class EncoderLayer(nn.Module):
     def forward(self, x: Tensor, src_mask: Tensor | Layout, past: Past | None = None) -> LayerOutput:
         """``past``: the previous sentences' keys/values this layer attends to as well (recurrence.py). A packed
         batch (packing.py) gives its source's layout as the mask."""
-        seen: list[KeysValues] = []
+        seen: list[KeyValuePair] = []
         x = self.res_attn(x, lambda h: _kept(self.self_attn(h, mask=src_mask, past=past), seen))
         return LayerOutput(self.res_ffn(x, self.ffn), seen[0])
 
@@ -154,7 +154,7 @@ class DecoderLayer(nn.Module):
         cross-attention head's weights (guided alignment). A packed batch (packing.py) gives its
         :class:`Packing` as the mask: its target's layout then bounds the self-attention too."""
         own = src_mask.target if isinstance(src_mask, Packing) else None
-        seen: list[KeysValues] = []
+        seen: list[KeyValuePair] = []
         weights: list[Tensor] = []
 
         def cross(h: Tensor) -> Tensor:
@@ -168,7 +168,7 @@ class DecoderLayer(nn.Module):
         return LayerOutput(self.res_ffn(x, self.ffn), seen[0], weights[0] if weights else None)
 
 
-def _kept(result: tuple[Tensor, KeysValues], seen: list[KeysValues]) -> Tensor:
+def _kept(result: tuple[Tensor, KeyValuePair], seen: list[KeyValuePair]) -> Tensor:
     """Self-attention's output, its keys/values set aside for the layer to return."""
     seen.append(result[1])
     return result[0]
