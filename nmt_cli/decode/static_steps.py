@@ -46,9 +46,10 @@ class StaticSteps:
         n_sent, device = memory.size(0), memory.device
         self.per_sentence = rows_per_sentence
         slots = n_sent * rows_per_sentence
-        heads = model.config.n_heads
-        d_k = model.config.d_model // heads
-        self.keys, self.values = StaticKeysValues.buffers(len(model.decoder), slots, heads, max_steps, d_k, memory)
+        config = model.config
+        self.keys, self.values = StaticKeysValues.buffers(
+            len(model.decoder), slots, config.n_heads, config.d_model, max_steps, memory
+        )
         self.position = torch.zeros(1, dtype=torch.long, device=device)
         self.slot_positions = torch.arange(max_steps, device=device)
         self.visible = torch.zeros((1, 1, 1, max_steps), dtype=torch.bool, device=device)

@@ -121,10 +121,10 @@ class StaticKeysValues:
     visible: Tensor  # (1, 1, 1, T_max) bool: slots 0 .. position
 
     @staticmethod
-    def buffers(layers: int, rows: int, heads: int, max_steps: int, d_k: int, like: Tensor) -> tuple[Tensor, Tensor]:
+    def buffers(layers: int, rows: int, heads: int, d_model: int, max_steps: int, like: Tensor) -> tuple[Tensor, Tensor]:
         """Every layer's keys and values in one buffer each, (layers, N, H, T_max, d_k), zeros of ``like``'s dtype
         and device: one copy moves every layer's cache."""
-        shape = (layers, rows, heads, max_steps, d_k)
+        shape = (layers, rows, heads, max_steps, d_model // heads)
         return like.new_zeros(shape), like.new_zeros(shape)
 
     def extend(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..model.attention import RelativeTerms, attention
+from ..model.attention import RelativeTerms, as_rows, attention, grouped_queries, key_count, step_heads
 from ..model.layers import (
     Arrangement,
     DecoderLayer,
@@ -215,13 +215,12 @@ class IncrementalDecoder:
 
     def _layers(self, x: Tensor, src_mask: Tensor | None, caches: list[LayerCache]) -> Tensor:
         """The last hidden states (N, D) of the new positions from their embeddings ``x`` (N, D)."""
-        n, d_model = x.shape
-        heads, d_k = self.n_heads, d_model // self.n_heads
+        heads = self.n_heads
         for layer, cache in zip(self.layers, caches):
             block = layer.self_block
-            q, k, v = layer.qkv(block.sublayer_input(x)).view(n, 3, heads, 1, d_k).unbind(1)  # each (N, H, 1, d_k)
-            context = _self_attention(q, k, v, cache.self_attention, layer.positions)  # (N, H, 1, d_k)
-            x = block.output_of_product(x, context.reshape(n, d_model), layer.self_out, layer.self_out_add)
+            q, k, v = step_heads(layer.qkv(block.sublayer_input(x)), heads)
+            context = _self_attention(q, k, v, cache.self_attention, layer.positions)
+            x = block.output_of_product(x, as_rows(context), layer.self_out, layer.self_out_add)
 
             block = layer.cross_block
             q = layer.cross_q(block.sublayer_input(x))  # (N, D)
@@ -235,22 +234,19 @@ class IncrementalDecoder:
 
 
 def _self_attention(q: Tensor, k: Tensor, v: Tensor, cache: KeysValues, positions: PositionTerms | None) -> Tensor:
-    """The new queries (N, H, 1, d_k) over every column so far, after adding this step's keys/values."""
-    keys, values, visible = cache.extend(k, v)  # (N, H, T, d_k); visible None unless rows joined late
+    """The new queries over every column so far, after adding this step's keys/values."""
+    keys, values, visible = cache.extend(k, v)  # visible None unless rows joined late
     if positions is None:
         return attention(q, keys, values, visible)
-    q, relative, bias = positions(q, keys.size(2))
+    q, relative, bias = positions(q, key_count(keys))
     return attention(q, keys, values, visible, relative=relative, bias=bias)
 
 
 def _cross_attention(q: Tensor, memory: MemoryKeysValues, src_mask: Tensor | None, heads: int) -> Tensor:
-    """Queries (N, D) over their sentence's encoder keys/values (B, H, S, d_k): (N, D). A sentence's G
-    hypotheses (N = B x G rows) are G query positions over one copy of its keys/values."""
-    n, d_model = q.shape
-    sentences = memory.keys.size(0)
-    q = q.view(sentences, n // sentences, heads, d_model // heads).transpose(1, 2)  # (B, H, G, d_k)
-    context = attention(q, memory.keys, memory.values, src_mask)  # (B, H, G, d_k)
-    return context.transpose(1, 2).reshape(n, d_model)
+    """Queries (N, D) over their sentence's encoder keys/values: (N, D). A sentence's G hypotheses (N = B x G
+    rows) are G query positions over one copy of its keys/values."""
+    q = grouped_queries(q, memory.keys.size(0), heads)
+    return as_rows(attention(q, memory.keys, memory.values, src_mask))
 
 
 __all__ = ["IncrementalDecoder"]

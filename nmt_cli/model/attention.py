@@ -123,6 +123,31 @@ def attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
 
 
+def step_heads(qkv: Tensor, heads: int) -> tuple[Tensor, ...]:
+    """One new position per row (incremental decoding): a fused Q|K|V projection (N, 3 D) as queries, keys and
+    values (N, H, 1, d_k) each, without a copy."""
+    n, width = qkv.shape
+    return qkv.view(n, 3, heads, 1, width // (3 * heads)).unbind(1)
+
+
+def grouped_queries(q: Tensor, groups: int, heads: int) -> Tensor:
+    """Queries (N, D) of ``groups`` sentences, N / groups rows each, as (groups, H, N / groups, d_k): a sentence's
+    rows are query positions over one copy of its keys and values."""
+    n, d_model = q.shape
+    return q.view(groups, n // groups, heads, d_model // heads).transpose(1, 2)
+
+
+def as_rows(context: Tensor) -> Tensor:
+    """Attention's output (B, H, G, d_k) back to rows (B x G, D), the heads side by side."""
+    b, h, g, d_k = context.shape
+    return context.reshape(b, h * d_k) if g == 1 else context.transpose(1, 2).reshape(b * g, h * d_k)
+
+
+def key_count(keys: Tensor) -> int:
+    """How many key positions ``keys`` (B, H, T, d_k) hold."""
+    return keys.size(2)
+
+
 def packed_attention(q: Tensor, k: Tensor, v: Tensor, queries: Layout, keys: Layout, causal: bool) -> Tensor:
     """:func:`attention` within each sentence of a packed batch (``packing.py``): q (1, H, Nq, d_k) laid out
     by ``queries``, k and v (1, H, Nk, d_k) by ``keys``; the i-th query sentence sees the i-th key sentence
