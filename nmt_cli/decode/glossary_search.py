@@ -73,27 +73,19 @@ class GlossarySearch:
         Its sentences without terms go through the plain beam step on the same logits (their outputs are
         unconstrained decoding's); under greedy search they are searched apart (``plain``), greedily, and the rest
         with a beam of at least ``CONSTRAINED_MIN_BEAM``."""
+        found: dict[int, list[Hypothesis]] = {}
+        bound = rows
         config = self.config
         if config.beam < CONSTRAINED_MIN_BEAM:
-            found = dict(zip(free := [i for i in rows if not constraints[i]], plain(free) if free else []))
+            free = [i for i in rows if not constraints[i]]
+            found.update(zip(free, plain(free) if free else []))
             bound = [i for i in rows if constraints[i]]
-            found.update(zip(bound, self._constrained(bound, encoded, prefix_of, constraints, nbest, device)))
-            return [found[i] for i in rows]
-        return self._constrained(rows, encoded, prefix_of, constraints, nbest, device)
-
-    def _constrained(
-        self,
-        rows: list[int],
-        encoded: list[list[int]],
-        prefix_of: PrefixOf,
-        constraints: list[tuple[Constraint, ...]],
-        nbest: int,
-        device: torch.device,
-    ) -> list[list[Hypothesis]]:
-        config = self.config if self.config.beam >= CONSTRAINED_MIN_BEAM else replace(self.config, beam=CONSTRAINED_MIN_BEAM)
-        src = pad_rows([encoded[i] + [EOS_ID] for i in rows]).to(device)
-        wanted = [constraints[i] for i in rows]
-        return constrained_beam_search(self.loaded.model, src, config, wanted, nbest, self.mode, prefix=prefix_of(rows))
+            config = replace(config, beam=CONSTRAINED_MIN_BEAM)
+        src = pad_rows([encoded[i] + [EOS_ID] for i in bound]).to(device)
+        wanted = [constraints[i] for i in bound]
+        hyps = constrained_beam_search(self.loaded.model, src, config, wanted, nbest, self.mode, prefix=prefix_of(bound))
+        found.update(zip(bound, hyps))
+        return [found[i] for i in rows]
 
     @staticmethod
     def mark_missing(

@@ -19,7 +19,7 @@ from ..data.batches import decoding_batches, pad_rows
 from ..data.vocab import EOS_ID, PAD_ID
 from ..errors import NmtError
 from ..formats.segments import Sentences
-from ..model.recurrence import SentencePast
+from ..model.recurrence import Past, SentencePast
 from ..model.transformer import Transformer
 from ..terms.glossary import Glossary
 from ..terms.matching import TermMatcher
@@ -274,7 +274,14 @@ class Translator:
                 memory = self.loaded.model.encode(src)
         return self._run(self.loaded.model, src, prefix, memory, None), memory, None
 
-    def _run(self, model, src, prefix, encoded, past) -> list[list[Hypothesis]]:  # type: ignore[no-untyped-def]
+    def _run(
+        self,
+        model: Transformer,
+        src: torch.Tensor,
+        prefix: torch.Tensor | None,
+        encoded: tuple[torch.Tensor, torch.Tensor] | None,
+        past: list[Past] | None,
+    ) -> list[list[Hypothesis]]:
         """The search the config asks for: sampling, or greedy/beam search."""
         if self.config.sampling:
             return sample(model, src, self.config, self.nbest, self.generator, prefix, encoded, past)
