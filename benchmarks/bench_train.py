@@ -57,7 +57,7 @@ def batch_flops(batch, model_config, vocab: int) -> tuple[float, int, int]:
     src_len = (batch.src != 0).sum(1).double()
     tgt_len = (batch.tgt_out != 0).sum(1).double()
     n_s, n_t = float(src_len.sum()), float(tgt_len.sum())
-    d, f, layers = model_config.d_model, model_config.d_ff, model_config.layers
+    d, f, layers = model_config.d_model, model_config.d_ff, model_config.n_encoder_layers
     dec_layers = model_config.n_decoder_layers
     enc = layers * (n_s * (8 * d * d + 4 * d * f) + 4 * d * float((src_len**2).sum()))
     dec = dec_layers * (

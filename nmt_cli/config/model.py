@@ -12,8 +12,12 @@ from .fields import _opt
 class ModelConfig:
     """Transformer sizes and variants; defaults are the paper's base model."""
 
-    layers: int = _opt(6, "encoder layers (and decoder layers unless decoder_layers is set)", ge=1, le=1000)
-    decoder_layers: int = _opt(0, "decoder layers (0: same as layers)", ge=0, le=1000)
+    layers: int = _opt(6, "encoder and decoder layers (unless encoder_layers / decoder_layers say otherwise)", ge=1, le=1000)
+    encoder_layers: int = _opt(0, "encoder layers (0: same as layers)", ge=0, le=1000)
+    decoder_layers: int = _opt(
+        0, "decoder layers (0: same as layers); a deep encoder and a shallow decoder decode faster (Kasai et al. 2021)",
+        ge=0, le=1000,
+    )
     d_model: int = _opt(512, "model width", ge=2, le=65536)
     n_heads: int = _opt(8, "attention heads; must divide d_model", ge=1, le=4096)
     d_ff: int = _opt(2048, "feed-forward inner width", ge=1, le=1 << 20)
@@ -79,6 +83,10 @@ class ModelConfig:
         "with model.concat: the target side too starts with the previous sentences' translations (2-to-2); "
         "the loss counts the current sentence only, and translation forces the model's own earlier output",
     )
+
+    @property
+    def n_encoder_layers(self) -> int:
+        return self.encoder_layers or self.layers
 
     @property
     def n_decoder_layers(self) -> int:

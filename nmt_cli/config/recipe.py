@@ -83,6 +83,7 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
             fail("train.max_time", str(err))
     if recipe.train.lr_schedule == "inverse_sqrt_nowarmup" and recipe.train.warmup == 0:
         fail("train.warmup", "inverse_sqrt_nowarmup decays as lr*sqrt(w/(w+s)) and needs w > 0 (e.g. 4000)")
+    _check_budget_schedule(recipe.train, fail)
     unknown = [prefix for prefix in d.synthetic if prefix not in d.train]
     if unknown:
         fail("data.synthetic", f"{unknown[0]!r} is not one of data.train; list the synthetic corpora there too")
@@ -103,6 +104,20 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
     for i, item in enumerate(recipe.download):
         if not item.url or not re.fullmatch(r"[0-9a-f]{64}", item.sha256):
             fail(f"download[{i}]", "needs a url and a 64-digit hex sha256 (quote it in YAML)")
+
+
+def _check_budget_schedule(t: TrainConfig, fail: typing.Callable[[str, str], None]) -> None:
+    """The schedules and averages that depend on the run's budget have one to go by."""
+    budget_schedule = t.lr_schedule in ("linear", "cosine")
+    if budget_schedule and not (t.max_steps or t.max_time):
+        fail("train.lr_schedule", f"{t.lr_schedule} reaches zero at the budget's end; set train.max_time or train.max_steps")
+    if t.warmup_fraction and not budget_schedule:
+        fail(
+            "train.warmup_fraction",
+            f"is the warm-up of the linear and cosine schedules; {t.lr_schedule} warms up for train.warmup updates",
+        )
+    if t.average_stretch and t.ema_decay and not (t.max_steps or t.max_time):
+        fail("train.average_stretch", "starts the moving average at the budget's last stretch; set train.max_time or train.max_steps")
 
 
 def _check_pairs(recipe: Recipe, fail: typing.Callable[[str, str], None]) -> None:

@@ -32,15 +32,22 @@ class TrainConfig:
     max_steps: int = _opt(100_000, "stop after this many updates (0: no limit)", ge=0, le=10**12)
     max_epochs: int = _opt(0, "stop after this many epochs (0: no limit)", ge=0, le=1_000_000)
     max_time: str = _opt("", "stop after this wall-clock time, e.g. 30m, 2h (empty: no limit)")
-    lr_schedule: Literal["noam", "inverse_sqrt", "inverse_sqrt_nowarmup", "constant"] = _opt(
+    lr_schedule: Literal["noam", "inverse_sqrt", "inverse_sqrt_nowarmup", "constant", "linear", "cosine"] = _opt(
         "noam",
         "noam: the paper's d^-0.5*min(s^-0.5, s*w^-1.5); inverse_sqrt: linear warm-up to lr, then "
         "lr*sqrt(w/s); inverse_sqrt_nowarmup: lr*sqrt(w/(w+s)) from the first update (T-Fixup; w = train.warmup); "
-        "constant",
+        "constant; linear / cosine: warm-up, then lr down to zero exactly at the budget's end (train.max_steps or "
+        "train.max_time, whichever comes first; under a time budget the schedule follows the clock)",
     )
-    lr: float = _opt(7e-4, "peak learning rate (inverse_sqrt, constant)", gt=0, le=10)
+    lr: float = _opt(7e-4, "peak learning rate (inverse_sqrt, linear, cosine, constant)", gt=0, le=10)
     lr_scale: float = _opt(1.0, "factor on the noam schedule", gt=0, le=1000)
     warmup: int = _opt(4000, "warm-up updates", ge=0, le=10**9)
+    warmup_fraction: float = _opt(
+        0.0,
+        "linear / cosine: the warm-up as a share of the budget, e.g. 0.1 (0: train.warmup updates)",
+        ge=0,
+        lt=1,
+    )
     adam_beta1: float = _opt(0.9, "Adam beta1", ge=0, le=1)
     adam_beta2: float = _opt(0.98, "Adam beta2", ge=0, le=1)
     adam_eps: float = _opt(1e-9, "Adam epsilon", gt=0, le=1)
@@ -70,6 +77,14 @@ class TrainConfig:
     save_minutes: float = _opt(0.0, "also write one every T minutes (the paper: 10)", ge=0, le=1_000_000)
     keep_last: int = _opt(5, "keep the last K step checkpoints (0: keep all)", ge=0, le=1_000_000)
     average_last: int = _opt(0, "average the last N checkpoints at the end (0: off)", ge=0, le=1_000_000)
+    average_stretch: float = _opt(
+        0.0,
+        "average only checkpoints of the run's last stretch, this share of its updates (e.g. 0.25: the last quarter), "
+        "and start the moving average (ema_decay) where the budget's last stretch starts (0: the last average_last "
+        "checkpoints however early, the moving average from the first update)",
+        ge=0,
+        le=1,
+    )
     ema_decay: float = _opt(
         0.0,
         "keep an exponential moving average of the weights with this decay, e.g. 0.9999, written as model.ema.pt (0: off)",

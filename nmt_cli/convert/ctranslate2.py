@@ -100,7 +100,7 @@ def build_spec(loaded: LoadedModel):
     model, config = loaded.model, loaded.recipe.model
     pre_norm = config.norm == "pre"
     spec = transformer_spec.TransformerSpec.from_config(
-        (config.layers, config.n_decoder_layers),
+        (config.n_encoder_layers, config.n_decoder_layers),
         config.n_heads,
         with_relative_position=config.positions == "relative",
         pre_norm=pre_norm,

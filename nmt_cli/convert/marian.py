@@ -267,7 +267,7 @@ def export_marian(loaded: LoadedModel, output: Path) -> Path:
         "vocab_size": size,
         "decoder_vocab_size": size,
         "d_model": settings.d_model,
-        "encoder_layers": settings.layers,
+        "encoder_layers": settings.n_encoder_layers,
         "decoder_layers": settings.n_decoder_layers,
         "encoder_attention_heads": settings.n_heads,
         "decoder_attention_heads": settings.n_heads,
@@ -323,7 +323,7 @@ def marian_weights(model: Transformer) -> dict[str, torch.Tensor]:
         "lm_head.weight": embedding,
         "final_logits_bias": bias[None, :],
     }
-    for ours, names, place in layer_map(settings.layers, settings.n_decoder_layers, prefix="model."):
+    for ours, names, place in layer_map(settings.n_encoder_layers, settings.n_decoder_layers, prefix="model."):
         weight = placed(weights[ours], place, back)
         theirs.update(zip(names, weight.split(settings.d_model) if len(names) > 1 else (weight,)))
     return theirs

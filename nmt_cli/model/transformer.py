@@ -52,7 +52,7 @@ class Transformer(nn.Module):
         self.positions: SinusoidalPositions | LearnedPositions | None = _positions(config)
         self.embed_dropout = Dropout(config.dropout)
         arrangement = config.arrangement
-        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
+        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
         if arrangement == "rezero" and config.rezero_per == "layer":
             _share_rezero_alpha(self.encoder, self.decoder)
@@ -398,7 +398,7 @@ def _tfixup_init(model: Transformer, config: ModelConfig) -> None:
     x 0.67 N_enc^-1/4; both input embeddings, N(0, d^-1/2), x (9 N_dec)^-1/4. Q and K stay Xavier.
     """
     dec_scale = (9 * config.n_decoder_layers) ** -0.25
-    enc_scale = 0.67 * config.layers**-0.25
+    enc_scale = 0.67 * config.n_encoder_layers**-0.25
     with torch.no_grad():
         stacks: list[tuple[list[EncoderLayer] | list[DecoderLayer], float]] = [
             (model.encoder_layers, enc_scale),

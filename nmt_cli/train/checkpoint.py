@@ -41,7 +41,7 @@ __all__ = [
     "write_model_file",
 ]
 
-TRAINING_KEYS = ("optimizer", "scheduler", "scaler", "train_state", "rng")
+TRAINING_KEYS = ("optimizer", "scaler", "train_state", "rng")
 
 
 def step_checkpoints(run_dir: Path) -> list[Path]:
@@ -330,11 +330,20 @@ def write_model_file(
         log(f"moving average of the weights (decay {config.ema_decay}) written to {folder.ema_file}")
     target = folder.model_file
     found = folder.step_checkpoints()
-    if config.average_last > 1 and len(found) > 1:
-        used = found[-config.average_last :]
+    used = _last_stretch(folder, found[-config.average_last :], weights["step"], config.average_stretch)
+    if config.average_last > 1 and len(used) > 1:
         average_checkpoints(used, target)
         log(f"averaged the last {len(used)} checkpoints into {target}")
     else:
         save(target, weights, kind="weights")
         log(f"model written to {target}")
     return target
+
+
+def _last_stretch(folder: RunFolder, checkpoints: list[Path], last_step: int, stretch: float) -> list[Path]:
+    """The ``checkpoints`` written in the run's last ``stretch`` of its ``last_step`` updates (all when 0): a
+    short run's last five checkpoints may reach back into its warm-up."""
+    if not stretch:
+        return checkpoints
+    first = last_step * (1.0 - stretch)
+    return [path for path in checkpoints if folder.step_of(path) >= first]

@@ -81,6 +81,17 @@ def all_true_anywhere(flag: bool, info: DistInfo) -> bool:
     return bool(tensor.item() > 0)
 
 
+def agree_on_stop(flag: bool, seconds: float, info: DistInfo) -> tuple[bool, float]:
+    """(``flag`` is true on any process, the most ``seconds`` of any process), the same on every process, in one
+    collective: whether to stop and how much of a time budget is spent (the learning rate follows it, so every
+    process must see the same figure)."""
+    if not info.distributed:
+        return flag, seconds
+    tensor = torch.tensor([1.0 if flag else 0.0, seconds], device=info.device, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor[0].item() > 0), float(tensor[1].item())
+
+
 def gather_objects(obj: object, info: DistInfo) -> list[object]:
     """``obj`` from every rank, in rank order (one element when not distributed)."""
     if not info.distributed:

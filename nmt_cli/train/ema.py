@@ -17,14 +17,16 @@ from torch import Tensor, nn
 class WeightAverage:
     """The EMA of ``model``'s parameters (tied parameters once)."""
 
-    def __init__(self, model: nn.Module, decay: float) -> None:
-        self.model, self.decay = model, decay
+    def __init__(self, model: nn.Module, decay: float, first_update: int = 0) -> None:
+        """``first_update``: the updates done before this average began (its early cap counts from there)."""
+        self.model, self.decay, self.first_update = model, decay, first_update
         self.names = [name for name, _ in model.named_parameters()]
         self.parameters = [p for _, p in model.named_parameters()]
         self.shadow = [p.detach().float().clone() for p in self.parameters]
 
     def decay_at(self, updates_done: int) -> float:
-        return min(self.decay, (1 + updates_done) / (10 + updates_done))
+        averaged = max(updates_done - self.first_update, 0)
+        return min(self.decay, (1 + averaged) / (10 + averaged))
 
     @torch.no_grad()
     def update(self, updates_done: int) -> None:

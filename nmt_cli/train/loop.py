@@ -35,6 +35,7 @@ from .checkpoint import TrainingCheckpoint
 from .dataset import load_dataset
 from .distributed import (
     DistInfo,
+    agree_on_stop,
     all_true_anywhere,
     barrier,
     init_distributed,
@@ -186,7 +187,7 @@ class Trainer:
             first = self.state.epoch_batches_done
             clock = time.perf_counter()
             try:
-                sums = self.updates.run(batches[first : first + per_update], self.state.step)
+                sums = self.updates.run(batches[first : first + per_update], self.state.step, self.state.elapsed)
             except Preempted:
                 self.log(f"update {self.state.step + 1:,} abandoned at {self.stop.signal}: it runs again on resuming")
                 return self._stop_reason()
@@ -249,9 +250,10 @@ class Trainer:
         """Why training stops now (a signal, the time or update budget), or None to go on. Every process
         of a group calls it after the same update and gets the same answer."""
         config, state, stop = self.config, self.state, self.stop
+        signalled, state.elapsed = agree_on_stop(stop.signal is not None, state.elapsed, self.info)
         time_up = bool(config.max_seconds) and state.elapsed >= config.max_seconds
-        if all_true_anywhere(stop.signal is not None or time_up, self.info):
-            if stop.signal is not None or not time_up:
+        if signalled or time_up:
+            if signalled:
                 self.preempted = all_true_anywhere(stop.preempted, self.info)
                 self.stopped_by = stop.signal or ("SIGTERM" if self.preempted else "SIGINT")
                 return f"stopped by {stop.signal or 'another process'}"

@@ -20,7 +20,7 @@ from .ema import WeightAverage
 from .memory import free_cuda_memory, probe_gpu_batch, split_after_oom, split_rows
 from .precision import autocast
 from .repulsive import repulse_heads
-from .schedule import learning_rate
+from .schedule import Budget, learning_rate
 from .stopping import Preempted, StopRequest
 
 
@@ -126,11 +126,11 @@ class Updater:
         self.stop, self.log, self.out_of_memory = stop, log, out_of_memory
         self.network: torch.nn.Module = model  # DistributedDataParallel around it in a torchrun group
         self.optimizer = _optimizer(model, recipe)
-        schedule = learning_rate(self.config, recipe.model.d_model)
-        # The optimizer's base lr is 1.0, so the schedule's value is the learning rate of update s + 1.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s + 1))
+        self.schedule = learning_rate(self.config, recipe.model.d_model)
+        self.budget = Budget.of(self.config)
         self.scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
         self.ema = WeightAverage(model, self.config.ema_decay) if self.config.ema_decay else None
+        self.ema_restarted = False  # train.average_stretch: the moving average began again at the last stretch
         self.max_tokens = 0  # the batches' size, for the OOM message
         self.split = 1  # each batch runs as this many accumulation steps (raised after a CUDA OOM)
         self.last_lr = 0.0  # the rate the last update used
@@ -143,24 +143,32 @@ class Updater:
     def state_dict(self) -> dict[str, Any]:
         return {
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            **({"ema": self.ema.state_dict()} if self.ema else {}),
+            **({"ema": self.ema.state_dict(), "ema_first_update": self.ema.first_update} if self.ema else {}),
+            "ema_restarted": self.ema_restarted,
         }
 
     def load_state_dict(self, payload: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(payload["optimizer"])
-        self.scheduler.load_state_dict(payload["scheduler"])
+        # (the learning rate is a function of the train state; older checkpoints' "scheduler" is not needed)
         self.scaler.load_state_dict(payload["scaler"])
+        self.ema_restarted = bool(payload.get("ema_restarted", False))
         if self.ema is not None:
             if payload.get("ema"):
                 self.ema.load_state_dict(payload["ema"])
+                self.ema.first_update = int(payload.get("ema_first_update", 0))
             else:
                 self.restart_average()
                 self.log("train.ema_decay is new to this run: the moving average starts from the resumed weights")
 
-    def run(self, group: list[np.ndarray], step: int) -> dict[str, Any]:
-        """Update ``step + 1`` over ``group``; after a CUDA OOM, again with each batch split finer."""
+    def run(self, group: list[np.ndarray], step: int, seconds: float) -> dict[str, Any]:
+        """Update ``step + 1`` over ``group``, ``seconds`` into the run; after a CUDA OOM, again with each batch
+        split finer."""
+        spent = self.budget.spent_at(step + 1, seconds)
+        self.last_lr = self.schedule(step + 1, spent)
+        for group_of_parameters in self.optimizer.param_groups:
+            group_of_parameters["lr"] = self.last_lr
+        self._start_last_stretch(step, spent)
         while True:
             try:
                 return self._try(group, step)
@@ -196,17 +204,24 @@ class Updater:
         if self.recipe.model.repulsive:
             repulse_heads(self.model, self.recipe.model.repulsive)
         sums["grad_norm"] = gradient_norm(self.model, self.config.clip_norm)  # before clipping
-        self.last_lr = self.optimizer.param_groups[0]["lr"]
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         self.scaler.step(self.optimizer)  # skipped by the scaler when fp16 gradients overflowed
         self.scaler.update()
         skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
-        if not skipped:
-            self.scheduler.step()  # a skipped update must not advance the learning-rate schedule
-            if self.ema is not None:
-                self.ema.update(step)
+        if not skipped and self.ema is not None:  # (a skipped update does not count, for the schedule neither)
+            self.ema.update(step)
         self.optimizer.zero_grad(set_to_none=True)
         return {**sums, "skipped": skipped}
+
+    def _start_last_stretch(self, step: int, spent: float) -> None:
+        """``train.average_stretch``: the moving average starts again from the weights where the budget's last
+        stretch starts, so that it averages the end of the run, not weights from the warm-up."""
+        stretch = self.config.average_stretch
+        if self.ema is None or not stretch or self.ema_restarted or spent < 1.0 - stretch:
+            return
+        self.ema = WeightAverage(self.model, self.config.ema_decay, first_update=step)
+        self.ema_restarted = True
+        self.log(f"update {step + 1:,}: the last {stretch:.0%} of the budget; the moving average starts here")
 
     def autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.precision, self.info.device)

@@ -91,6 +91,14 @@ class RunFolder:
         found = [(int(m.group(1)), p) for p in self.checkpoint_dir.iterdir() if (m := STEP_PATTERN.match(p.name))]
         return [p for _, p in sorted(found)]
 
+    @staticmethod
+    def step_of(checkpoint: Path) -> int:
+        """The update a step checkpoint was written after, from its name."""
+        found = STEP_PATTERN.match(checkpoint.name)
+        if found is None:
+            raise ValueError(f"{checkpoint}: not a step checkpoint's name (step_NNNNNNNN.pt)")
+        return int(found.group(1))
+
     def prune(self, keep_last: int) -> None:
         """Delete all but the newest ``keep_last`` step checkpoints (0 keeps everything)."""
         if keep_last <= 0:

@@ -38,7 +38,7 @@ def test_run_folder_is_self_contained(overfit):
     for name in ("model.pt", "recipe.yaml", "spm.src.model", "spm.tgt.model", "metrics.jsonl"):
         assert (run_dir / name).is_file(), name
     payload = checkpoint.load(checkpoint.step_path(run_dir, OVERFIT_STEPS))
-    assert {"model", "optimizer", "scheduler", "train_state", "rng", "recipe", "vocab"} <= set(payload)
+    assert {"model", "optimizer", "train_state", "rng", "recipe", "vocab"} <= set(payload)
     assert payload["train_state"]["step"] == OVERFIT_STEPS
     assert payload["format_version"] == 1 and payload["nmt_version"]
 
@@ -318,3 +318,41 @@ def test_a_refused_run_leaves_no_empty_folder(prepared, tmp_path):
     with pytest.raises(NmtError):
         train(recipe, log=lambda _m: None)
     assert not run.exists()
+
+
+def test_a_budget_schedule_ends_at_zero_averages_its_last_stretch_and_resumes_exactly(prepared, tmp_path):
+    """train.lr_schedule: linear over 8 updates; the moving average and the checkpoint average cover the second
+    half (train.average_stretch: 0.5); a run resumed from update 4 ends with the same weights, average and
+    model file as the run that went straight through."""
+    settings = [
+        "train.lr_schedule=linear", "train.lr=0.003", "train.warmup_fraction=0.25", "train.max_steps=8",
+        "train.save_every=2", "train.keep_last=0", "train.log_every=1", "train.ema_decay=0.9",
+        "train.average_stretch=0.5", "train.average_last=4", "model.dropout=0.1",
+    ]  # fmt: skip
+    path = prepared.run_dir.parent / "tiny.yaml"
+    messages: list[str] = []
+    straight = tmp_path / "straight"
+    train(load_recipe(path, [*settings, f"train.dir={straight}"]), log=messages.append)
+    records = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    lr = [r["lr"] for r in records if "lr" in r]
+    assert len(lr) == 8
+    assert lr[0] < 0.3 * 0.003  # the budget's start: warming up
+    assert max(lr) > 0.9 * 0.003 and lr.index(max(lr)) == 2  # the warm-up's end (a quarter of 8 updates)
+    assert lr[-1] < 0.1 * 0.003 and all(a > b for a, b in zip(lr[2:], lr[3:]))  # down to the end
+    assert any("update 5: the last 50% of the budget; the moving average starts here" in m for m in messages)
+    assert any("averaged the last 3 checkpoints" in m for m in messages)  # updates 4, 6, 8: not 2
+
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    for name in ("recipe.yaml", "spm.src.model", "spm.tgt.model", "metrics.jsonl"):
+        (resumed / name).write_bytes((straight / name).read_bytes())
+    (resumed / "checkpoints").mkdir()
+    for step in (2, 4):
+        source = checkpoint.step_path(straight, step)
+        checkpoint.step_path(resumed, step).write_bytes(source.read_bytes())
+    train(load_recipe(path, [*settings, f"train.dir={resumed}"]), resume=True, log=lambda _m: None)
+    for name in ("model.pt", "model.ema.pt", "checkpoints/step_00000008.pt"):
+        a, b = _state(straight / name), _state(resumed / name)
+        assert all(torch.equal(a[key], b[key]) for key in a), name
+    ema, last = _state(straight / "model.ema.pt"), _state(checkpoint.step_path(straight, 8))
+    assert any(not torch.equal(ema[key], last[key]) for key in last)

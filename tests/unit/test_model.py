@@ -178,7 +178,7 @@ def test_schedules():
     assert inverse_sqrt(w, 1e-3, w) == pytest.approx(1e-3)
     assert inverse_sqrt(4 * w, 1e-3, w) == pytest.approx(5e-4)
     constant = learning_rate(TrainConfig(lr_schedule="constant", lr=3e-4), d)
-    assert constant(1) == constant(10**6) == 3e-4
+    assert constant(1, 0.0) == constant(10**6, 0.9) == 3e-4
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -844,10 +844,10 @@ def test_warmup_free_schedule():
     from nmt_cli.train.schedule import learning_rate
 
     schedule = learning_rate(TrainConfig(lr_schedule="inverse_sqrt_nowarmup", lr=5e-4, warmup=4000), 512)
-    assert schedule(1) == pytest.approx(5e-4 * (4000 / 4001) ** 0.5)  # at full rate from the first update
-    assert schedule(4000) == pytest.approx(5e-4 * 0.5**0.5)
-    assert schedule(12000) == pytest.approx(2.5e-4)
-    assert all(schedule(s) > schedule(s + 1) for s in range(1, 50))
+    assert schedule(1, 0.0) == pytest.approx(5e-4 * (4000 / 4001) ** 0.5)  # at full rate from the first update
+    assert schedule(4000, 0.0) == pytest.approx(5e-4 * 0.5**0.5)
+    assert schedule(12000, 0.0) == pytest.approx(2.5e-4)
+    assert all(schedule(s, 0.0) > schedule(s + 1, 0.0) for s in range(1, 50))
 
 
 def test_rezero_alpha_per_layer_is_shared_by_its_branches():
@@ -902,3 +902,13 @@ def test_output_bias_is_added_to_the_logits_and_trained_through_the_plain_loss()
         with torch.no_grad():
             cpu_linear.prepare_for_cpu_inference(model, model.output)
             torch.testing.assert_close(model.logits(hidden), logits, atol=1e-4, rtol=1e-4)
+
+
+def test_encoder_and_decoder_depths_are_set_apart():
+    from nmt_cli.config import ModelConfig
+    from nmt_cli.model.transformer import build_model
+
+    deep_shallow = build_model(ModelConfig(layers=3, encoder_layers=5, decoder_layers=1, d_model=32, n_heads=4, d_ff=64), 50, 50, 0)
+    assert len(deep_shallow.encoder_layers) == 5 and len(deep_shallow.decoder_layers) == 1
+    both = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64), 50, 50, 0)
+    assert len(both.encoder_layers) == len(both.decoder_layers) == 2  # model.layers alone still means both
