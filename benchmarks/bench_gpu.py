@@ -15,7 +15,7 @@ pieces per word of a 37k joint BPE on news text), resampled to 200,000 pairs, wi
 drawn uniformly from a 37,000-entry vocabulary (throughput does not depend on which ids).
 The models are ``recipes/ende_base.yaml`` and ``ende_big.yaml`` with bf16 autocast. Both
 toolkits train on the very same batches, in alternating rounds:
-  nmt  ``Trainer._update`` (the code ``nmt train`` runs), eager and/or torch.compile;
+  nmt  ``Trainer.updates.run`` (the code ``nmt train`` runs), eager and/or torch.compile;
   hf   ``MarianMTModel`` with the same dimensions and shared embeddings, SDPA attention, bf16
        autocast, fused AdamW, label-smoothed cross-entropy over the logits (benchmarks/hf_peer.py).
 MFU = useful model FLOPs/s (bench_train.py's count, real tokens only) / bf16 matmul peak
@@ -181,14 +181,14 @@ def time_ours(trainer, batches, warmup: int, steps: int) -> dict:
 
     trainer.model.train()
     for i in range(warmup):
-        trainer._update([batches[i % len(batches)]])
+        trainer.updates.run([batches[i % len(batches)]], i, 0.0)
     sync()
     reset_peak()
     tokens, real, slots, flops = 0, 0, 0, 0.0
     start = time.perf_counter()
     for i in range(warmup, warmup + steps):
         group = [batches[i % len(batches)]]
-        sums = trainer._update(group)
+        sums = trainer.updates.run(group, i, 0.0)
         tokens += sums["tokens"]
         real, slots = real + sums["tokens"] + sums["src_tokens"], slots + sums["slots"]
     sync()
@@ -590,7 +590,7 @@ def profile_training(model: str, data: Path, max_tokens: str, args: argparse.Nam
             print(f"   {label}: padding {warm['padding']:.1%} of the batch positions (both sides)", flush=True)
             profiled(
                 f"nmt {label} {variant} train x{args.updates}",
-                lambda: [trainer._update([batches[next(updates) % 64]]) for _ in range(args.updates)],
+                lambda: [trainer.updates.run([batches[(n := next(updates)) % 64]], n, 0.0) for _ in range(args.updates)],
                 2,
                 out,
             )

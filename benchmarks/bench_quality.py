@@ -11,6 +11,11 @@ the schedule does not depend on the budget, so the first 15 minutes of a 30-minu
 15-minute run; its model is the average of the last 5 checkpoints written by then (run with
 ``--set train.keep_last=0`` so they are kept).
 
+``--valid`` scores the validation set instead of the test sets: settings are decided on it, never on the tests.
+
+With a schedule that knows its budget (``train.lr_schedule: linear`` or ``cosine``) the first 15 minutes of a
+30-minute run are not a 15-minute run, and ``--also-at`` is refused: train each budget on its own.
+
 ``--weights avg,last,ema`` scores several weight files of the same run: ``avg`` is model.pt (the
 last checkpoints averaged), ``last`` the final checkpoint alone, ``ema`` model.ema.pt (train with
 ``--set train.ema_decay=D``). ``--set train.max_steps=N --minutes 0`` bounds the run by updates instead.
@@ -38,6 +43,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="recipe override (tuning on validation data)")
     parser.add_argument("--tag", default="", help="suffix of the run folder, to keep variants apart")
     parser.add_argument("--weights", default="avg", help="avg, last, ema: which weight files of the run to score")
+    parser.add_argument("--valid", action="store_true", help="score the validation set (for tuning), not the tests")
     parser.add_argument(
         "--also-at",
         type=float,
@@ -65,6 +71,8 @@ def main() -> None:
             *args.set,
         ],
     )
+    if args.also_at and recipe.train.lr_schedule in ("linear", "cosine"):
+        sys.exit(f"--also-at: train.lr_schedule {recipe.train.lr_schedule} depends on the budget; train each budget alone")
     if args.score_only:
         if not (run_dir / "model.pt").is_file():
             sys.exit(f"{run_dir}/model.pt: no trained model to score; run without --score-only first")
@@ -86,7 +94,7 @@ def main() -> None:
     tgt = recipe.data.tgt_lang
     for weights, minutes, path in models:
         loaded = load_model(path)
-        for test in TESTS:
+        for test in ("val",) if args.valid else TESTS:
             sources = gzip.decompress((SHARED / "multi30k" / f"{test}.en.gz").read_bytes()).decode().splitlines()
             refs = gzip.decompress((SHARED / "multi30k" / f"{test}.{tgt}.gz").read_bytes()).decode().splitlines()
             outputs = [h[0][0] for h in Translator(loaded, recipe.decode).translate(sources)]
@@ -104,9 +112,10 @@ def main() -> None:
                     "valid ppl": _valid_ppl(run_dir, _step_of(path, run_dir)),
                 }
             )
-    print_table(f"{args.recipe}: {args.minutes:g} minutes, {args.threads} threads, last 5 averaged, beam 4", rows)
+    print_table(f"{args.recipe}: {args.minutes:g} minutes, {args.threads} threads, beam {recipe.decode.beam}", rows)
     print(bleu.signature)
-    record("quality", rows, "python benchmarks/bench_quality.py " + " ".join(sys.argv[1:]))
+    command = "python benchmarks/bench_quality.py " + " ".join(sys.argv[1:])
+    record("quality_valid" if args.valid else "quality", rows, command)
 
 
 def _model_at(run_dir, minutes: float, average_last: int):

@@ -106,7 +106,7 @@ def main() -> None:
     for i in range(args.warmup_steps + args.steps):
         group = [batches[i % len(batches)]]
         start = time.perf_counter()
-        sums = trainer._update(group)
+        sums = trainer.updates.run(group, i, 0.0)
         elapsed = time.perf_counter() - start
         if i >= args.warmup_steps:
             times.append(elapsed)
@@ -143,7 +143,7 @@ def main() -> None:
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for i in range(args.profile):
-                trainer._update([batches[(args.warmup_steps + args.steps + i) % len(batches)]])
+                trainer.updates.run([batches[(args.warmup_steps + args.steps + i) % len(batches)]], i, 0.0)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
     sets = "".join(f" --set {s}" for s in args.set)
     record("train", [row], f"python benchmarks/bench_train.py --threads {args.threads} --steps {args.steps}{sets}")

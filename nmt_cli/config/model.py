@@ -15,8 +15,10 @@ class ModelConfig:
     layers: int = _opt(6, "encoder and decoder layers (unless encoder_layers / decoder_layers say otherwise)", ge=1, le=1000)
     encoder_layers: int = _opt(0, "encoder layers (0: same as layers)", ge=0, le=1000)
     decoder_layers: int = _opt(
-        0, "decoder layers (0: same as layers); a deep encoder and a shallow decoder decode faster (Kasai et al. 2021)",
-        ge=0, le=1000,
+        0,
+        "decoder layers (0: same as layers); a deep encoder and a shallow decoder decode faster (Kasai et al. 2021)",
+        ge=0,
+        le=1000,
     )
     d_model: int = _opt(512, "model width", ge=2, le=65536)
     n_heads: int = _opt(8, "attention heads; must divide d_model", ge=1, le=4096)

@@ -117,7 +117,10 @@ def _check_budget_schedule(t: TrainConfig, fail: typing.Callable[[str, str], Non
             f"is the warm-up of the linear and cosine schedules; {t.lr_schedule} warms up for train.warmup updates",
         )
     if t.average_stretch and t.ema_decay and not (t.max_steps or t.max_time):
-        fail("train.average_stretch", "starts the moving average at the budget's last stretch; set train.max_time or train.max_steps")
+        fail(
+            "train.average_stretch",
+            "starts the moving average at the budget's last stretch; set train.max_time or train.max_steps",
+        )
 
 
 def _check_pairs(recipe: Recipe, fail: typing.Callable[[str, str], None]) -> None:

@@ -908,7 +908,8 @@ def test_encoder_and_decoder_depths_are_set_apart():
     from nmt_cli.config import ModelConfig
     from nmt_cli.model.transformer import build_model
 
-    deep_shallow = build_model(ModelConfig(layers=3, encoder_layers=5, decoder_layers=1, d_model=32, n_heads=4, d_ff=64), 50, 50, 0)
+    shape = {"d_model": 32, "n_heads": 4, "d_ff": 64}
+    deep_shallow = build_model(ModelConfig(layers=3, encoder_layers=5, decoder_layers=1, **shape), 50, 50, 0)
     assert len(deep_shallow.encoder_layers) == 5 and len(deep_shallow.decoder_layers) == 1
     both = build_model(ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64), 50, 50, 0)
     assert len(both.encoder_layers) == len(both.decoder_layers) == 2  # model.layers alone still means both
