@@ -56,7 +56,11 @@ def with_progress(items: Iterator, show: bool, done: int = 0, total: int | None 
         return
     from tqdm import tqdm
 
-    yield from tqdm(items, desc="translate", unit=" sent", file=sys.stderr, initial=done, total=total)
+    from ..utils.signals import signals_held
+
+    with signals_held():  # a stop signal during its construction would leave a bar that fails at exit
+        bar = tqdm(items, desc="translate", unit=" sent", file=sys.stderr, initial=done, total=total)
+    yield from bar
 
 
 def report_stats(stats, seconds: float, show: bool, max_positions: int) -> None:  # type: ignore[no-untyped-def]

@@ -53,3 +53,23 @@ def signals_unwind() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """While inside, a stop signal is only noted; on leaving, the handler that was in place before gets it. For code
+    that an exception raised at any point would leave half-built: a progress bar interrupted inside
+    ``tqdm.__init__`` printed a traceback from its ``__del__`` at exit (its ``pos`` never set). (Handlers, not
+    signal masks: a mask holds one thread, and the process's other threads would take the signal.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])

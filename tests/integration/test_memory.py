@@ -90,7 +90,7 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_update(prepared, tmp_
     split.updates.network = _RunsOutOfMemoryAbove(split.model, rows // 3)
     for trainer in (whole, split):  # plain SGD: the new weights show the gradient itself (Adam's first step is ~sign)
         trainer.updates.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=1.0)
-    expected, got = whole.updates.run(group, 0), split.updates.run(group, 0)
+    expected, got = whole.updates.run(group, 0, 0.0), split.updates.run(group, 0, 0.0)
     assert split.updates.split == 4 and split.updates.network.refused == 2  # 1 -> 2 -> 4 pieces
     assert any("each batch now runs as 4 accumulation steps" in m for m in messages)
     assert got["tokens"] == expected["tokens"]
@@ -103,7 +103,7 @@ def test_out_of_memory_on_a_single_sentence_is_one_line_advice(prepared, tmp_pat
     trainer, _ = _trainer(prepared, tmp_path / "run")
     trainer.updates.network = _RunsOutOfMemoryAbove(trainer.model, 0)
     with pytest.raises(NmtError, match=r"out of GPU memory at update 1 .*lower train.max_tokens"):
-        trainer.updates.run([trainer._epoch_batches()[0]], trainer.state.step)
+        trainer.updates.run([trainer._epoch_batches()[0]], trainer.state.step, 0.0)
 
 
 def test_auto_max_tokens_on_the_cpu_is_fixed_and_resumes_unchanged(prepared, tmp_path):
@@ -148,10 +148,11 @@ def test_overflowing_loss_scale_skips_updates_without_advancing_step_or_schedule
     state = trainer.run()
     assert state.step == 3 and state.skipped_updates == 2
     assert trainer.updates.scaler.get_scale() == 2.0**14  # halved once per overflow
-    assert trainer.updates.scheduler.last_epoch == 3  # one schedule step per applied update
     assert state.epoch == 1 and state.epoch_batches_done == 5  # the skipped batches' data is consumed
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3]
     assert [r["skipped_updates"] for r in records if "loss" in r] == [2, 2, 2]
+    # the schedule counts applied updates only: inverse_sqrt's warm-up (5 updates to 3e-3) at its first three
+    assert [r["lr"] for r in records if "loss" in r] == pytest.approx([6e-4, 1.2e-3, 1.8e-3])
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     assert any(not torch.equal(p, before[name]) for name, p in trainer.model.named_parameters())
