@@ -114,7 +114,8 @@ def _check_budget_schedule(t: TrainConfig, fail: typing.Callable[[str, str], Non
     if t.warmup_fraction and not budget_schedule:
         fail(
             "train.warmup_fraction",
-            f"is the warm-up of the linear and cosine schedules; {t.lr_schedule} warms up for train.warmup updates",
+            f"is the warm-up of the linear and cosine schedules; {t.lr_schedule} warms up for train.warmup updates "
+            "(add --set train.warmup_fraction=0)",
         )
     if t.average_stretch and t.ema_decay and not (t.max_steps or t.max_time):
         fail(
