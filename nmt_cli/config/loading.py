@@ -168,11 +168,23 @@ def override_section(section: Any, values: typing.Mapping[str, Any], sources: ty
     return dataclasses.replace(section, **changed)
 
 
+# Keys nmt no longer has: (the value that asked for nothing, why it went). Every recipe a checkpoint stores lists all
+# keys, so a stored recipe with the retired key at that value still loads; a recipe asking for more is told why.
+RETIRED_KEYS: dict[str, tuple[Any, str]] = {
+    "train.train_previous": (
+        False,
+        "a recurrent model now trains every pair once, in chains of consecutive pairs of a document "
+        "(train.chain_tokens); remove the key",
+    ),
+}
+
+
 def _build(cls: type, data: Any, path: str, source: str) -> Any:
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: {path.rstrip('.') or 'recipe'}: expected a mapping of keys, got {_describe(data)}")
     hints = typing.get_type_hints(cls)
     names = [_key_of(f) for f in fields(cls)]
+    data = {key: value for key, value in data.items() if not _retired(f"{path}{key}", value, source)}
     for key in data:
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
@@ -184,6 +196,16 @@ def _build(cls: type, data: Any, path: str, source: str) -> Any:
         if _key_of(f) in data
     }
     return cls(**kwargs)
+
+
+def _retired(key: str, value: Any, source: str) -> bool:
+    """Whether ``key`` is retired at its do-nothing value (then it is dropped); retired at another, an error."""
+    if key not in RETIRED_KEYS:
+        return False
+    inert, why = RETIRED_KEYS[key]
+    if value != inert:
+        raise RecipeError(f"{source}: {key} is gone: {why}")
+    return True
 
 
 def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], source: str) -> Any:

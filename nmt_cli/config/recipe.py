@@ -61,6 +61,11 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
         fail("model.recurrence", "needs model.positions: xl (relative positions that run across the past and the sentence)")
     if m.recurrence and m.concat:
         fail("model.recurrence", "and model.concat are two ways to read context; choose one")
+    if m.recurrence and recipe.train.guided_alignment:
+        fail(
+            "train.guided_alignment",
+            "is not available with model.recurrence (it trains on chains of sentences); set it to 0 or use model.concat",
+        )
     if m.concat_target and not m.concat:
         fail("model.concat_target", "needs model.concat: K (the number of previous sentences to read)")
     if m.sinusoids == "fairseq" and m.d_model % 2:

@@ -112,11 +112,13 @@ class TrainConfig:
         "bf16/fp16 the variable-length flash-attention kernel; elsewhere the padded computation, slower); "
         "absolute positions, sentence-level models",
     )
-    train_previous: bool = _opt(
-        False,
-        "model.recurrence: also train each batch's previous pairs (their loss counted), as Transformer-XL trains the "
-        "segment its memory comes from; off: they are run without gradient, only for their keys/values (more updates "
-        "in a time budget; docs/benchmarks.md)",
+    chain_tokens: int = _opt(
+        128,
+        "model.recurrence: the most tokens per side of a training row, a chain of consecutive pairs of one document "
+        "read in one pass, each pair attending to its predecessors' keys/values (data/chains.py); longer rows cost "
+        "more attention, shorter ones more pairs read only as the first pair's past",
+        ge=8,
+        le=1 << 20,
     )
     threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0, le=4096)
     device: Literal["auto", "cpu", "cuda"] = _opt("auto", "auto picks CUDA when available")

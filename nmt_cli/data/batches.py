@@ -16,26 +16,23 @@ import numpy as np
 import torch
 
 from .binary import TokenArray
+from .chains import Chains, collate_chains
 from .context import Context, with_context
 from .vocab import BOS_ID, EOS_ID, PAD_ID
-
-# model.recurrence, one step back: source (B, S), decoder input (B, T), decoder output (B, T) (PAD where a row has no
-# pair that far back), present (B,), and the scored target tokens of the present rows (known here, so the GPU is not asked)
-PreviousPairs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]
 
 
 @dataclass
 class ParallelData:
     """The source and target token arrays of one split, their word alignments where training is guided, and
-    the earlier pairs each pair is read with where the model reads document context (``data/context.py``)."""
+    the earlier pairs each pair is read with where the model reads document context (``data/context.py``; a
+    recurrent model's rows are chains of pairs, ``data/chains.py``)."""
 
     src: TokenArray  # a JoinedTokenArrays for a multilingual dataset
     tgt: TokenArray
     links: TokenArray | None = None  # per pair, (source piece, target piece) positions flattened (data/align.py)
     context: Context | None = None
-    # model.recurrence: per pair, the first of the previous pairs of its document whose keys/values it attends to
-    previous: np.ndarray | None = None
-    train_previous: bool = False  # train.train_previous: the previous pairs are scored (trained) too
+    # model.recurrence: the rows are chains of consecutive pairs of a document; batches then index chains, not pairs
+    chains: Chains | None = None
     # data.pairs: per pair, its direction's number and its target language's tag (read first by the encoder, or
     # by the decoder after BOS, as data.language_tag says: a tag the decoder reads is never scored)
     directions: np.ndarray | None = None
@@ -54,22 +51,18 @@ class ParallelData:
 
     @property
     def pair_lengths(self) -> np.ndarray:
-        """max(src, tgt) + 1 (EOS) per pair, its context included: the padded width a pair needs."""
+        """max(src, tgt) + 1 (EOS) per row, its context included: the padded width a row needs. A row is a pair,
+        or under ``model.recurrence`` a chain of pairs (:attr:`chains`)."""
         src, tgt = self.src.lengths.astype(np.int64), self.tgt.lengths.astype(np.int64)
+        if self.chains is not None:
+            return self.chains.widths(src, tgt)
         if self.context is not None:
             src = src + self.context.widths(src)
             if self.context.tgt_break is not None:
                 tgt = tgt + self.context.widths(tgt)
         if self.tags is not None:
             src, tgt = (src + 1, tgt) if self.tag_side == "source" else (src, tgt + 1)
-        widths = np.maximum(src, tgt) + 1
-        if self.previous is not None:
-            # the previous pairs are encoded and decoded in the batch too: its padded size is their widest
-            index, own = np.arange(len(widths)), widths
-            for back in range(1, int((index - self.previous).max(initial=0)) + 1):
-                has = index - back >= self.previous
-                widths = np.where(has, np.maximum(widths, np.roll(own, back)), widths)
-        return widths
+        return np.maximum(src, tgt) + 1
 
     def source(self, i: int) -> np.ndarray:
         """Pair ``i``'s source as the model reads it (its tag and its context first, where it has them)."""
@@ -98,7 +91,9 @@ class ParallelData:
 class Batch:
     """Padded tensors of one batch: src (B, S), tgt_in (B, T) = BOS y, tgt_out (B, T) = y EOS; with guided
     alignment, ``alignment`` (L, 3): each link's (row, target position, source position), where the decoder's
-    row for target position t is the one that predicts tgt_out[t]."""
+    row for target position t is the one that predicts tgt_out[t]. Under ``model.recurrence`` the rows are chains
+    of sentences and ``blocks`` gives each position's sentence number in its chain (source, target):
+    ``data/chains.py``."""
 
     src: torch.Tensor
     tgt_in: torch.Tensor
@@ -106,7 +101,7 @@ class Batch:
     target_tokens: int
     source_tokens: int = 0
     alignment: torch.Tensor | None = None
-    previous: tuple[PreviousPairs, ...] | None = None  # model.recurrence: the rows' previous pairs, oldest first
+    blocks: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def to(self, device: torch.device | str) -> Batch:
         device = torch.device(device)
@@ -117,12 +112,10 @@ class Batch:
             return source.to(device, non_blocking=True)
 
         alignment = move(self.alignment) if self.alignment is not None else None
-        previous = (
-            tuple((*(move(t) for t in pair[:4]), pair[4]) for pair in self.previous) if self.previous is not None else None
-        )
+        blocks = (move(self.blocks[0]), move(self.blocks[1])) if self.blocks is not None else None
         return Batch(
             move(self.src), move(self.tgt_in), move(self.tgt_out), self.target_tokens, self.source_tokens, alignment,
-            previous,  # type: ignore[arg-type]
+            blocks,
         )  # fmt: skip
 
 
@@ -175,7 +168,11 @@ def _pack(members: np.ndarray, pair_lengths: np.ndarray, max_tokens: int) -> lis
 
 
 def collate(data: ParallelData, indices: np.ndarray) -> Batch:
-    """Pad the pairs ``indices`` into a :class:`Batch` (EOS after the source, BOS/EOS around the target)."""
+    """Pad the rows ``indices`` into a :class:`Batch` (EOS after the source, BOS/EOS around the target)."""
+    if data.chains is not None:
+        chains = collate_chains(data.src, data.tgt, data.chains, indices)
+        blocks = (chains.src_blocks, chains.tgt_blocks)
+        return Batch(chains.src, chains.tgt_in, chains.tgt_out, chains.target_tokens, chains.source_tokens, None, blocks)
     srcs = [data.source(i) for i in indices]
     tgts, skips = zip(*(data.target(i) for i in indices)) if len(indices) else ((), ())
     src = pad_rows([np.append(s, EOS_ID) for s in srcs])
@@ -187,26 +184,7 @@ def collate(data: ParallelData, indices: np.ndarray) -> Batch:
     if data.links is not None:
         offsets = [(len(s) - len(data.src[i]), k) for s, i, k in zip(srcs, indices, skips)]
         alignment = _alignment(data.links, indices, offsets)
-    previous = _previous_pairs(data, indices) if data.previous is not None else None
-    return Batch(src, tgt_in, tgt_out, scored, int(sum(len(s) + 1 for s in srcs)), alignment, previous)
-
-
-def _previous_pairs(data: ParallelData, indices: np.ndarray) -> tuple[PreviousPairs, ...]:
-    """For ``model.recurrence``: per step back (oldest first), the previous pair of each row's document as
-    (source + EOS, BOS + target, target + EOS, present, scored tokens: 0 unless ``train_previous``); a row with no
-    pair that far back reads a one-token stand-in, hidden by ``present`` (an empty row would give the attention
-    nothing to normalise over) and never scored."""
-    assert data.previous is not None
-    depth = int((indices - data.previous[indices]).max(initial=0))
-    out = []
-    for back in range(depth, 0, -1):
-        present = indices - back >= data.previous[indices]
-        src = pad_rows([np.append(data.src[i - back], EOS_ID) if has else [EOS_ID] for i, has in zip(indices, present)])
-        tgt = pad_rows([np.insert(data.tgt[i - back], 0, BOS_ID) if has else [BOS_ID] for i, has in zip(indices, present)])
-        tgt_out = pad_rows([np.append(data.tgt[i - back], EOS_ID) if has else [PAD_ID] for i, has in zip(indices, present)])
-        scored = int(data.tgt.lengths[indices[present] - back].sum() + present.sum()) if data.train_previous else 0
-        out.append((src, tgt, tgt_out, torch.from_numpy(present), scored))
-    return tuple(out)
+    return Batch(src, tgt_in, tgt_out, scored, int(sum(len(s) + 1 for s in srcs)), alignment)
 
 
 def _alignment(links: TokenArray, indices: np.ndarray, offsets: list[tuple[int, int]]) -> torch.Tensor:
@@ -230,13 +208,10 @@ def pad_rows(rows: Sequence[np.ndarray | list[int]]) -> torch.Tensor:
 
 def target_tokens(data: ParallelData, indices: np.ndarray) -> int:
     """Scored target tokens (with EOS) of a training batch, from the stored lengths alone: concatenated context is
-    never scored; the previous pairs of ``model.recurrence`` are where ``train.train_previous`` trains them."""
-    count = int(data.tgt.lengths[indices].sum() + len(indices))
-    if data.previous is not None and data.train_previous:
-        for back in range(1, int((indices - data.previous[indices]).max(initial=0)) + 1):
-            has = indices[indices - back >= data.previous[indices]] - back
-            count += int(data.tgt.lengths[has].sum() + len(has))
-    return count
+    never scored, nor are the leads of a recurrent model's chains."""
+    if data.chains is not None:
+        return data.chains.scored_tokens(data.tgt.lengths, indices)
+    return int(data.tgt.lengths[indices].sum() + len(indices))
 
 
 def decoding_batches(widths: Sequence[int], todo: Sequence[int], batch_size: int, batch_tokens: int) -> Iterator[list[int]]:

@@ -25,7 +25,7 @@ from ..config import ModelConfig
 from .dropout import apply_dropout
 from .packing import Layout, Packing, has_variable_length_kernel
 from .positions import sinusoids
-from .recurrence import Past
+from .recurrence import Past, SentenceBlocks
 
 KeyValuePair = tuple[Tensor, Tensor]  # one self-attention input's keys and values, each (B, H, T, d_k)
 
@@ -330,16 +330,24 @@ class SelfAttention(_Heads):
         self.xl = XLPositions(config.d_model, config.n_heads) if config.positions == "xl" else None
 
     def forward(
-        self, x: Tensor, mask: Tensor | Layout | None = None, causal: bool = False, past: Past | None = None
+        self,
+        x: Tensor,
+        mask: Tensor | Layout | None = None,
+        causal: bool = False,
+        past: Past | SentenceBlocks | None = None,
     ) -> tuple[Tensor, KeyValuePair]:
         """Attention of ``x`` (B, T, D) over itself, and over ``past``'s keys/values first where given
         (segment-level recurrence, ``recurrence.py``: no gradient through them); returns its output and this
         input's keys and values (B, H, T, d_k), the next sentence's past. A packed batch's ``x`` is (1, N, D) and
-        its ``mask`` the sentences' :class:`Layout`."""
+        its ``mask`` the sentences' :class:`Layout`. A batch of chains (recurrence in training) gives its
+        :class:`SentenceBlocks` as ``past``: they say what each position attends to, mask and causality included."""
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))  # each (B, H, T, d_k)
         if isinstance(mask, Layout):  # a packed batch (packing.py): absolute positions only, no past
             return self._merge(packed_attention(q, k, v, mask, mask, causal)), (k, v)
         own = k, v
+        if isinstance(past, SentenceBlocks):
+            q, _, bias = self.position_terms(q, k.size(2))
+            return self._merge(past.attention(q, k, v, bias, self._attention_dropout())), own
         if past is not None:
             mask = past.mask(mask, x.size(0), k.size(2))
             k, v = torch.cat([past.keys.to(k.dtype), k], dim=2), torch.cat([past.values.to(v.dtype), v], dim=2)

@@ -19,7 +19,7 @@ from ..config import ModelConfig
 from .attention import CrossAttention, KeyValuePair, SelfAttention
 from .dropout import Dropout, apply_dropout
 from .packing import Layout, Packing
-from .recurrence import Past
+from .recurrence import Past, SentenceBlocks
 
 Arrangement = Literal["post", "pre", "rezero", "none"]
 
@@ -121,7 +121,7 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(config.d_model, config.dropout, config.arrangement)
         self.res_ffn = Residual(config.d_model, config.dropout, config.arrangement)
 
-    def forward(self, x: Tensor, src_mask: Tensor | Layout, past: Past | None = None) -> LayerOutput:
+    def forward(self, x: Tensor, src_mask: Tensor | Layout, past: Past | SentenceBlocks | None = None) -> LayerOutput:
         """``past``: the previous sentences' keys/values this layer attends to as well (recurrence.py). A packed
         batch (packing.py) gives its source's layout as the mask."""
         seen: list[KeyValuePair] = []
@@ -146,7 +146,7 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         memory: Tensor,
         src_mask: Tensor | Packing,
-        past: Past | None = None,
+        past: Past | SentenceBlocks | None = None,
         align_head: int | None = None,
     ) -> LayerOutput:
         """``x`` (B, T, D) the embedded shifted target, ``memory`` (B, S, D) the encoder output; ``past`` the

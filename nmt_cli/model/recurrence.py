@@ -10,12 +10,17 @@ A :class:`Past` is one layer's past for a batch: keys and values (B, H, M, d_k),
 so every row's past ends where its sentence begins) and ``visible`` (B, M) where a column is real. A
 :class:`SentencePast` is what one sentence leaves its successor: per layer, its keys and values without padding.
 The model (``transformer.py``) takes pasts and hands back the present's keys and values when asked to ``keep``
-them; training computes (and trains) the previous sentences' (``train/`` via ``Batch.previous``), translation
-carries the chosen translation's from one sentence to the next (``decode/context.py``).
+them; translation carries the chosen translation's from one sentence to the next (``decode/context.py``).
+
+Training reads consecutive sentences of a document as one row (a *chain*, ``data/chains.py``) in one pass:
+:class:`SentenceBlocks` lets each sentence attend to its own tokens and, through a detached copy of the keys and
+values, to the N sentences before it in the row. That is the past translation gives it, computed once: as in
+Transformer-XL's training, the memory is what the previous segment already computed, with no gradient through it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -91,30 +96,44 @@ def batch_pasts(histories: Sequence[Sequence[SentencePast]], side: str, layers: 
     return out
 
 
-def right_aligned(kept: Kept, lengths: Tensor, present: Tensor) -> list[Past]:
-    """Pasts from a batch's kept keys/values (B, H, T, d_k) whose rows hold ``lengths`` real (left-aligned)
-    tokens, ``present`` (B,) False for rows that have no past at all: each row's tokens moved to the right
-    end, as a past must sit just before its sentence."""
-    width = kept[0][0].size(2)
-    columns = torch.arange(width, device=lengths.device)
-    # column c of the aligned row reads column c - (width - length) of the original, when that is >= 0
-    source = columns[None, :] - (width - lengths)[:, None]  # (B, M)
-    visible = (source >= 0) & present[:, None]
-    index = source.clamp(min=0)[:, None, :, None]
-    out = []
-    for k, v in kept:
-        gather = index.expand(-1, k.size(1), -1, k.size(3))
-        out.append(Past(k.gather(2, gather), v.gather(2, gather), visible))
-    return out
+@dataclass
+class SentenceBlocks:
+    """What each position of a batch of chains (training, ``data/chains.py``) attends to in one self-attention
+    layer: ``live`` (B, 1, T, T), the keys of its own sentence (its past positions only in the decoder), attended
+    as usual; ``past`` (B, 1, T, T), the keys of the up to N sentences before it in the row, attended through a
+    detached copy, so no gradient flows into an earlier sentence from a later one."""
+
+    live: Tensor
+    past: Tensor
+
+    @classmethod
+    def of(cls, blocks: Tensor, sentences: int, causal: bool) -> SentenceBlocks:
+        """From each position's sentence number in its chain (B, T); padding's number is beyond every past's reach
+        (``data/chains.py``), so padding attends to padding alone and nothing real attends to it."""
+        behind = blocks[:, :, None] - blocks[:, None, :]  # (B, Tq, Tk): how many sentences the key lies behind
+        live = behind == 0
+        if causal:  # a sentence's positions are consecutive: within it, the usual causal mask
+            t = blocks.size(1)
+            live = live & torch.ones(t, t, dtype=torch.bool, device=blocks.device).tril()
+        past = (behind >= 1) & (behind <= sentences)
+        return cls(live[:, None], past[:, None])
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, dropout: float) -> Tensor:
+        """softmax(q k^T / sqrt(d_k) + bias) v over live and past keys, the past's keys and values detached."""
+        scores = torch.where(self.live, q @ k.transpose(-2, -1), q @ k.detach().transpose(-2, -1)) / math.sqrt(q.size(-1))
+        if bias is not None:
+            scores = scores + bias
+        scores = scores.masked_fill(~(self.live | self.past), float("-inf"))
+        weights = scores.float().softmax(dim=-1)
+        if dropout:
+            weights = torch.nn.functional.dropout(weights, dropout)
+        weights = weights.to(v.dtype)
+        return weights.masked_fill(~self.live, 0.0) @ v + weights.masked_fill(~self.past, 0.0) @ v.detach()
 
 
-def join_pasts(pasts: Sequence[list[Past]]) -> list[Past]:
-    """Several sentences' pasts (oldest first), each per layer, as one past per layer."""
-    return [
-        Past(
-            torch.cat([p[layer].keys for p in pasts], dim=2),
-            torch.cat([p[layer].values for p in pasts], dim=2),
-            torch.cat([p[layer].visible for p in pasts], dim=1),
-        )
-        for layer in range(len(pasts[0]))
-    ]
+def cross_blocks(tgt_blocks: Tensor, src_blocks: Tensor) -> Tensor:
+    """The cross-attention mask (B, 1, T, S) of a batch of chains: each target sentence reads its own source. A
+    position that matches no source position (target padding where the source row has none) reads them all: an
+    empty row would make its attention NaN, and a NaN at a padded position still spoils the products it enters."""
+    same = tgt_blocks[:, :, None] == src_blocks[:, None, :]
+    return (same | ~same.any(dim=-1, keepdim=True))[:, None]

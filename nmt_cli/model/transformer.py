@@ -25,11 +25,7 @@ from .layers import DecoderLayer, EncoderLayer, Residual
 from .loss import label_smoothed_nll, output_loss
 from .packing import Layout, Packing
 from .positions import LearnedPositions, SinusoidalPositions
-from .recurrence import Kept, Past, join_pasts, right_aligned
-
-# a batch's previous pairs, one step back: source (B, S), decoder input (B, T), decoder output (B, T; PAD where a row
-# has none), present (B,), scored target tokens
-PreviousPairs = tuple[Tensor, Tensor, Tensor, Tensor, int]
+from .recurrence import Kept, Past, SentenceBlocks, cross_blocks
 
 
 class Transformer(nn.Module):
@@ -183,7 +179,7 @@ class Transformer(nn.Module):
         layers: Sequence[EncoderLayer] | Sequence[DecoderLayer],
         x: Tensor,
         *inputs: Tensor | Layout | Packing,
-        past: list[Past] | None = None,
+        past: Sequence[Past | SentenceBlocks] | None = None,
         keep: bool = False,
         align_at: int | None = None,
     ) -> tuple[Tensor, Kept, Tensor | None]:
@@ -210,29 +206,21 @@ class Transformer(nn.Module):
                 weights = out.alignment
         return x, kept, weights
 
-    def previous_pasts(
-        self, previous: Sequence[PreviousPairs], epsilon: float = 0.0
-    ) -> tuple[list[Past], list[Past], Tensor | None, Tensor | None]:
-        """The encoder's and the decoder's pasts (per layer) from the previous pairs of a batch's rows, oldest
-        first, each computed alone and teacher-forced; the keys/values carry no gradient. Where the pairs are
-        scored (``train.train_previous``: their scored-token counts are not 0) they are trained too, as
-        Transformer-XL trains the segment whose states become the memory: their summed label-smoothed loss and NLL
-        come back (else None, and nothing is kept for a backward pass)."""
-        encoder, decoder = [], []
-        train = self.training and torch.is_grad_enabled() and any(pair[4] for pair in previous)
-        loss_sum: Tensor | None = None
-        nll_sum: Tensor | None = None
-        with contextlib.nullcontext() if train else torch.no_grad():
-            for src, tgt_in, tgt_out, present, scored in previous:
-                memory, src_mask, kept_encoder = self.encode_kept(src)
-                hidden, kept_decoder = self.decode_kept(tgt_in, memory, src_mask)
-                encoder.append(right_aligned(kept_encoder, (src != self.pad_id).sum(dim=1), present))
-                decoder.append(right_aligned(kept_decoder, (tgt_in != self.pad_id).sum(dim=1), present))
-                if train and scored:
-                    loss, nll = self._output_loss(hidden, tgt_out, epsilon, scored)
-                    loss_sum = loss if loss_sum is None else loss_sum + loss
-                    nll_sum = nll if nll_sum is None else nll_sum + nll
-        return join_pasts(encoder), join_pasts(decoder), loss_sum, nll_sum
+    def _chained_hidden(self, src: Tensor, tgt_in: Tensor, blocks: tuple[Tensor, Tensor]) -> Tensor:
+        """A batch of chains (``model.recurrence`` in training, ``data/chains.py``): each row consecutive
+        sentences of a document, ``blocks`` each position's sentence number (source, target). One pass in which
+        every sentence reads its own source and attends, in each self-attention layer, to its own tokens and
+        to its N predecessors' keys/values without gradient: the past translation gives it. The decoder states."""
+        src_blocks, tgt_blocks = blocks
+        n = self.config.recurrence
+        encoder = [SentenceBlocks.of(src_blocks, n, causal=False)] * len(self.encoder)
+        decoder = [SentenceBlocks.of(tgt_blocks, n, causal=True)] * len(self.decoder)
+        src_mask = (src != self.pad_id)[:, None, None, :]  # (what SentenceBlocks says is what is read)
+        x = self._through(self.encoder_layers, self._embed(self.src_embed, src), src_mask, past=encoder)[0]
+        memory = self.encoder_norm(x)
+        y = self._embed(self.tgt_embed, tgt_in)
+        cross = cross_blocks(tgt_blocks, src_blocks)
+        return self.decoder_norm(self._through(self.decoder_layers, y, memory, cross, past=decoder)[0])
 
     def _output_loss(self, hidden: Tensor, tgt_out: Tensor, epsilon: float, target_tokens: int) -> tuple[Tensor, Tensor]:
         """Summed label-smoothed loss and NLL of the non-padding positions of ``tgt_out`` under decoder states
@@ -263,44 +251,41 @@ class Transformer(nn.Module):
         target_tokens: int | None = None,
         alignment: Tensor | None = None,
         alignment_weight: float = 0.0,
-        previous: Sequence[PreviousPairs] | None = None,
+        blocks: tuple[Tensor, Tensor] | None = None,
         source_tokens: int | None = None,
     ) -> tuple[Tensor, Tensor, int]:
         """(summed label-smoothed loss, summed NLL, number of target tokens) of a batch; with ``alignment``
         (the batch's word links, :class:`..data.batches.Batch`) and a weight, the loss adds that weight times
-        the guided head's alignment loss (:mod:`.guided`); with ``previous`` (``model.recurrence``), every
-        self-attention layer also attends to those pairs' keys/values (:meth:`previous_pasts`).
+        the guided head's alignment loss (:mod:`.guided`); with ``blocks`` (``model.recurrence``) the rows are
+        chains of sentences (:meth:`_chained_hidden`).
 
         ``target_tokens``, the number of non-padding targets when the caller knows it, saves a wait for the GPU:
-        selecting an unknown number of positions must first read that number back from it. In training the
-        previous pairs' loss and tokens are counted in (:meth:`previous_pasts`). ``source_tokens`` likewise: a
-        packed batch (``self.packed``, training) finds its real tokens with both counts.
+        selecting an unknown number of positions must first read that number back from it. ``source_tokens``
+        likewise: a packed batch (``self.packed``, training) finds its real tokens with both counts.
         """
         if self.packed and self.training:
             assert target_tokens is not None and source_tokens is not None, "a packed batch needs its token counts"
-            assert previous is None and not (alignment is not None and alignment_weight > 0), "train.packed refuses them"
+            assert blocks is None and not (alignment is not None and alignment_weight > 0), "train.packed refuses them"
             packing = Packing(Layout.of(src, self.pad_id, source_tokens), Layout.of(tgt_in, self.pad_id, target_tokens))
             hidden = self._packed_hidden(src, tgt_in, packing)  # (1, N, D)
             loss, nll = self._output_loss(hidden, packing.target.pack(tgt_out)[None], epsilon, target_tokens)
             return loss, nll, target_tokens
-        past_encoder, past_decoder, previous_loss, previous_nll = (
-            self.previous_pasts(previous, epsilon) if previous else (None, None, None, None)
-        )
-        memory, src_mask = self.encode(src, past_encoder)
         guided = alignment is not None and alignment_weight > 0
-        if guided:
-            hidden, head = self.decode_aligned(tgt_in, memory, src_mask, past_decoder)  # (B, T, D), (B, T, S)
+        if blocks is not None:
+            assert not guided, "the recipe refuses guided alignment with model.recurrence"
+            hidden = self._chained_hidden(src, tgt_in, blocks)
         else:
-            hidden = self.decode(tgt_in, memory, src_mask, past_decoder)  # (B, T, D)
+            memory, src_mask = self.encode(src)
+            if guided:
+                hidden, head = self.decode_aligned(tgt_in, memory, src_mask)  # (B, T, D), (B, T, S)
+            else:
+                hidden = self.decode(tgt_in, memory, src_mask)  # (B, T, D)
         if target_tokens is None:
             target_tokens = int((tgt_out != self.pad_id).sum())
         loss, nll = self._output_loss(hidden, tgt_out, epsilon, target_tokens)
         if guided:
             assert alignment is not None
             loss = loss + alignment_weight * alignment_loss(head, alignment)
-        if previous_loss is not None and previous_nll is not None and previous:
-            loss, nll = loss + previous_loss, nll + previous_nll
-            target_tokens += sum(pair[4] for pair in previous)
         return loss, nll, target_tokens
 
     def forward(
@@ -312,11 +297,11 @@ class Transformer(nn.Module):
         target_tokens: int | None = None,
         alignment: Tensor | None = None,
         alignment_weight: float = 0.0,
-        previous: Sequence[PreviousPairs] | None = None,
+        blocks: tuple[Tensor, Tensor] | None = None,
         source_tokens: int | None = None,
     ) -> tuple[Tensor, Tensor, int]:
         """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
-        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens, alignment, alignment_weight, previous, source_tokens)
+        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens, alignment, alignment_weight, blocks, source_tokens)
 
 
 def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:

@@ -14,7 +14,8 @@ from ..config import Recipe
 from ..data.align import load_links
 from ..data.batches import ParallelData
 from ..data.binary import JoinedTokenArrays, TokenArray
-from ..data.context import Context, break_id, context_starts
+from ..data.chains import Chains
+from ..data.context import Context, break_id
 from ..data.documents import load_documents
 from ..data.prepare import language_tag, load_meta, split_text, text_paths
 from ..data.vocab import load_vocab
@@ -93,8 +94,9 @@ def load_dataset(recipe: Recipe) -> Dataset:
                     f"{data_dir}: model.recurrence reads the previous sentences of a document, but every training pair "
                     "is a document of its own: put a PREFIX.docids file beside the corpus and re-run `nmt prepare --force`"
                 )
-            data.previous = context_starts(documents, recipe.model.recurrence)
-            data.train_previous = split == "train" and recipe.train.train_previous
+            src, tgt = data.src.lengths.astype(np.int64), data.tgt.lengths.astype(np.int64)
+            widths = np.maximum(src, tgt) + 1
+            data.chains = Chains.of(documents, widths, recipe.model.recurrence, recipe.train.chain_tokens)
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
 
 

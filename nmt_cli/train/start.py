@@ -22,7 +22,13 @@ from .dataset import Dataset
 Log = Callable[[str], None]
 
 # Model keys a fine-tuning run may change: they shape training, not the weights.
-FINE_TUNABLE_MODEL_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
+# model keys a fine-tuning run may change: none of them changes the weights' shapes or meaning. Document context
+# is among them: the standard way to a context model is a sentence-level model fine-tuned with context (Zhang et
+# al. 2018), and both ways of reading context use the sentence-level model's weights as they are (concatenation
+# reads longer rows; recurrence attends to more keys with the same projections).
+FINE_TUNABLE_MODEL_KEYS = frozenset(
+    {"dropout", "attention_dropout", "activation_dropout", "concat", "concat_target", "recurrence"}
+)
 VOCABULARY_ROWS = ("src_embed.weight", "tgt_embed.weight", "output.weight")  # grown by vocab.extend
 
 

@@ -48,7 +48,7 @@ def accumulate(
             # The token count comes from the host: counting on the device would wait for the GPU.
             loss, nll, n = network(
                 batch.src, batch.tgt_in, batch.tgt_out, label_smoothing, batch.target_tokens, batch.alignment,
-                alignment_weight, batch.previous, batch.source_tokens,
+                alignment_weight, batch.blocks, batch.source_tokens,
             )  # fmt: skip
             # DDP averages gradients over processes; scaling by W makes that a sum.
             scaled = loss * (world_size / total_tokens)

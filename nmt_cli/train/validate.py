@@ -73,7 +73,7 @@ def validation_loss(
             batch.tgt_out,
             recipe.train.label_smoothing,
             batch.target_tokens,
-            previous=batch.previous,
+            blocks=batch.blocks,
         )
         total_loss += float(loss)
         total_nll += float(nll)
@@ -106,14 +106,23 @@ def validation_bleu(
         return corpus_bleu(outputs, [refs]).score, translator.stats.truncated
     translator = Translator(loaded, config, device)
     sources = [data.src[i].tolist() for i in range(len(data))]
-    first = data.context.first if data.context is not None else data.previous
-    if translator.document is not None and first is not None:  # document context: in document order, in context
-        found = translator.document.translate(translator, sources, None, (first == np.arange(len(data))).tolist())
+    starts = _document_starts(data)
+    if translator.document is not None and starts is not None:  # document context: in document order, in context
+        found = translator.document.translate(translator, sources, None, starts)
     else:
         found = translator.translate_encoded(sources)
     outputs = [hyps[0].text for hyps in found]
     refs = split_lines(references.read_text(encoding="utf-8"))
     return corpus_bleu(outputs, [refs]).score, translator.stats.truncated
+
+
+def _document_starts(data: ParallelData) -> list[bool] | None:
+    """Per pair, whether it begins a document, where the model reads context (None: it does not)."""
+    if data.context is not None:
+        return (data.context.first == np.arange(len(data))).tolist()
+    if data.chains is not None:
+        return data.chains.document_starts.tolist()
+    return None
 
 
 def validate(

@@ -56,6 +56,11 @@ def concat_model(corpus, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def sentence_model(corpus, tmp_path_factory) -> Path:
+    return _trained(corpus, tmp_path_factory.mktemp("sentence"), "")
+
+
+@pytest.fixture(scope="module")
 def recurrent_model(corpus, tmp_path_factory) -> Path:
     return _trained(corpus, tmp_path_factory.mktemp("recurrence"), "  recurrence: 1\n")
 
@@ -206,6 +211,36 @@ def test_recurrence_resumes_exactly(recurrent_model):
     a = checkpoint.load(checkpoint.step_path(recurrent_model.parent / "straight", 4))["model"]
     b = checkpoint.load(checkpoint.step_path(recurrent_model.parent / "halves", 4))["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+@pytest.mark.parametrize("context", [["model.recurrence=1"], ["model.concat=1", "model.concat_target=true"]])
+def test_a_sentence_level_model_fine_tunes_into_a_context_model(sentence_model, corpus, tmp_path, context):
+    """The two-stage recipe of document-level MT: train.init_from a sentence-level model into a context model,
+    with nothing else changed; the run starts from the parent's weights (one Adam step moves each by at most the
+    learning rate) and translates documents in context."""
+    from nmt_cli.train import checkpoint
+
+    parent = sentence_model
+    overrides = [*context, f"train.init_from={parent}", f"train.dir={tmp_path / 'child'}", "train.max_steps=1"]
+    child = load_recipe(parent.parent / "r.yaml", overrides)
+    messages: list[str] = []
+    train(child, resume=None, log=messages.append)
+    assert any(m.startswith("fine-tuning from") for m in messages)
+    before = checkpoint.load(parent / "model.pt")["model"]
+    after = checkpoint.load(tmp_path / "child" / "model.pt")["model"]
+    assert before.keys() == after.keys()
+    assert max(float((after[k].float() - before[k].float()).abs().max()) for k in before) <= child.train.lr * 1.01
+    assert (
+        len(
+            _translate(
+                tmp_path / "child" / "model.pt",
+                "--docids",
+                str(corpus / "test.docids"),
+                stdin=(corpus / "test.en").read_text(),
+            )
+        )
+        == 40
+    )
 
 
 @pytest.mark.parametrize("which", ["concat_model", "recurrent_model"])

@@ -5,20 +5,32 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
 from nmt_cli.config import ModelConfig
+from nmt_cli.data.batches import ParallelData, collate, make_batches, target_tokens
+from nmt_cli.data.chains import Chains
 from nmt_cli.inference.step import IncrementalDecoder
-from nmt_cli.model.recurrence import batch_pasts, right_aligned, sentence_pasts
+from nmt_cli.model.recurrence import batch_pasts, sentence_pasts
 from nmt_cli.model.transformer import build_model
 
 CONFIG = ModelConfig(layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0, positions="xl", recurrence=1)
 
 
-def _model(norm: str = "post"):
+def _model(norm: str = "post", recurrence: int = 1):
     torch.manual_seed(0)
-    return build_model(dataclasses.replace(CONFIG, norm=norm), 50, 50, 0).eval()
+    return build_model(dataclasses.replace(CONFIG, norm=norm, recurrence=recurrence), 50, 50, 0).eval()
+
+
+def _past_of(model, tokens: torch.Tensor, decoder: bool = False):
+    """The one-row past a sentence (or a target read after BOS) leaves: its own keys/values, no past of its own."""
+    with torch.no_grad():
+        memory, mask, kept_encoder = model.encode_kept(tokens)
+        _, kept_decoder = model.decode_kept(tokens, memory, mask)
+    left = sentence_pasts(kept_encoder, kept_decoder, [tokens.size(1)], [tokens.size(1)])
+    return batch_pasts([left], "decoder" if decoder else "encoder", len(model.encoder), tokens.float())
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -33,8 +45,8 @@ def test_the_decoder_with_the_previous_sentence_as_past_is_the_decoder_over_both
         memory, mask = model.encode(src)
         whole = model.decode(torch.cat([previous, current], dim=1), memory, mask)[:, previous.size(1) :]
         _, kept = model.decode_kept(previous, memory, mask)
-        past = right_aligned(kept, torch.tensor([previous.size(1)]), torch.tensor([True]))
-        alone = model.decode(current, memory, mask, past=past)
+        left = sentence_pasts(kept, kept, [previous.size(1)], [previous.size(1)])
+        alone = model.decode(current, memory, mask, past=batch_pasts([left], "decoder", 2, memory))
     torch.testing.assert_close(alone, whole, rtol=1e-5, atol=1e-5)
 
 
@@ -62,8 +74,9 @@ def test_a_hidden_past_is_no_past():
     model = _model()
     src = torch.tensor([[5, 6, 7, 3]])
     with torch.no_grad():
-        _, _, kept = model.encode_kept(torch.tensor([[9, 10, 11, 3]]))
-        hidden = right_aligned(kept, torch.tensor([4]), torch.tensor([False]))
+        hidden = _past_of(model, torch.tensor([[9, 10, 11, 3]]))
+        for past in hidden:
+            past.visible[:] = False
         torch.testing.assert_close(model.encode(src, past=hidden)[0], model.encode(src)[0], rtol=1e-5, atol=1e-5)
 
 
@@ -75,7 +88,7 @@ def test_incremental_steps_with_a_past_follow_the_whole_sequence():
     with torch.no_grad():
         memory, mask = model.encode(src)
         _, kept = model.decode_kept(torch.tensor([[2, 20, 21, 22], [2, 23, 0, 0]]), memory, mask)
-        past = right_aligned(kept, torch.tensor([4, 2]), torch.tensor([True, True]))
+        past = batch_pasts([[p] for p in sentence_pasts(kept, kept, [4, 2], [4, 2])], "decoder", 2, memory)
         whole = model.decode(tgt_in, memory, mask, past=past)
         decoder = IncrementalDecoder(model)
         state = decoder.start(memory, mask, past=past)
@@ -83,44 +96,90 @@ def test_incremental_steps_with_a_past_follow_the_whole_sequence():
     torch.testing.assert_close(steps, whole, rtol=1e-4, atol=1e-4)
 
 
-def test_training_trains_the_previous_pairs_and_attends_to_their_detached_keys_values():
-    from test_context import Rows
+class Tokens:
+    """A TokenArray stand-in over given rows."""
 
-    from nmt_cli.data.batches import ParallelData, collate, target_tokens
+    def __init__(self, rows: list[list[int]]) -> None:
+        self.rows = [np.array(r, dtype=np.int64) for r in rows]
+        self.lengths = np.array([len(r) for r in rows])
 
-    model = _model().train()
-    src, tgt = Rows([2, 3, 1]), Rows([2, 2, 1])
-    data = ParallelData(src, tgt, previous=torch.tensor([0, 0, 2]).numpy(), train_previous=True)  # type: ignore[arg-type]
-    indices = torch.tensor([1, 2]).numpy()
-    batch = collate(data, indices)
-    assert batch.previous is not None and len(batch.previous) == 1
-    prev_src, prev_tgt, prev_out, present, scored = batch.previous[0]
-    assert prev_src[0].tolist() == [1, 2, 3] and present.tolist() == [True, False]
-    assert prev_tgt[1].tolist()[0] == 2  # the stand-in row a pair without a previous one reads: BOS alone
-    assert prev_out[1].eq(0).all() and scored == 3  # the stand-in is never scored; pair 0: 2 tokens + EOS
-    previous = [(prev_src % 50, prev_tgt % 50, prev_out % 50, present, scored)]
-    model.eval()  # no dropout in the layers, so the three passes below compute the same function
-    model.training = True  # but the model itself trains: the previous pairs are scored
-    loss, _, n = model.loss(batch.src % 50, batch.tgt_in % 50, batch.tgt_out % 50, 0.1, previous=previous)
-    # the update's normaliser counts what the loss counts: both pairs' targets
-    assert n == target_tokens(data, indices) == batch.target_tokens + 3
-    alone, _, _ = model.loss(prev_src[:1] % 50, prev_tgt[:1] % 50, prev_out[:1] % 50, 0.1)
-    with torch.no_grad():
-        model.training = False
-        in_context, _, m = model.loss(batch.src % 50, batch.tgt_in % 50, batch.tgt_out % 50, 0.1, previous=previous)
-    assert m == batch.target_tokens  # validation scores the current pairs only
-    torch.testing.assert_close(loss, alone + in_context, rtol=1e-5, atol=1e-5)
-    model.training = True
-    loss.backward()
-    assert all(p.grad is not None for p in model.parameters() if p.requires_grad and p.dim() > 1)
-    # train.train_previous off (the default): the previous pairs give their keys/values, unscored
-    data.train_previous = False
-    plain = collate(data, indices)
-    assert plain.previous is not None and plain.previous[0][4] == 0
-    assert target_tokens(data, indices) == plain.target_tokens
-    model.zero_grad()
-    unscored, _, k = model.loss(plain.src % 50, plain.tgt_in % 50, plain.tgt_out % 50, 0.1, previous=[
-        (prev_src % 50, prev_tgt % 50, prev_out % 50, present, 0)
-    ])  # fmt: skip
-    assert k == plain.target_tokens
-    torch.testing.assert_close(unscored, in_context, rtol=1e-5, atol=1e-5)
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.rows[i]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def test_chains_stay_in_their_document_and_begin_with_their_leads():
+    documents = np.array([0, 0, 0, 0, 0, 1, 2, 2])
+    widths = np.array([3, 3, 3, 9, 3, 3, 3, 3])
+    chains = Chains.of(documents, widths, sentences=1, row_tokens=6)
+    # (first read, first scored, end): runs of <= 6 tokens, cut at every document start; a run inside its document
+    # begins with the pair before it, read for its keys/values only; a pair wider than the limit is a run alone
+    assert list(zip(chains.first, chains.scored, chains.end)) == [
+        (0, 0, 2),
+        (1, 2, 3),
+        (2, 3, 4),
+        (3, 4, 5),
+        (5, 5, 6),
+        (6, 6, 8),
+    ]
+    assert chains.document_starts.tolist() == [True, False, False, False, False, True, True, False]
+    two = Chains.of(documents, widths, sentences=2, row_tokens=6)
+    assert two.first.tolist() == [0, 0, 1, 2, 5, 6]  # two leads where the document has them
+    every = [p for s, e in zip(chains.scored, chains.end) for p in range(s, e)]
+    assert every == list(range(len(documents)))  # every pair scored exactly once
+
+
+@pytest.mark.parametrize("recurrence", [1, 2])
+def test_a_chain_trains_each_pair_on_the_past_translation_gives_it(recurrence):
+    """One pass over a chain gives each scored pair the loss it has read alone after its predecessors' keys/values
+    as translation carries them (each computed with its own past), and the gradients of those losses: the past
+    carries none."""
+    model = _model(recurrence=recurrence)
+    model.eval()  # no dropout, so the passes below compute the same function; gradients still flow
+    src = Tokens([[5, 6], [7, 8, 9], [10, 11], [12, 13, 14, 15], [16]])
+    tgt = Tokens([[20, 21, 22], [23], [24, 25], [26, 27], [28, 29, 30]])
+    documents = np.zeros(5, dtype=np.int64)
+    chains = Chains.of(documents, np.maximum(src.lengths, tgt.lengths) + 1, recurrence, row_tokens=11)
+    data = ParallelData(src, tgt, chains=chains)  # type: ignore[arg-type]
+    row = int(np.flatnonzero(chains.scored > chains.first)[0])  # a chain with leads
+    batch = collate(data, np.array([row]))
+    assert batch.target_tokens == target_tokens(data, np.array([row]))
+    loss, _, n = model.loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1, batch.target_tokens, blocks=batch.blocks)
+    chain_grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+
+    history, expected, scored = [], torch.zeros(()), 0
+    for i in range(int(chains.first[row]), int(chains.end[row])):
+        source = torch.tensor([list(src[i]) + [3]])
+        target_in, target_out = torch.tensor([[2] + list(tgt[i])]), torch.tensor([list(tgt[i]) + [3]])
+        like = model.output.weight
+        memory, mask, kept_encoder = model.encode_kept(source, batch_pasts([history], "encoder", 2, like))
+        hidden, kept_decoder = model.decode_kept(target_in, memory, mask, batch_pasts([history], "decoder", 2, like))
+        if i >= chains.scored[row]:
+            expected = expected + model._output_loss(hidden, target_out, 0.1, target_out.numel())[0]
+            scored += target_out.numel()
+        history = (history + sentence_pasts(kept_encoder, kept_decoder, [source.size(1)], [target_in.size(1)]))[-recurrence:]
+    assert n == scored
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    for got, want in zip(chain_grads, torch.autograd.grad(expected, list(model.parameters()), allow_unused=True)):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_chains_batched_with_padding_score_as_each_alone():
+    model = _model()
+    src = Tokens([[5, 6], [7, 8, 9, 10, 11], [12], [13, 14], [15]])
+    tgt = Tokens([[20], [21, 22], [23, 24, 25, 26], [27], [28, 29]])
+    documents = np.array([0, 0, 0, 1, 1])
+    data = ParallelData(src, tgt, chains=Chains.of(documents, np.array([3, 6, 5, 3, 3]), 1, row_tokens=100))  # type: ignore[arg-type]
+    assert len(data.chains) == 2 and data.pair_lengths.tolist() == [11, 5]  # the widths the batcher packs by
+    assert [b.tolist() for b in make_batches(data.pair_lengths, 100, 1024, seed=None)] == [[1, 0]]
+
+    def loss_of(rows):
+        batch = collate(data, np.array(rows))
+        with torch.no_grad():
+            return model.loss(batch.src, batch.tgt_in, batch.tgt_out, 0.0, blocks=batch.blocks)[0]
+
+    torch.testing.assert_close(loss_of([0, 1]), loss_of([0]) + loss_of([1]), rtol=1e-5, atol=1e-5)
