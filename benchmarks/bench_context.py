@@ -20,11 +20,16 @@ NAME=RUN`` a trained model to score the contrastive pairs with.
   the same way in both, as one of the term's two usual translations in the training data (eflomal's alignments
   above). The variant puts the other usual translation in its place; a model is right when it scores the
   reference higher, read in context (the previous paragraph and its reference first, ``--docids``) and alone.
-- **Contrastive pronouns** (EN-DE): paragraphs whose English has one "it" and whose German reference has one
+- **Contrastive pronouns**: paragraphs whose English has one "it" and whose German reference has one
   third-person pronoun (er, sie, es, lower case, or Er/Es first) after a paragraph of the same page. Each gets the
   reference and the two variants with the other pronouns; a model is right when the reference scores highest
   (``nmt score --model``), read in context (the previous paragraph and its reference first, ``--docids``) and
-  alone. The gain from context is the difference.
+  alone. The gain from context is the difference. EN-FR: one "it" or "they" in the English, one of il/elle or
+  ils/elles in the French (gender agreement with the antecedent), the variant the other gender.
+
+``--write-set DIR`` also writes each contrastive test as files any model can be scored on:
+``DIR/NAME.src``, ``NAME.tgt`` (per item and candidate, the previous paragraph and its reference, then the
+paragraph and the candidate, the reference first), ``NAME.docids`` and ``NAME.candidates`` (candidates per item).
 """
 
 from __future__ import annotations
@@ -41,7 +46,16 @@ from pathlib import Path
 
 WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 TERM = re.compile(r"^[^\W\d_]{5,}$", re.UNICODE)
-PRONOUNS = {"er": ("sie", "es"), "sie": ("er", "es"), "es": ("er", "sie")}
+# per target language: the English pronoun each item has exactly one of, each target pronoun's variants, and the
+# pronouns also taken capitalised first in the paragraph (German "Sie" there is as likely the polite "you")
+PRONOUNS = {
+    "de": (r"\bit\b", {"er": ("sie", "es"), "sie": ("er", "es"), "es": ("er", "sie")}, {"er", "es"}),
+    "fr": (
+        r"\b(it|they)\b",
+        {"il": ("elle",), "elle": ("il",), "ils": ("elles",), "elles": ("ils",)},
+        {"il", "elle", "ils", "elles"},
+    ),
+}
 ALIGNMENT_CONTEXT_PAIRS = 20000  # training pairs aligned with the outputs, so eflomal's statistics are sound
 
 
@@ -149,23 +163,24 @@ def consistency(source: list[list[str]], output: list[list[str]], links, docs: l
 # --------------------------------------------------------------------------- contrastive pronouns
 
 
-def pronoun_items(src: list[str], ref: list[str], ids: list[str]) -> list[tuple[int, list[str]]]:
-    """(line, [reference, variant, variant]) for the lines that qualify (module docstring)."""
+def pronoun_items(src: list[str], ref: list[str], ids: list[str], tgt: str = "de") -> list[tuple[int, list[str]]]:
+    """(line, [reference, variant, ...]) for the lines that qualify (module docstring)."""
+    english, table, initial = PRONOUNS[tgt]
     items = []
     for i in range(1, len(src)):
-        if ids[i] != ids[i - 1] or len(re.findall(r"\bit\b", src[i], re.IGNORECASE)) != 1:
+        if ids[i] != ids[i - 1] or len(re.findall(english, src[i], re.IGNORECASE)) != 1:
             continue
         words = ref[i].split(" ")
         found = [
             (k, w)
             for k, w in enumerate(words)
-            if re.sub(r"\W", "", w) in PRONOUNS or (k == 0 and re.sub(r"\W", "", w) in ("Er", "Es"))
+            if re.sub(r"\W", "", w) in table or (k == 0 and re.sub(r"\W", "", w).lower() in initial)
         ]
         if len(found) != 1:
             continue
         k, word = found[0]
         bare = re.sub(r"\W", "", word)
-        others = PRONOUNS[bare.lower()]
+        others = table[bare.lower()]
         variants = []
         for other in others:
             replacement = other.capitalize() if bare[0].isupper() else other
@@ -174,17 +189,26 @@ def pronoun_items(src: list[str], ref: list[str], ids: list[str]) -> list[tuple[
     return items
 
 
-def contrastive(model: Path, src: list[str], ref: list[str], items, work: Path, nmt: list[str]) -> dict[str, float]:
-    """The share of items whose reference scores above both variants: in context and alone."""
+def write_set(src: list[str], ref: list[str], items, folder: Path, name: str) -> dict[str, Path]:
+    """The contrastive test ``name`` as files (module docstring): what ``nmt score --model`` reads."""
     rows_src, rows_tgt, rows_ids = [], [], []
     for n, (i, candidates) in enumerate(items):
         for c, candidate in enumerate(candidates):
             rows_src += [src[i - 1], src[i]]
             rows_tgt += [ref[i - 1], candidate]
             rows_ids += [f"{n}.{c}"] * 2
-    paths = {name: work / f"contrastive.{name}" for name in ("src", "tgt", "ids")}
-    for name, rows in (("src", rows_src), ("tgt", rows_tgt), ("ids", rows_ids)):
-        paths[name].write_text("".join(row + "\n" for row in rows), encoding="utf-8")
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {kind: folder / f"{name}.{kind}" for kind in ("src", "tgt", "docids", "candidates")}
+    counts = [str(len(candidates)) for _, candidates in items]
+    for kind, rows in (("src", rows_src), ("tgt", rows_tgt), ("docids", rows_ids), ("candidates", counts)):
+        paths[kind].write_text("".join(row + "\n" for row in rows), encoding="utf-8")
+    return paths
+
+
+def contrastive(model: Path, src: list[str], ref: list[str], items, work: Path, nmt: list[str]) -> dict[str, float]:
+    """The share of items whose reference scores above every variant: in context and alone."""
+    paths = write_set(src, ref, items, work, "contrastive")
+    paths["ids"] = paths["docids"]
     result = {}
     for reading, extra in (("alone", []), ("in_context", ["--docids", str(paths["ids"])])):
         command = [*nmt, "score", "--model", str(model), str(paths["src"]), str(paths["tgt"]), *extra]
@@ -194,10 +218,10 @@ def contrastive(model: Path, src: list[str], ref: list[str], items, work: Path, 
             continue
         done.check_returncode()
         scores = [json.loads(line)["total"] for line in done.stdout.splitlines()]
-        right = 0
-        per_item = len(items[0][1]) * 2 if items else 0
-        for n in range(len(items)):
-            block = scores[n * per_item : (n + 1) * per_item][1::2]  # each candidate's second line
+        right, start = 0, 0
+        for _, candidates in items:
+            block = scores[start : start + 2 * len(candidates)][1::2]  # each candidate's second line
+            start += 2 * len(candidates)
             right += block[0] > max(block[1:])
         result[reading] = right / len(items) if items else float("nan")
     return result
@@ -229,6 +253,7 @@ def main() -> None:
     parser.add_argument("--system", action="append", default=[], help="NAME=HYPOTHESIS_FILE")
     parser.add_argument("--model", action="append", default=[], help="NAME=RUN (contrastive scoring)")
     parser.add_argument("--nmt", default=f"{sys.executable} -m nmt_cli")
+    parser.add_argument("--write-set", type=Path, help="also write each contrastive test's files here")
     args = parser.parse_args()
     text = args.data / "text"
     src, ref = lines(text / f"{args.split}.{args.src}"), lines(text / f"{args.split}.{args.tgt}")
@@ -265,8 +290,10 @@ def main() -> None:
         )
         report.setdefault(name, {})["perplexity"] = ppl
     tests = {"terms": term_items(src, ref, ids, lexicon(train, links["train"]))}
-    if args.tgt == "de":
-        tests["pronouns"] = pronoun_items(src, ref, ids)
+    if args.tgt in PRONOUNS:
+        tests["pronouns"] = pronoun_items(src, ref, ids, args.tgt)
+    for test, items in tests.items() if args.write_set else ():
+        write_set(src, ref, items, args.write_set, f"{args.split}.{test}")
     with tempfile.TemporaryDirectory() as work:
         for test, items in tests.items():
             report.setdefault("contrastive_items", {})[test] = len(items)

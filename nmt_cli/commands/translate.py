@@ -33,7 +33,7 @@ OPTION_GROUPS = {
         "sampling", "temperature", "top_k", "top_p", "seed",
     ),
     "Documents": (
-        "file_format", "markup", "keep_tags", "docids", "alignments", "alignment_layer",
+        "file_format", "markup", "keep_tags", "docids", "context_segment", "alignments", "alignment_layer",
         "fuzzy", "retranslate", "fuzzy_below", "max_unpacked_mb", "max_unpack_ratio",
     ),
     "Terminology": ("glossaries", "keep_terms", "glossary_mode", "protect"),
@@ -101,6 +101,7 @@ def run(
         "ends a document).",
         show_default=False,
     ),
+    context_segment: int = decode_option("context_segment", "--context-segment"),
     alignments: bool = typer.Option(
         False,
         "--alignments",
@@ -259,7 +260,8 @@ def run(
     decoding = dict(
         beam=beam, alpha=alpha, length_penalty=length_penalty, stop=stop, max_len_a=max_len_a, max_len_b=max_len_b,
         batch_tokens=batch_tokens, batch_size=batch_size, workers=workers, cuda_graphs=cuda_graphs,
-        sampling=sampling or None, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        context_segment=context_segment, sampling=sampling or None, temperature=temperature, top_k=top_k, top_p=top_p,
+        seed=seed,
     )  # fmt: skip
     options = TranslateOptions(
         models=models, input=input, output=output, nbest=nbest, device=device, threads=threads, dtype=dtype,

@@ -27,6 +27,15 @@ class DecodeConfig:
     max_len_b: int = _opt(50, "see max_len_a", ge=0, le=100_000)
     batch_tokens: int = _opt(6000, "source tokens per decoding batch", ge=1, le=100_000_000)
     batch_size: int = _opt(0, "sentences per decoding batch (0: no limit)", ge=0, le=10_000_000)
+    context_segment: int = _opt(
+        8,
+        "a model that reads document context and its own earlier translations (model.recurrence, model.concat with "
+        "concat_target) translates each document in segments of this many sentences side by side, each segment "
+        "first translating again the sentences its first one reads (0: each document in order, a sentence at a "
+        "time: the slowest, no sentence translated twice)",
+        ge=0,
+        le=10_000_000,
+    )
     workers: int = _opt(
         0,
         "on the CPU, batches translated at once, each on threads / workers of the threads (0: one per "

@@ -120,6 +120,11 @@ class TrainConfig:
         ge=8,
         le=1 << 20,
     )
+    chain_leads: bool = _opt(
+        True,
+        "model.recurrence: a chain that does not start its document first reads the pairs before it, unscored, so "
+        "that its first pair has its past too; false: that pair trains without a past (more pairs per second)",
+    )
     threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0, le=4096)
     device: Literal["auto", "cpu", "cuda"] = _opt("auto", "auto picks CUDA when available")
     dist_timeout_minutes: float = _opt(10.0, "give up when another process is silent this long", gt=0, le=10_080)

@@ -48,12 +48,20 @@ class EncodedTranslator(Protocol):
         encoded: list[list[int]],
         prefixes: list[list[int]] | None = None,
         contexts: Sequence[tuple[int, int]] | None = None,
+        *,
+        counted: Sequence[bool] | None = None,
     ) -> list[list[Translation]]:
-        """Rows whose source and prefix start with ``contexts[i]`` tokens of context, left out of the outputs."""
+        """Rows whose source and prefix start with ``contexts[i]`` tokens of context, left out of the outputs;
+        ``counted[i]`` False: row i is a lead (translated again for its successor), not a line of the input."""
         ...
 
     def translate_with_pasts(
-        self, encoded: list[list[int]], prefixes: list[list[int]] | None, pasts: list[list[SentencePast]]
+        self,
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None,
+        pasts: list[list[SentencePast]],
+        *,
+        counted: Sequence[bool] | None = None,
     ) -> tuple[list[list[Translation]], list[SentencePast | None]]:
         """Rows read after their previous sentences' keys/values; also what each row leaves (None: nothing)."""
         ...
@@ -73,15 +81,17 @@ class DocumentReader(Protocol):
         ...
 
 
-def document_reader(loaded: LoadedModel, max_positions: int) -> DocumentReader | None:
-    """How a model reads its document's earlier sentences: by concatenation, by recurrence, or not at all (None)."""
+def document_reader(loaded: LoadedModel, max_positions: int, segment: int = 0) -> DocumentReader | None:
+    """How a model reads its document's earlier sentences: by concatenation, by recurrence, or not at all (None);
+    ``segment``: the sentences of a segment (``decode.context_segment``, :func:`in_document_order`)."""
     model = loaded.recipe.model
     if model.concat:
-        return DocumentContext.of(model.concat, model.concat_target, loaded.src_vocab, loaded.tgt_vocab, max_positions)
+        vocabs = loaded.src_vocab, loaded.tgt_vocab
+        return DocumentContext.of(model.concat, model.concat_target, *vocabs, max_positions, segment)
     if model.recurrence:
         if isinstance(loaded.model, Ensemble):
             raise NmtError(f"{loaded.path}: models trained with model.recurrence translate alone, not as an ensemble")
-        return DocumentPast(model.recurrence)
+        return DocumentPast(model.recurrence, segment)
     return None
 
 
@@ -124,7 +134,9 @@ class DocumentContext:
     max_src: int  # longest source the model reads, context included
     max_prefix: int  # longest target context, leaving room for the translation
     tgt_vocab: spm.SentencePieceProcessor
-    history: deque[tuple[list[int], list[int]]] = field(default_factory=deque)
+    segment: int = 0  # 2-to-2: sentences per segment (in_document_order)
+    history: deque[tuple[list[int], list[int]]] = field(default_factory=deque)  # 2-to-1
+    carried: Carried = field(default_factory=lambda: Carried())  # 2-to-2
 
     @classmethod
     def of(
@@ -134,10 +146,12 @@ class DocumentContext:
         src_vocab: spm.SentencePieceProcessor,
         tgt_vocab: spm.SentencePieceProcessor,
         max_positions: int,
+        segment: int = 0,
     ) -> DocumentContext:
         what = "a model trained with model.concat"
         tgt_break = break_id(tgt_vocab, what) if target else None
-        return cls(sentences, break_id(src_vocab, what), tgt_break, max_positions - 1, (max_positions - 1) // 2, tgt_vocab)
+        src_break = break_id(src_vocab, what)
+        return cls(sentences, src_break, tgt_break, max_positions - 1, (max_positions - 1) // 2, tgt_vocab, segment)
 
     def translate(
         self,
@@ -148,12 +162,12 @@ class DocumentContext:
     ) -> list[list[Translation]]:
         """The n-best lists of one chunk's sentences (source ids); ``starts[i]``: sentence i begins a document."""
         if self.tgt_break is None:
-            return self._sources_only(translator.translate_encoded, encoded, prefixes, starts)
-        return self._in_order(translator.translate_encoded, encoded, prefixes, starts)
+            return self._sources_only(translator, encoded, prefixes, starts)
+        return self._in_order(translator, encoded, prefixes, starts)
 
     def _sources_only(
         self,
-        translate_encoded: TranslateEncoded,
+        translator: EncodedTranslator,
         encoded: list[list[int]],
         prefixes: list[list[int]] | None,
         starts: Sequence[bool],
@@ -167,11 +181,11 @@ class DocumentContext:
             contexts.append((skip, 0))
             if ids:
                 self._remember(self.history, ids, [])
-        return translate_encoded(rows, prefixes, contexts)
+        return translator.translate_encoded(rows, prefixes, contexts)
 
     def _in_order(
         self,
-        translate_encoded: TranslateEncoded,
+        translator: EncodedTranslator,
         encoded: list[list[int]],
         prefixes: list[list[int]] | None,
         starts: Sequence[bool],
@@ -182,21 +196,24 @@ class DocumentContext:
 
         def step(wave: Wave, histories: list[deque[tuple[list[int], list[int]]]]) -> list[tuple[list[Translation], Any]]:
             rows, forced, contexts = [], [], []
-            for n, i in wave:
-                source, skip = join_context([src for src, _ in histories[n]], encoded[i], self.src_break, self.max_src)
-                start, keep = join_context([tgt for _, tgt in histories[n]], [], tgt_break, self.max_prefix)
+            for item in wave:
+                history = histories[item.segment]
+                source, skip = join_context([src for src, _ in history], item.ids, self.src_break, self.max_src)
+                start, keep = join_context([tgt for _, tgt in history], [], tgt_break, self.max_prefix)
                 rows.append(source)
-                forced.append(start + (prefixes[i] if prefixes is not None else []))
+                forced.append(start + (item.prefix or []))
                 contexts.append((skip, keep))
+            counted = [item.index is not None for item in wave]
             # The translation is read back as the training data's references were: its text encoded afresh.
             return [
-                (hyps, (encoded[i], self.tgt_vocab.encode(hyps[0].text, out_type=int)))
-                for (_, i), hyps in zip(wave, translate_encoded(rows, forced, contexts))
+                (hyps, (item.ids, self.tgt_vocab.encode(hyps[0].text, out_type=int)))
+                for item, hyps in zip(wave, translator.translate_encoded(rows, forced, contexts, counted=counted))
             ]
 
-        results, self.history = in_document_order(
-            encoded, starts, self.history, self.sentences, step, lambda n: translate_encoded([[]] * n, None, None)
-        )
+        results, self.carried = in_document_order(
+            encoded, prefixes, starts, self.carried, self.sentences, self.segment, step,
+            lambda n: translator.translate_encoded([[]] * n, None, None),
+        )  # fmt: skip
         return results
 
     def _remember(self, history: deque[tuple[list[int], list[int]]], source: list[int], translation: list[int]) -> None:
@@ -224,7 +241,8 @@ class DocumentPast:
     """What a recurrent model remembers of the current document: the last N sentences' keys and values."""
 
     sentences: int
-    history: deque[SentencePast] = field(default_factory=deque)
+    segment: int = 0  # sentences per segment (in_document_order)
+    carried: Carried = field(default_factory=lambda: Carried())
 
     def translate(
         self,
@@ -237,20 +255,21 @@ class DocumentPast:
         translate_with_pasts = translator.translate_with_pasts
 
         def step(wave: Wave, histories: list[deque[SentencePast]]) -> list[tuple[list[Translation], Any]]:
-            forced = [prefixes[i] for _, i in wave] if prefixes is not None else None
-            found, left = translate_with_pasts([encoded[i] for _, i in wave], forced, [list(histories[n]) for n, _ in wave])
+            forced = [item.prefix or [] for item in wave] if prefixes is not None else None
+            pasts = [list(histories[item.segment]) for item in wave]
+            counted = [item.index is not None for item in wave]
+            found, left = translate_with_pasts([item.ids for item in wave], forced, pasts, counted=counted)
             return list(zip(found, left))
 
         def blank(count: int) -> list[list[Translation]]:
             return translate_with_pasts([[]] * count, None, [[]] * count)[0]
 
-        results, self.history = in_document_order(encoded, starts, self.history, self.sentences, step, blank)
+        results, self.carried = in_document_order(
+            encoded, prefixes, starts, self.carried, self.sentences, self.segment, step, blank
+        )
         return results
 
 
-TranslateEncoded = Callable[
-    [list[list[int]], "list[list[int]] | None", "Sequence[tuple[int, int]] | None"], list[list[Translation]]
-]
 Search = Callable[..., list[list[Hypothesis]]]  # (model, src, prefix, encoded, past) -> n-best lists
 
 
@@ -271,37 +290,82 @@ def search_with_pasts(
     return found, sentence_pasts(kept_encoder, kept_decoder, lengths, [len(c) for c in chosen])
 
 
-Wave = list[tuple[int, int]]  # (document number in the chunk, sentence index) of one sentence of each document
+@dataclass(frozen=True)
+class Item:
+    """One sentence of a wave: its segment, its source ids and target prefix, and its line in the chunk (None: a
+    lead, translated again only for what it leaves its segment's next sentence)."""
+
+    segment: int
+    ids: list[int]
+    prefix: list[int] | None
+    index: int | None
+
+
+Wave = list[Item]  # one sentence of each segment that still has one
+
+
+@dataclass
+class Carried:
+    """What a document that goes on in the next chunk carries: how many of its sentences were read, what the last
+    ones left (``history``), and the last ones themselves (``recent``: ids and prefix), which a segment that begins
+    in the next chunk translates again as its leads."""
+
+    position: int = 0
+    history: deque[Any] = field(default_factory=deque)
+    recent: deque[tuple[list[int], list[int] | None]] = field(default_factory=deque)
 
 
 def in_document_order(
     encoded: list[list[int]],
+    prefixes: list[list[int]] | None,
     starts: Sequence[bool],
-    carried: deque[Any],
+    carried: Carried,
     keep: int,
+    segment: int,
     step: Callable[[Wave, list[deque[Any]]], list[tuple[list[Translation], Any]]],
     blank: Callable[[int], list[list[Translation]]],
-) -> tuple[list[list[Translation]], deque[Any]]:
-    """Translate a chunk's documents a sentence of each at a time: ``step`` translates one wave given each
-    document's history (what its last ``keep`` sentences left) and returns, per sentence, its n-best list and what
-    it leaves (None: nothing); ``blank`` translates that many blank lines. ``carried`` is the history of a document
-    that began in an earlier chunk; returns the results and the history the next chunk carries."""
+) -> tuple[list[list[Translation]], Carried]:
+    """Translate a chunk's documents where each sentence reads what its ``keep`` predecessors left: ``step``
+    translates one wave given each segment's history and returns, per sentence, its n-best list and what it leaves
+    (None: nothing); ``blank`` translates that many blank lines. ``carried``: the document that began in an earlier
+    chunk; returns the results and what the next chunk carries.
+
+    A document goes a sentence at a time, so the chunk's documents go side by side, and each document is cut into
+    segments of ``segment`` sentences (0: none) that go side by side too: the waves are as many as a segment's
+    sentences, not a long page's. A segment begins with the ``keep`` sentences before it translated again
+    (*leads*: their translations are dropped, what they leave is kept), so every sentence reads the context it
+    would read in order, made from translations that read none themselves. Segments begin at fixed positions in
+    their document (multiples of ``segment``), so where chunks end does not change a translation."""
     documents = _documents(encoded, starts)
-    histories: list[deque[Any]] = [deque() for _ in documents]
-    if documents and not any(starts[: documents[0][0] + 1]):
-        histories[0] = carried  # the first document began in an earlier chunk
+    continues = bool(documents) and not any(starts[: documents[0][0] + 1])
+    segments: list[list[Item]] = []
+    histories: list[deque[Any]] = []
+    after = Carried() if any(starts) else carried
+    for number, document in enumerate(documents):
+        before = carried if number == 0 and continues else Carried()
+        read = deque(before.recent, maxlen=max(keep, 1))
+        for offset, i in enumerate(document):
+            position, prefix = before.position + offset, prefixes[i] if prefixes is not None else None
+            boundary = bool(segment) and position > 0 and position % segment == 0
+            if offset == 0 or boundary:
+                histories.append(before.history if offset == 0 and not boundary else deque())
+                segments.append([])
+                if boundary:
+                    segments[-1].extend(Item(len(segments) - 1, ids, lead, None) for ids, lead in list(read)[-keep:])
+            segments[-1].append(Item(len(segments) - 1, encoded[i], prefix, i))
+            read.append((encoded[i], prefix))
+        after = Carried(before.position + len(document), histories[-1], deque(list(read)[-keep:]))
     results: list[list[Translation]] = [[] for _ in encoded]
-    for turn in range(max((len(d) for d in documents), default=0)):
-        wave = [(n, d[turn]) for n, d in enumerate(documents) if turn < len(d)]
-        for (n, i), (hyps, left) in zip(wave, step(wave, histories)):
-            results[i] = hyps
+    for turn in range(max((len(s) for s in segments), default=0)):
+        wave = [s[turn] for s in segments if turn < len(s)]
+        for item, (hyps, left) in zip(wave, step(wave, histories)):
+            if item.index is not None:
+                results[item.index] = hyps
             if left is not None:
-                histories[n].append(left)
-                while len(histories[n]) > keep:
-                    histories[n].popleft()
+                histories[item.segment].append(left)
+                while len(histories[item.segment]) > keep:
+                    histories[item.segment].popleft()
     empty = [i for i, ids in enumerate(encoded) if not ids]
     for i, hyps in zip(empty, blank(len(empty)) if empty else []):
         results[i] = hyps
-    if documents:
-        return results, histories[-1]
-    return results, deque() if any(starts) else carried
+    return results, after

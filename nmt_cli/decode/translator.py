@@ -88,7 +88,7 @@ class Translator:
         # assess: each Translation also gets an Assessment (quality/): features, calibrated confidence, flags
         self.assessor = Assessor.of(loaded, config, alignment_layer) if assess else None
         # a model that reads its document's earlier sentences (model.concat, model.recurrence): decode/context.py
-        self.document = document_reader(loaded, self.max_positions)
+        self.document = document_reader(loaded, self.max_positions, config.context_segment)
         self.context_sentences = self.document.sentences if self.document is not None else 0
         self.document_starts = DocumentStarts()
         self.last_pasts: list[SentencePast | None] = []  # model.recurrence: what the last rows translated left
@@ -168,10 +168,15 @@ class Translator:
         return self.translate_encoded(encoded, starts)
 
     def translate_with_pasts(
-        self, encoded: list[list[int]], prefixes: list[list[int]] | None, pasts: list[list[SentencePast]]
+        self,
+        encoded: list[list[int]],
+        prefixes: list[list[int]] | None,
+        pasts: list[list[SentencePast]],
+        *,
+        counted: Sequence[bool] | None = None,
     ) -> tuple[list[list[Translation]], list[SentencePast | None]]:
         """``model.recurrence``: :meth:`translate_encoded` with each row's past, and what each row leaves."""
-        return self.translate_encoded(encoded, prefixes, pasts=pasts), self.last_pasts
+        return self.translate_encoded(encoded, prefixes, pasts=pasts, counted=counted), self.last_pasts
 
     def translate_encoded(
         self,
@@ -180,19 +185,22 @@ class Translator:
         contexts: Sequence[tuple[int, int]] | None = None,
         pasts: list[list[SentencePast]] | None = None,
         constraints: list[tuple[Constraint, ...]] | None = None,
+        *,
+        counted: Sequence[bool] | None = None,
     ) -> list[list[Translation]]:
         """The n-best lists of sentences encoded as source ids (no EOS), in order; ``prefixes``: target ids each
         output starts with; ``constraints``: per sentence, what its output must hold. ``contexts`` (document context,
         ``context.py``): each source and prefix starts with that many tokens of context, left out of the outputs, of
         their alignments and assessments. ``pasts`` (``model.recurrence``): each sentence reads the keys/values its
-        previous sentences left; :attr:`last_pasts` then holds what each leaves (None: empty)."""
+        previous sentences left; :attr:`last_pasts` then holds what each leaves (None: empty). ``counted[i]``
+        False: sentence i is not a line of the input (a document segment's lead) and is left out of :attr:`stats`."""
         encoded = list(encoded)
         contexts = list(contexts) if contexts is not None else None
         if self.target_tag is not None:  # forced as the output's first token, left out as context is
             prefixes = [[self.target_tag, *(prefixes[i] if prefixes else [])] for i in range(len(encoded))]
             contexts = [(c[0], c[1] + 1) for c in contexts] if contexts else [(0, 1)] * len(encoded)
         results: list[list[Translation]] = [[self._nothing(empty=True)] for _ in encoded]
-        todo = [i for i in range(len(encoded)) if self._counted(encoded, i)]
+        todo = [i for i in range(len(encoded)) if self._counted(encoded, i, counted is None or counted[i])]
         batches = list(
             decoding_batches([len(t) + 1 for t in encoded], todo, self.config.batch_size, self.config.batch_tokens)
         )
@@ -212,14 +220,15 @@ class Translator:
                 results[i] = hyps
         return results
 
-    def _counted(self, encoded: list[list[int]], i: int) -> bool:
-        """Count sentence ``i`` (empty, truncated to the model's length) and say whether it is searched."""
-        self.stats.sentences += 1
+    def _counted(self, encoded: list[list[int]], i: int, count: bool = True) -> bool:
+        """Count sentence ``i`` (empty, truncated to the model's length) unless told not to, and say whether it is
+        searched."""
+        self.stats.sentences += count
         if not encoded[i]:
-            self.stats.empty += 1
+            self.stats.empty += count
             return False
         if len(encoded[i]) > self.max_src:
-            self.stats.truncated += 1
+            self.stats.truncated += count
             encoded[i] = encoded[i][: self.max_src]
         return True
 

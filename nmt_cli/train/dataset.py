@@ -96,7 +96,8 @@ def load_dataset(recipe: Recipe) -> Dataset:
                 )
             src, tgt = data.src.lengths.astype(np.int64), data.tgt.lengths.astype(np.int64)
             widths = np.maximum(src, tgt) + 1
-            data.chains = Chains.of(documents, widths, recipe.model.recurrence, recipe.train.chain_tokens)
+            leads = recipe.model.recurrence if recipe.train.chain_leads else 0
+            data.chains = Chains.of(documents, widths, leads, recipe.train.chain_tokens)
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
 
 

@@ -148,7 +148,10 @@ class Trainer:
     def run(self) -> TrainState:
         """Train until a stop rule fires; write the final checkpoint and the model file (a preemption
         signal writes the checkpoint only: ``train/stopping.py``)."""
-        self.report.start(self.model, self.recipe, self.data.train.pair_lengths, self.precision)
+        train = self.data.train
+        self.report.start(
+            self.model, self.recipe, train.pair_lengths, self.precision, len(train) if train.chains is not None else None
+        )
         self.model.train()
         with self.stop, self.report.progress(self.config.max_steps, self.state.step) as bar:
             reason = None

@@ -33,13 +33,21 @@ class Reporter:
         self.window = Window()
         self.warned_truncation = False
 
-    def start(self, model: torch.nn.Module, recipe: Recipe, train_pairs: np.ndarray, precision: str) -> None:
-        """The run's first lines: the model, data, processes and precision; pairs too long to train on."""
+    def start(
+        self, model: torch.nn.Module, recipe: Recipe, train_pairs: np.ndarray, precision: str, pairs: int | None = None
+    ) -> None:
+        """The run's first lines: the model, data, processes and precision; pairs too long to train on.
+        ``train_pairs``: each training row's width; ``pairs``: the pairs in them where a row is a chain of pairs."""
         info, config = self.info, recipe.train
         if not info.is_main:
             return
+        rows = (
+            f"{len(train_pairs):,} training pairs"
+            if pairs is None
+            else f"{pairs:,} training pairs in {len(train_pairs):,} chains"
+        )
         self.log(
-            f"model: {count_parameters(model):,} parameters; {len(train_pairs):,} training pairs; "
+            f"model: {count_parameters(model):,} parameters; {rows}; "
             f"{info.world_size} process(es) x update_freq {config.update_freq}; device {info.device}"
             + (f" ({torch.distributed.get_backend()})" if info.distributed else "")
             + "; "
@@ -48,7 +56,7 @@ class Reporter:
         too_long = int((train_pairs > recipe.model.max_positions).sum())
         if too_long:
             self.log(
-                f"{too_long:,} training pairs longer than model.max_positions "
+                f"{too_long:,} training {'pairs' if pairs is None else 'chains'} longer than model.max_positions "
                 f"({recipe.model.max_positions}) are left out; raise it or lower data.clean.max_tokens"
             )
 

@@ -81,9 +81,11 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[list[int]], list[list[int]] | None, list[tuple[int, int]] | None]] = []
+        self.counted: list[list[bool]] = []  # per call, which rows are lines of the input (not leads)
 
-    def translate_encoded(self, rows, prefixes=None, contexts=None):
+    def translate_encoded(self, rows, prefixes=None, contexts=None, counted=None):
         self.calls.append((rows, prefixes, list(contexts) if contexts is not None else None))
+        self.counted.append(list(counted) if counted is not None else [True] * len(rows))
         return [[Translation(f"out{row[-1]}" if row else "", 0.0)] for row in rows]
 
 
@@ -104,8 +106,8 @@ def _vocab(tmp_path):
     return spm.SentencePieceProcessor(model_file=str(tmp_path / "v.model"))
 
 
-def _context(target: bool, sentences: int = 1) -> DocumentContext:
-    return DocumentContext(sentences, BRK_SRC, BRK_TGT if target else None, 100, 50, Vocab())  # type: ignore[arg-type]
+def _context(target: bool, sentences: int = 1, segment: int = 0) -> DocumentContext:
+    return DocumentContext(sentences, BRK_SRC, BRK_TGT if target else None, 100, 50, Vocab(), segment)  # type: ignore[arg-type]
 
 
 def test_two_to_one_reads_the_sources_before_in_one_call_and_across_chunks():
@@ -130,7 +132,45 @@ def test_two_to_two_forces_its_own_earlier_translations_one_sentence_of_each_doc
     assert second[2] == [(2, 2), (2, 2)]
     assert third[0] == [[6, BRK_SRC, 7]] and third[1] == [[1006, BRK_TGT]]
     assert [hyps[0].text for hyps in out] == ["out1", "out2", "out5", "out6", "out7"]
-    assert context.history == deque([([7], [1007])])
+    assert context.carried.history == deque([([7], [1007])])
+
+
+def _read(record: Recorder) -> dict[int, tuple[list[int], list[int]]]:
+    """Per input sentence (its last source id), the source and forced target it was translated with."""
+    read = {}
+    for (rows, prefixes, _), counted in zip(record.calls, record.counted):
+        for row, prefix, line in zip(rows, prefixes or [[]] * len(rows), counted):
+            if line and row:
+                read[row[-1]] = (row, prefix)
+    return read
+
+
+def test_segments_of_a_document_go_side_by_side_each_after_its_leads():
+    """decode.context_segment 2: a document of five sentences is three segments side by side; a segment that does
+    not begin the document first translates the sentence before it again (a lead, not counted, its translation
+    dropped) so that its first sentence reads the context it would read in order. Three waves, not five."""
+    context, record = _context(True, segment=2), Recorder()
+    out = context.translate(record, [[1], [2], [3], [4], [5]], None, [True] + [False] * 4)
+    assert len(record.calls) == 3
+    assert record.calls[0][0] == [[1], [2], [4]] and record.counted[0] == [True, False, False]
+    assert record.calls[1][0] == [[1, BRK_SRC, 2], [2, BRK_SRC, 3], [4, BRK_SRC, 5]]
+    assert record.calls[1][1] == [[1001, BRK_TGT], [1002, BRK_TGT], [1004, BRK_TGT]]
+    assert record.counted[1] == [True, True, True]
+    assert record.calls[2][0] == [[3, BRK_SRC, 4]] and record.counted[2] == [True]
+    assert [hyps[0].text for hyps in out] == ["out1", "out2", "out3", "out4", "out5"]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 4])
+def test_where_a_chunk_ends_changes_no_sentences_context(cut):
+    """Segments begin at fixed positions of their document, and a document that goes on in the next chunk carries
+    its last sentences along for the leads: every sentence reads what it reads in one chunk."""
+    sentences = [[1], [2], [3], [4], [5], [6]]
+    whole, record = _context(True, segment=2), Recorder()
+    whole.translate(record, sentences, None, [True] + [False] * 5)
+    parts, cut_record = _context(True, segment=2), Recorder()
+    parts.translate(cut_record, sentences[:cut], None, [True] + [False] * (cut - 1))
+    parts.translate(cut_record, sentences[cut:], None, [False] * (6 - cut))
+    assert _read(cut_record) == _read(record) and len(_read(record)) == 6
 
 
 def test_a_user_prefix_follows_the_forced_context():
