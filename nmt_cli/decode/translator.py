@@ -201,9 +201,10 @@ class Translator:
             contexts = [(c[0], c[1] + 1) for c in contexts] if contexts else [(0, 1)] * len(encoded)
         results: list[list[Translation]] = [[self._nothing(empty=True)] for _ in encoded]
         todo = [i for i in range(len(encoded)) if self._counted(encoded, i, counted is None or counted[i])]
-        batches = list(
-            decoding_batches([len(t) + 1 for t in encoded], todo, self.config.batch_size, self.config.batch_tokens)
-        )
+        widths = [len(t) + 1 for t in encoded]
+        if pasts is not None:  # each decoder step attends to the past too, padded to the batch's widest
+            widths = [w + sum(past.decoder[0][0].size(1) for past in history) for w, history in zip(widths, pasts)]
+        batches = list(decoding_batches(widths, todo, self.config.batch_size, self.config.batch_tokens))
         threads = torch.get_num_threads()
         workers = self._workers_for(batches, threads)
         found_all = run_batches(lambda b: self._search(b, encoded, prefixes, pasts, constraints), batches, workers, threads)

@@ -256,11 +256,29 @@ class XLPositions(nn.Module):
         self.position_bias = nn.Parameter(torch.zeros(n_heads, 1, self.d_k))  # v
         nn.init.normal_(self.content_bias, std=0.02)  # as the paper's code
         nn.init.normal_(self.position_bias, std=0.02)
+        # inference: W_R R for a range of distances, (weights' identity, longest t_k, longest t_q, keys)
+        self._table: tuple[tuple[int, int, torch.dtype], int, int, Tensor] | None = None
 
     def distance_keys(self, t_q: int, t_k: int, dtype: torch.dtype) -> Tensor:
-        """W_R R for the distances t_k - 1 down to -(t_q - 1): (H, t_q + t_k - 1, d_k)."""
-        device = self.position_keys.weight.device
-        distances = torch.arange(t_k - 1, -t_q, -1, device=device)
+        """W_R R for the distances t_k - 1 down to -(t_q - 1): (H, t_q + t_k - 1, d_k).
+
+        Without gradient the projection is taken once for a range of distances and sliced: incremental decoding
+        asks for it at every step of every layer, and with a past (segment-level recurrence) over hundreds of
+        keys, where the projection cost as much as the rest of a small batch's step. The table is rebuilt when the
+        weights change (an optimizer step between validations) or a wider range is asked for."""
+        if torch.is_grad_enabled():
+            return self._projected(torch.arange(t_k - 1, -t_q, -1, device=self.position_keys.weight.device), dtype)
+        weight = self.position_keys.weight
+        key = (weight.data_ptr(), weight._version, dtype)
+        table = self._table
+        if table is None or table[0] != key or table[1] < t_k or table[2] < t_q:
+            most_k, most_q = max(t_k, 2 * (table[1] if table else 64)), max(t_q, table[2] if table else 1)
+            distances = torch.arange(most_k - 1, -most_q, -1, device=weight.device)
+            table = self._table = (key, most_k, most_q, self._projected(distances, dtype))
+        start = table[1] - t_k  # the table starts at distance most_k - 1
+        return table[3][:, start : start + t_k + t_q - 1]
+
+    def _projected(self, distances: Tensor, dtype: torch.dtype) -> Tensor:
         keys = self.position_keys(sinusoids(distances, self.position_keys.in_features).to(dtype))
         return keys.view(-1, self.n_heads, self.d_k).transpose(0, 1)
 

@@ -96,7 +96,8 @@ def load_dataset(recipe: Recipe) -> Dataset:
                 )
             src, tgt = data.src.lengths.astype(np.int64), data.tgt.lengths.astype(np.int64)
             widths = np.maximum(src, tgt) + 1
-            leads = recipe.model.recurrence if recipe.train.chain_leads else 0
+            # validation always reads every pair after its past, as translation does
+            leads = recipe.model.recurrence if recipe.train.chain_leads or split != "train" else 0
             data.chains = Chains.of(documents, widths, leads, recipe.train.chain_tokens)
     return Dataset(train, valid, valid_refs, blobs, vocab["src_size"], vocab["tgt_size"], vocabs, data_identity(meta))
 

@@ -183,3 +183,23 @@ def test_chains_batched_with_padding_score_as_each_alone():
             return model.loss(batch.src, batch.tgt_in, batch.tgt_out, 0.0, blocks=batch.blocks)[0]
 
     torch.testing.assert_close(loss_of([0, 1]), loss_of([0]) + loss_of([1]), rtol=1e-5, atol=1e-5)
+
+
+def test_inference_reads_xl_distance_keys_from_a_table_that_follows_the_weights():
+    """Without gradient XL's projected distance keys come from a table of a range of distances (decoding asks at
+    every step): the same values as the projection itself, for any query and key count, and a new table once an
+    optimizer step has changed W_R."""
+    from nmt_cli.model.attention import XLPositions
+
+    torch.manual_seed(0)
+    xl = XLPositions(32, 4)
+    for t_q, t_k in [(1, 1), (1, 7), (5, 5), (1, 300), (3, 40), (200, 200)]:
+        with torch.no_grad():
+            cached = xl.distance_keys(t_q, t_k, torch.float32)
+        torch.testing.assert_close(cached, xl.distance_keys(t_q, t_k, torch.float32), rtol=1e-5, atol=1e-6)
+    optimizer = torch.optim.SGD(xl.parameters(), lr=0.5)
+    xl.distance_keys(2, 9, torch.float32).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = xl.distance_keys(2, 9, torch.float32)
+    torch.testing.assert_close(after, xl.distance_keys(2, 9, torch.float32), rtol=1e-5, atol=1e-6)
