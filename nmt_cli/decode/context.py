@@ -4,13 +4,17 @@ by segment-level recurrence (``model.recurrence``, model/recurrence.py).
 Each sentence is read after the previous K sentences of its document, each followed by ``<brk>``, as the model
 was trained. A 2-to-1 model needs only sources, so every sentence of a chunk is translated at once. A 2-to-2
 model (``model.concat_target``) also starts its output with its own translations of those sentences (forced,
-then left out of what it returns), so the sentences of one document are translated in order: the first sentence
-of every document in the chunk, then every second, and so on.
+then left out of what it returns), so the sentences of one document are translated in order.
 
 A recurrent model (:class:`DocumentPast`) reads each sentence alone, its layers attending to the keys and values
 they computed for the previous sentences of its document: the encoder's of their sources, the decoder's of the
 translations chosen for them (beam search's best, read once more teacher-forced). So its documents too go a
-sentence of each at a time, and nothing is read twice.
+sentence at a time, and nothing is read twice.
+
+Both go through :func:`in_document_order`: the chunk's documents side by side, and each document cut into
+segments (``decode.context_segment`` sentences) that go side by side too, each segment first translating again
+the sentences before it (its *leads*), so that a long page does not go one sentence per batch. What a document
+carries into the next chunk is a :class:`Carried`.
 
 The caller says where documents start (``nmt translate``: after a blank line, or where ``--docids`` changes);
 blank lines are translated as blank and read as no context; the context runs on from one chunk to the next. A
