@@ -128,3 +128,14 @@ def test_a_multilingual_recipe_names_its_directions_once_each_over_one_vocabular
             recipe_from_dict({"data": data})
     with pytest.raises(RecipeError, match="one joint vocabulary"):
         recipe_from_dict({"data": {"pairs": ["en-de"]}, "vocab": {"joint": False}, "model": {"share_embeddings": False}})
+
+
+def test_a_retired_key_loads_from_a_stored_recipe_at_its_inert_value_and_is_refused_otherwise():
+    """Checkpoints store every key: one written before train.train_previous was retired still loads (it held
+    false); a recipe asking for it is told the key is gone and why."""
+    stored = recipe_to_dict(Recipe())
+    stored["train"]["train_previous"] = False
+    assert recipe_from_dict(stored) == Recipe()
+    stored["train"]["train_previous"] = True
+    with pytest.raises(RecipeError, match=r"train\.train_previous is gone: .*remove the key"):
+        recipe_from_dict(stored)
