@@ -123,7 +123,7 @@ class TrainConfig:
     chain_leads: bool = _opt(
         False,
         "model.recurrence: a training chain that does not start its document first reads the pairs before it, "
-        "unscored, so that its first pair has its past too (about 0.7x the pairs per second at chain_tokens 128); "
+        "unscored, so that its first pair has its past too (fewer pairs per second); "
         "false: that pair trains without a past. Validation always reads every pair after its past",
     )
     threads: int = _opt(0, "CPU threads per process (0: cores / processes)", ge=0, le=4096)

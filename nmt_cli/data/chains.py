@@ -11,9 +11,10 @@ pasts), and no pair is run a second time to make another's memory.
 A chain holds pairs until the next would take a side past ``train.chain_tokens``. One that does not start its
 document may begin with the N pairs before it (*leads*), read for their keys/values and not scored, so that its
 first scored pair has its past too: validation always reads them; training does where ``train.chain_leads`` says
-(off by default: the leads cost about 0.3 of the pairs per second at 128 tokens, and a chain's first pair then
-trains without a past, as a document's first does). Chains are fixed by the data (deterministic, so validation
-and exact resume need nothing new); epochs shuffle them as they shuffle sentence-level rows.
+(off by default: they are computed through but never scored, and lost on validation in a short budget,
+docs/benchmarks.md; a chain's first pair then trains without a past, as a document's first does). Chains are
+fixed by the data (deterministic, so validation and exact resume need nothing new); epochs shuffle them as they
+shuffle sentence-level rows.
 """
 
 from __future__ import annotations
