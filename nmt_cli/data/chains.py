@@ -52,15 +52,14 @@ class Chains:
         starts = np.ones(len(documents), dtype=bool)
         starts[1:] = documents[1:] != documents[:-1]
         first, scored, end = [], [], []
-        i, count = 0, len(documents)
+        i, count, document_start = 0, len(documents), 0
         while i < count:
+            if starts[i]:
+                document_start = i
             j, used = i + 1, int(widths[i])
             while j < count and not starts[j] and used + int(widths[j]) <= row_tokens:
                 used += int(widths[j])
                 j += 1
-            document_start = i
-            while not starts[document_start]:
-                document_start -= 1
             first.append(max(i - sentences, document_start))
             scored.append(i)
             end.append(j)
