@@ -141,7 +141,7 @@ def _forced(
     the context of its document's earlier pairs; ``direction`` (``--from``, ``--to``) for a multilingual model."""
     from ..decode.forced import forced_scores
     from ..decode.loading import load_ensemble
-    from ..decode.targets import route
+    from ..decode.targets import never_trained, route
     from ..score.metrics import check_aligned, read_lines
 
     if output_format not in ("jsonl", "tsv"):
@@ -162,6 +162,11 @@ def _forced(
     skips = None
     results = None
     way = route(loaded.recipe.data, loaded.src_vocab, direction[1], str(models[0]), direction[0])
+    if never_trained(loaded.recipe.data, *direction):
+        _note(
+            f"note: {direction[0]}-{direction[1]} was never trained: these are the scores of reading {direction[0]} "
+            f"and writing {direction[1]} directly (zero-shot), not of the pivot nmt translate goes through"
+        )
     if way.source_prefix:  # a multilingual model's tag, as translation puts it (decode/targets.py)
         pairs = [(list(way.source_prefix) + src, tgt) for src, tgt in pairs]
     if way.target_tag is not None:  # read by the decoder first, not scored

@@ -66,6 +66,8 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
             "train.guided_alignment",
             "is not available with model.recurrence (it trains on chains of sentences); set it to 0 or use model.concat",
         )
+    if m.recurrence:
+        _check_chains(recipe, fail)
     if m.concat_target and not m.concat:
         fail("model.concat_target", "needs model.concat: K (the number of previous sentences to read)")
     if m.sinusoids == "fairseq" and m.d_model % 2:
@@ -114,7 +116,7 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
 def _check_budget_schedule(t: TrainConfig, fail: typing.Callable[[str, str], None]) -> None:
     """The schedules and averages that depend on the run's budget have one to go by."""
     budget_schedule = t.lr_schedule in ("linear", "cosine")
-    if budget_schedule and not (t.max_steps or t.max_time):
+    if budget_schedule and not (t.max_steps or t.max_seconds):
         fail("train.lr_schedule", f"{t.lr_schedule} reaches zero at the budget's end; set train.max_time or train.max_steps")
     if t.warmup_fraction and not budget_schedule:
         fail(
@@ -122,10 +124,28 @@ def _check_budget_schedule(t: TrainConfig, fail: typing.Callable[[str, str], Non
             f"is the warm-up of the linear and cosine schedules; {t.lr_schedule} warms up for train.warmup updates "
             "(add --set train.warmup_fraction=0)",
         )
-    if t.average_stretch and t.ema_decay and not (t.max_steps or t.max_time):
+    if t.average_stretch and t.ema_decay and not (t.max_steps or t.max_seconds):
         fail(
             "train.average_stretch",
             "starts the moving average at the budget's last stretch; set train.max_time or train.max_steps",
+        )
+
+
+def _check_chains(recipe: Recipe, fail: typing.Callable[[str, str], None]) -> None:
+    """A recurrence model trains on chains of pairs read as one row (data/chains.py): a row must fit the model's
+    positions and a batch."""
+    chain, t = recipe.train.chain_tokens, recipe.train
+    if chain > recipe.model.max_positions:
+        fail(
+            "train.chain_tokens",
+            f"{chain:,} is more than model.max_positions ({recipe.model.max_positions:,}): a chain is one row of the "
+            f"model; set train.chain_tokens to at most {recipe.model.max_positions:,}",
+        )
+    if isinstance(t.max_tokens, int) and chain > t.max_tokens:
+        fail(
+            "train.chain_tokens",
+            f"{chain:,} is more than train.max_tokens ({t.max_tokens:,}): a batch could not hold one chain; "
+            f"set train.chain_tokens to at most {t.max_tokens:,}",
         )
 
 
@@ -148,17 +168,18 @@ def _check_pairs(recipe: Recipe, fail: typing.Callable[[str, str], None]) -> Non
         fail("data.pairs", "replaces data.src_lang and data.tgt_lang; leave those out of a multilingual recipe")
     if not recipe.vocab.joint and not recipe.vocab.from_:  # (an imported model's two files over one id space)
         fail("vocab.joint", "data.pairs needs one joint vocabulary over every language; set vocab.joint: true")
-    languages = {lang for direction in seen for lang in direction}
     for key in d.roots:
         try:
             a, b = parse_pair(key)
         except ValueError as err:
             fail(f"data.roots.{key}", str(err))
             return
-        if a not in languages or b not in languages:
+        if (a, b) not in seen and (b, a) not in seen:
             fail(f"data.roots.{key}", f"names a pair outside data.pairs ({', '.join(d.pairs)})")
     if recipe.train.guided_alignment:
         fail("train.guided_alignment", "is not available with data.pairs yet; train bilingual models for it")
+    if d.align:
+        fail("data.align", "aligns words for train.guided_alignment, not available with data.pairs yet; remove it")
 
 
 def _packed_conflict(recipe: Recipe) -> str | None:

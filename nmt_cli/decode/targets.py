@@ -116,6 +116,13 @@ def pivot_language(data: DataConfig, source: str | None, to: str | None) -> str 
     return "en" if "en" in middle else middle[0]
 
 
+def never_trained(data: DataConfig, source: str | None, to: str | None) -> bool:
+    """Whether ``source``->``to`` is a direction a multilingual model knows both languages of but never trained
+    (translated zero-shot, or through a pivot)."""
+    pairs = {(language(a), language(b)) for a, b in (parse_pair(pair) for pair in data.pairs)}
+    return bool(pairs) and source is not None and to is not None and (language(source), language(to)) not in pairs
+
+
 def _check_direction(pairs: list[tuple[str, str]], source: str | None, to: str | None, where: str) -> None:
     known = ", ".join(f"{a}-{b}" for a, b in pairs)
     if source is not None and to is not None and language(source) == language(to):
@@ -132,4 +139,15 @@ def targets_of(vocab: Any, target_language: str) -> list[str]:
     return sorted({language(name) for name in tags}) if tags else [target_language] if target_language else []
 
 
-__all__ = ["TAG", "Route", "language", "pick_tag", "pivot_language", "route", "source_prefix", "target_tags", "targets_of"]
+__all__ = [
+    "TAG",
+    "Route",
+    "language",
+    "never_trained",
+    "pick_tag",
+    "pivot_language",
+    "route",
+    "source_prefix",
+    "target_tags",
+    "targets_of",
+]

@@ -146,13 +146,14 @@ def _read_back(fragment: str, sources: list[str]) -> tuple[list[int], dict[int, 
 def _reorder(groups: list[list], order: list[int]) -> None:
     """The runs moved into the translation's order, when they are all children of one paragraph (runs in
     links or revisions stay where they are)."""
-    runs = [run for k in order for run in groups[k]]
+    runs = [run for k in dict.fromkeys(order) for run in groups[k]]
     if not runs or order == sorted(order):
         return
     parent = runs[0].getparent()
     if parent is None or any(run.getparent() is not parent for run in runs):
         return
-    anchor = runs[0].getprevious()
+    # the runs go where the first of them stands in the document: after the element before it, never one of them
+    anchor = min(runs, key=parent.index).getprevious()
     for run in runs:
         parent.remove(run)
     position = parent.index(anchor) + 1 if anchor is not None else _first_run_position(parent)

@@ -30,12 +30,13 @@ from .markup_tree import kept_as_code
 from .segments import Sentences, TranslateSentences, as_sentences
 
 # Characters in the translation's text that Markdown would read as markup (an underscore only at a word's edge).
-_SPECIAL = re.compile(r"[\\`*\[\]<|]|(?<!\w)_|_(?!\w)")
+_SPECIAL = re.compile(r"\\(?=[!-/:-@\[-`{-~])|[`*\[\]<|]|(?<!\w)_|_(?!\w)")
 _LINK_TAIL = re.compile(
     r"""\]\(\s*(?:<[^<>\n]*>|(?:[^()\s]|\([^()\s]*\))*)(?:\s+(?:"[^"]*"|'[^']*'|\([^()]*\)))?\s*\)"""
     r"""|\]\[[^\[\]]*\]|\]"""
 )
 _MYST_TARGET = re.compile(r"^\([^()\s]+\)=\s*$")
+_MYST_ROLE = re.compile(r"\{[A-Za-z][\w:.+-]*\}$")  # a role right before its code span: {ref}`label`
 _IMAGE = re.compile(r"!\[(?:[^\[\]]|\[[^\[\]]*\])*(?:" + _LINK_TAIL.pattern + ")")
 
 
@@ -196,7 +197,14 @@ class _Fragment:
         self._code(match.group(0), match.group(1))  # a formula is kept as a code span is
 
     def code(self, token, children, n: int) -> None:  # type: ignore[no-untyped-def]
+        start = self.at
         match = self._match(re.compile(rf"{token.markup}(?!`)(.*?)(?<!`){token.markup}(?!`)", re.DOTALL))
+        role = _MYST_ROLE.search(self.raw, 0, start)
+        written = html.escape(role.group(0), quote=False) if role else ""
+        if role and self.out and self.out[-1].endswith(written):  # MyST's {ref}`target`: one span, never apart
+            self.out[-1] = self.out[-1][: len(self.out[-1]) - len(written)]
+            self._code(role.group(0) + match.group(0), role.group(0) + token.content)
+            return
         self._code(match.group(0), token.content)
 
     def link_open(self, token, children, n: int) -> int:  # type: ignore[no-untyped-def]

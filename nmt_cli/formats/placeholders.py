@@ -10,8 +10,9 @@ sentence, between words, never inside one.
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections import Counter
+from collections import Counter, deque
 
 # The kinds of placeholder, each a regular expression; markup (tags, entities) last. Order matters where two
 # could match at one place: the longer, more specific form first.
@@ -106,18 +107,33 @@ def repair(source: str, target: str, pattern: re.Pattern[str] = PLACEHOLDER) -> 
         if lacking[match.group(0)] > 0:
             lacking[match.group(0)] -= 1
             missing.append((match.group(0), match.start() / max(len(source), 1)))
-    replacements: list[str] = []
-    for a, b in bad:
-        same = next((k for k, (token, _) in enumerate(missing) if _kind(token) == _kind(target[a:b])), None)
-        replacements.append(missing.pop(same)[0] if same is not None else "")
-    out = target
-    for (a, b), new in reversed(list(zip(bad, replacements))):
-        out = out[:a] + new + out[b + _left_tail(new, target[b:]) :]
+    replacements = _same_kind_replacements([target[a:b] for a, b in bad], missing)
+    pieces, at = [], 0
+    for (a, b), new in zip(bad, replacements):
+        if a < at:  # overlapping spans: the first one took this one out; what should replace it goes back in
+            missing += [(new, a / max(len(target), 1))] if new else []
+            continue
+        pieces += [target[at:a], new]
+        at = b + _left_tail(new, target[b:])
+    out = "".join(pieces) + target[at:]
     if "" in replacements:
         out = re.sub(r"  +", " ", out).strip()
-    for token, where in missing:
-        out = _insert(out, token, where, pattern)
-    return out
+    return _insert_all(out, missing, pattern)
+
+
+def _same_kind_replacements(bad: list[str], missing: list[tuple[str, float]]) -> list[str]:
+    """For each bad token in order, the first missing placeholder of its kind (taken out of ``missing``), or ""."""
+    by_kind: dict[str, deque[int]] = {}
+    for k, (token, _) in enumerate(missing):
+        by_kind.setdefault(_kind(token), deque()).append(k)
+    used, replacements = set(), []
+    for token in bad:
+        same = by_kind.get(_kind(token))
+        replacements.append(missing[same[0]][0] if same else "")
+        if same:
+            used.add(same.popleft())
+    missing[:] = [item for k, item in enumerate(missing) if k not in used]
+    return replacements
 
 
 def _left_tail(placeholder: str, after: str) -> int:
@@ -150,9 +166,56 @@ def _broken(source: str, target: str, matches: list[re.Match[str]]) -> list[re.M
 
 def _loose(fragment: re.Pattern[str], text: str, matches: list[re.Match[str]]) -> list[re.Match[str]]:
     """The non-empty matches of ``fragment`` in ``text`` outside its whole placeholders ``matches``."""
-    taken = [m.span() for m in matches]
-    loose = [m for m in fragment.finditer(text) if m.start() < m.end()]
-    return [m for m in loose if not any(x < m.end() and m.start() < y for x, y in taken)]
+    starts, ends = [m.start() for m in matches], [m.end() for m in matches]  # in order, never overlapping
+    loose = []
+    for m in fragment.finditer(text):
+        k = bisect.bisect_right(starts, m.start()) - 1  # the last placeholder starting at or before m
+        inside = (k >= 0 and ends[k] > m.start()) or (k + 1 < len(starts) and starts[k + 1] < m.end())
+        if m.start() < m.end() and not inside:
+            loose.append(m)
+    return loose
+
+
+def _insert_all(text: str, missing: list[tuple[str, float]], pattern: re.Pattern[str]) -> str:
+    """Each missing ``(token, where)`` put into ``text`` at about ``where`` (0..1 of its length), in order, at
+    the nearest space or end; one pass over ``text`` whatever their number (a line of thousands of masks the
+    model dropped costs no more than reading it)."""
+    if not missing or not text:
+        return " ".join([text] * bool(text) + [token for token, _ in missing])
+    if len(missing) <= _ONE_BY_ONE:
+        for token, where in missing:
+            text = _insert(text, token, where, pattern)
+        return text
+    cuts = _spaces(text, pattern)
+    placed: dict[int, list[str]] = {}
+    for token, where in missing:
+        goal = round(where * len(text))
+        k = min(bisect.bisect_left(cuts, goal), len(cuts) - 1)
+        cut = cuts[k] if k == 0 or cuts[k] - goal < goal - cuts[k - 1] else cuts[k - 1]
+        placed.setdefault(cut, []).append(token)
+    end = placed.pop(len(text), None)
+    if end:  # before the closing punctuation, as one by one
+        body = len(text.rstrip(".!?:;…。")) or len(text)
+        placed.setdefault(body, []).extend(end)
+    pieces, at = [], 0
+    for cut in sorted(placed):
+        tokens = " ".join(placed[cut])
+        pieces += [text[at:cut], f"{tokens} " if cut == 0 else f" {tokens}"]
+        at = cut
+    return "".join(pieces) + text[at:]
+
+
+# Up to this many missing placeholders are put back one by one, each after the ones before it (the exact places
+# a short sentence needs); more, in one pass at places found in the text as the model wrote it.
+_ONE_BY_ONE = 16
+
+
+def _spaces(text: str, pattern: re.Pattern[str]) -> list[int]:
+    """The offsets where a placeholder may go: the text's ends and its spaces outside placeholders."""
+    inside = [False] * (len(text) + 1)
+    for match in pattern.finditer(text):
+        inside[match.start() : match.end()] = [True] * (match.end() - match.start())
+    return [0, *(i for i, ch in enumerate(text) if ch == " " and not inside[i]), len(text)]
 
 
 def _insert(text: str, token: str, where: float, pattern: re.Pattern[str]) -> str:
@@ -160,9 +223,7 @@ def _insert(text: str, token: str, where: float, pattern: re.Pattern[str]) -> st
     if not text:
         return token
     goal = round(where * len(text))
-    inside = {i for match in pattern.finditer(text) for i in range(match.start(), match.end())}
-    spaces = [0, *(i for i, ch in enumerate(text) if ch == " " and i not in inside), len(text)]
-    cut = min(spaces, key=lambda i: abs(i - goal))
+    cut = min(_spaces(text, pattern), key=lambda i: abs(i - goal))
     if cut == 0:
         return f"{token} {text}"
     if cut == len(text):

@@ -27,28 +27,48 @@ _EXTENSIONS = (
     "conf|cfg|ini|log|po|pot|mo|so|dll|exe|deb|rpm|tar|gz|bz2|xz|zip|png|jpg|jpeg|gif|svg|pdf|desktop|service|"
     "socket|timer|mount|lock|pid|csv|tsv|db|sql|iso|img|bin|o|a|ko"
 )
-# Each kind of protected span; the first alternative that matches at a place wins, so the longer forms come first.
+# Each kind of protected span, with what may not stand right before it (a span starts at a word's edge: "and/or",
+# "e-mail" and "v2" hold none); the first alternative that matches at a place wins, so the longer forms come first.
+# Brackets, braces and punctuation before a span are never part of a word: "[--user name]", "{--verbose}",
+# "module[^python]", "GID=-1", ".5s" and "Unknown-15" keep theirs.
+_NOT_IN_A_WORD = r"(?<![\w/\\.@$%-])"
 _KINDS = {
-    "footnote": r"\[\^[^\]\s]+\]",  # a Markdown footnote reference "[^1]"
+    "footnote": ("", r"\[\^[^\]\s]+\]"),  # a Markdown footnote reference "[^1]", glued to its word or not
     # a manual page's bold or code word, POD's B<ls> and C<errno>: a command, an option, a constant
-    "pod": r"[BC]<[^<>\s]+>",
-    "url": r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)[^\s<>\"'`]+",
-    "email": r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
-    "path": r"(?:~|\.{1,2}|[A-Za-z]:)?(?:/|\\)[\w.+~@%-]+(?:[/\\][\w.+~@%*-]*)*"
-    r"|[\w.+-]+/(?:[\w.+-]+/)*[\w.+-]*\.(?:" + _EXTENSIONS + r")\b"
-    r"|\w[\w-]*\.(?:" + _EXTENSIONS + r")\b",
-    "option": r"--?[A-Za-z][\w-]*(?:=[^\s,;]+)?",
-    "variable": r"\$[A-Za-z_]\w*|\$\([A-Za-z_]\w*\)",
+    "pod": (r"(?<![\w<])", r"[BC]<[^<>\s]+>"),
+    # an address in angle brackets ("<ftpmaster@ubuntu.com>", "<https://...>"): text, not a tag
+    "angled": ("", r"<(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[A-Za-z][A-Za-z0-9+.-]*://[^\s<>]+)>"),
+    "url": (_NOT_IN_A_WORD, r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)[^\s<>\"'`]+"),
+    "email": (_NOT_IN_A_WORD, r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),
+    # a Windows path's folders may hold spaces ("C:\Program Files\App\app.exe"); its file name, not
+    "windows": (_NOT_IN_A_WORD, r"[A-Za-z]:\\(?:[\w.+~@%()-]+(?: [\w.+~@%()-]+)*\\)*[\w.+~@%-]*"),
+    "path": (
+        _NOT_IN_A_WORD,
+        r"(?:~|\.{1,2}|[A-Za-z]:)?(?:/|\\)[\w.+~@%-]+(?:[/\\][\w.+~@%*-]*)*"
+        r"|[\w.+-]+/(?:[\w.+-]+/)*[\w.+-]*\.(?:" + _EXTENSIONS + r")\b"
+        r"|\w[\w-]*\.(?:" + _EXTENSIONS + r")\b",
+    ),
+    "option": (_NOT_IN_A_WORD, r"--?[A-Za-z][\w-]*(?:=[^\s,;\])}]+)?"),
+    "variable": (_NOT_IN_A_WORD, r"\$[A-Za-z_]\w*|\$\([A-Za-z_]\w*\)"),
     # (a word with GTK's access-key underscore, "C_onnect", is a word, not snake_case)
-    "identifier": r"\w+(?:::\w+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(\)|(?![A-Z][a-z]*_[a-z]+\b)[A-Za-z][A-Za-z0-9]*_\w+"
-    r"|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][a-z]+[A-Z][A-Za-z0-9]*|[a-z_]\w*(?:\.[a-z_]\w*){2,}",
-    "percent": r"%\d+\b",  # "%0", a code no placeholder pattern knows: kept whole, not its digits alone
-    # 42, 1,024, v2.1, X.509, UTF-8, x86_64, IPv6; a word before a number is not part of it ("Unknown-15")
-    "number": r"(?:[A-Za-z]{1,4}[-_.]?|[A-Z]+[-_.]?)?\d[\w.,:/+%-]*",
+    "identifier": (
+        _NOT_IN_A_WORD,
+        r"\w+(?:::\w+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(\)|(?![A-Z][a-z]*_[a-z]+\b)[A-Za-z][A-Za-z0-9]*_\w+"
+        r"|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][a-z]+[A-Z][A-Za-z0-9]*|[a-z_]\w*(?:\.[a-z_]\w*){2,}",
+    ),
+    "percent": (_NOT_IN_A_WORD, r"%\d+\b"),  # "%0", a code no placeholder pattern knows: kept whole, not its digits
+    # 42, -1, .5s, #11, 1,024, v2.1, X.509, UTF-8, x86_64, IPv6; a word before a number is not part of it
+    # ("Unknown-15"), a sign, a leading dot or "#" is, where no word stands before it ("GID=-1", ".5s")
+    "number": (
+        "",
+        r"(?<![\w/\\@$%.#-])(?:[-.#](?=\d)|[A-Za-z]{1,4}[-_.]?|[A-Z]+[-_.]?)?\d[\w.,:/+%-]*"
+        r"|(?<=[-.])\d[\w.,:/+%-]*",
+    ),
 }
-# A protected span starts at a word's edge: "and/or" and "e-mail" hold none.
 _PROTECTED = re.compile(
-    rf"(?P<placeholder>{PLACEHOLDER.pattern})|(?<![\w/\\.@$%\[-])(?:" + "|".join(f"(?:{p})" for p in _KINDS.values()) + ")"
+    "|".join(f"(?P<{kind}>{guard}(?:{pattern}))" for kind, (guard, pattern) in _KINDS.items() if kind == "angled")
+    + rf"|(?P<placeholder>{PLACEHOLDER.pattern})|"
+    + "|".join(f"{guard}(?:{pattern})" for kind, (guard, pattern) in _KINDS.items() if kind != "angled")
 )
 _LAYOUT = re.compile(r"(?<![\n\r\t\v\f])[\t\v\f]+(?![\n\r\t\v\f])")
 # Sentence punctuation after a span is the sentence's: "see /etc/hosts." keeps its full stop outside.
@@ -116,9 +136,16 @@ def masks(taken: str) -> Iterable[str]:
     for n in range(1, 100):
         if f"%{n}" not in taken and f"%{n}" not in _MASKS:
             yield f"%{n}"
+    braced = set(_BRACED.findall(taken))  # one pass: a line of thousands of spans asks for thousands of these
     for n in range(10_000):  # a line of hundreds of paths or numbers: brace-numbered ones after those
-        if f"{{{n}}}" not in taken:
+        if f"{{{n}}}" not in braced:
             yield f"{{{n}}}"
+
+
+_BRACED = re.compile(r"\{\d+\}")
+# A mask as the model may have written it back: the longest known mask at its start is the one (``%lu`` before
+# ``%l``...); a tab's mask takes the spaces around it.
+_WRITTEN_MASK = re.compile(r"( ?)(\{\d+\}|%\d+|%[A-Za-z]+)( ?)")
 
 
 def mask(text: str, spans: Iterable[tuple[int, int]] | None = None, avoid: str = "") -> Masked:
@@ -157,13 +184,23 @@ def _overlaps(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
 
 
 def unmask(text: str, originals: dict[str, str]) -> str:
-    """``text`` with each mask replaced by its original (longest masks first: ``%lu`` before ``%u``)."""
+    """``text`` with each mask replaced by its original (the longest mask first: ``%lu`` before ``%u``); one pass
+    whatever the number of masks."""
     if not originals:
         return text
-    ordered = sorted(originals, key=len, reverse=True)
-    # a tab's mask takes the spaces the model put around it: they stood for the tab
-    pattern = re.compile("|".join(rf" ?{re.escape(m)} ?" if originals[m].isspace() else re.escape(m) for m in ordered))
-    return pattern.sub(lambda m: originals[m.group(0).strip(" ")], text)
+    longest = max(map(len, originals))
+
+    def original(match: re.Match[str]) -> str:
+        lead, written, trail = match.groups()
+        mask = next((written[:k] for k in range(min(len(written), longest), 1, -1) if written[:k] in originals), None)
+        if mask is None:
+            return match.group(0)
+        span, rest = originals[mask], written[len(mask) :]
+        if span.isspace():  # a tab's mask takes the spaces the model put around it: they stood for the tab
+            return span + rest + (trail if rest else "")
+        return lead + span + rest + trail
+
+    return _WRITTEN_MASK.sub(original, text)
 
 
 __all__ = ["Masked", "has_words", "mask", "mask_line", "masks", "protected_spans", "unmask"]

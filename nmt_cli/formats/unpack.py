@@ -1,19 +1,22 @@
 """Limits on what a compressed document unpacks to, checked before anything is unpacked.
 
 A ``.docx`` is a zip archive: 38 KB can declare a 2 GiB ``document.xml``, which python-docx would read whole
-and lxml parse (gigabytes of memory, then a traceback). Python's zip reader never returns more than a
-member's declared size, so the sizes the archive declares are checked first: the XML parts a reader parses
-together must stay within ``max_bytes``, and no sizeable member may unpack to more than ``max_ratio`` times
-its packed size (text compresses 3 to 10 times; a bomb, thousands), nor the archive as a whole (a thousand
-parts just under the size where a part's own ratio counts). Then every part is read through once, a chunk at a
-time, before any reader sees it: a part whose data unpacks to more than it declares fails its checksum there,
-with bounded memory, instead of inside a reader that inflates it in one call (gigabytes, then a CRC error).
+and lxml parse (gigabytes of memory, then a traceback). Python's zip reader returns no more than a member's
+declared size but inflates a whole part in one call when asked for all of it, trusting that size; so the sizes
+the archive declares are checked first: the XML parts a reader parses together must stay within ``max_bytes``,
+and no sizeable member may unpack to more than ``max_ratio`` times its packed size (text compresses 3 to 10
+times; a bomb, thousands), nor the archive as a whole (a thousand parts just under the size where a part's own
+ratio counts). Then every part is inflated once, a chunk at a time, from its raw bytes, before any reader sees
+it: a part that unpacks to more than it declares is refused as soon as it passes that size, with bounded memory,
+whatever its checksum says.
 """
 
 from __future__ import annotations
 
 import io
+import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 from ..errors import NmtError, TooLarge
@@ -45,13 +48,58 @@ def check_zip(data: bytes, name: str, limits: UnpackLimits, kind: str = "documen
 
 
 def _read_through(archive: zipfile.ZipFile, member: zipfile.ZipInfo, name: str, kind: str) -> None:
-    """Read ``member`` a chunk at a time: its data must unpack to what it declares (the checksum says so)."""
-    try:
-        with archive.open(member) as part:
-            while part.read(_CHUNK):
-                pass
-    except (zipfile.BadZipFile, EOFError, NotImplementedError, RuntimeError) as err:
-        raise NmtError(f"{name}: its part {member.filename} is damaged ({err}); not a {kind} nmt can read") from None
+    """Inflate ``member`` a chunk at a time from its raw bytes, counting what it really unpacks to: no more than it
+    declares (a reader inflates a part in one call, trusting the declared size: a part that declares 1,000 bytes
+    and holds 2 GiB would cost gigabytes there), and the checksum right."""
+    if member.flag_bits & 1:
+        raise NmtError(f"{name}: its part {member.filename} is encrypted; save the {kind} without a password")
+    if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise NmtError(
+            f"{name}: its part {member.filename} is compressed with method {member.compress_type} (a {kind} uses "
+            "deflate or none); save it again from its editor"
+        )
+    raw = _raw_member(archive, member)
+    inflate = zlib.decompressobj(-zlib.MAX_WBITS) if member.compress_type == zipfile.ZIP_DEFLATED else None
+    unpacked, crc = 0, 0
+    for at in range(0, max(len(raw), 1), _CHUNK):
+        pending = raw[at : at + _CHUNK]
+        while pending:
+            piece = inflate.decompress(pending, _CHUNK) if inflate else pending
+            pending = inflate.unconsumed_tail if inflate else b""
+            unpacked += len(piece)
+            if unpacked > member.file_size:
+                raise NmtError(
+                    f"{name}: its part {member.filename} unpacks to more than the {member.file_size:,} bytes it "
+                    f"declares (a damaged archive or a decompression bomb); not a {kind} nmt can read"
+                )
+            crc = zlib.crc32(piece, crc)
+            if inflate and not piece:
+                break
+    if inflate:
+        rest = inflate.flush()
+        unpacked, crc = unpacked + len(rest), zlib.crc32(rest, crc)
+    if unpacked != member.file_size or crc != member.CRC:
+        raise NmtError(
+            f"{name}: its part {member.filename} is damaged (it unpacks to {unpacked:,} bytes, declares "
+            f"{member.file_size:,}, or its checksum is wrong); not a {kind} nmt can read"
+        )
+
+
+def _raw_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bytes:
+    """The packed bytes of ``member``, located through its local header (whose own name and extra lengths count)."""
+    source = archive.fp
+    if source is None:
+        raise ValueError("the archive is closed")
+    source.seek(member.header_offset)
+    header = source.read(30)
+    if len(header) < 30 or header[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"no local header for {member.filename}")
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    source.seek(member.header_offset + 30 + name_length + extra_length)
+    raw = source.read(member.compress_size)
+    if len(raw) != member.compress_size:
+        raise zipfile.BadZipFile(f"{member.filename} is cut short")
+    return raw
 
 
 def _check_declared(members: list[zipfile.ZipInfo], name: str, limits: UnpackLimits, packed: int) -> None:

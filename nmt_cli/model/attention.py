@@ -239,6 +239,13 @@ def relative_shift(by_distance: Tensor, t_k: int) -> Tensor:
     )
 
 
+_TABLE_STEP = 64
+
+
+def _rounded_up(count: int) -> int:
+    return -(-count // _TABLE_STEP) * _TABLE_STEP
+
+
 class XLPositions(nn.Module):
     """Transformer-XL's relative attention terms (Dai et al. 2019, section 3.3) for one attention layer.
 
@@ -272,7 +279,10 @@ class XLPositions(nn.Module):
         key = (weight.data_ptr(), weight._version, dtype)
         table = self._table
         if table is None or table[0] != key or table[1] < t_k or table[2] < t_q:
-            most_k, most_q = max(t_k, 2 * (table[1] if table else 64)), max(t_q, table[2] if table else 1)
+            # Sized by what is asked for, rounded up so that decoding, whose key count grows by one a step, rebuilds
+            # once every _TABLE_STEP steps; a rebuild for new weights keeps the size (never grows it by itself).
+            most_k = _rounded_up(max(t_k, table[1] if table and table[0] == key else 1))
+            most_q = _rounded_up(max(t_q, table[2] if table and table[0] == key else 1))
             distances = torch.arange(most_k - 1, -most_q, -1, device=weight.device)
             table = self._table = (key, most_k, most_q, self._projected(distances, dtype))
         start = table[1] - t_k  # the table starts at distance most_k - 1

@@ -124,6 +124,12 @@ def parse_request(
     confidence = _boolean(fields, "confidence", from_form)
     if confidence and html:
         raise BadRequest(400, '"confidence" is given for "format": "text" only; leave it out for HTML')
+    if confidence and model.pivot is not None:  # as nmt translate --confidence refuses it
+        raise BadRequest(
+            400,
+            f'"confidence": {model.source}-{model.target} was never trained and goes through {model.pivot.target}; '
+            "confidence applies to a trained direction; leave it out",
+        )
     glossary = request_glossary(fields, limits, model)
     return TranslationRequest(
         texts,
@@ -230,7 +236,10 @@ def pick_model(
             detected = ranked[0]
             source = detected[0]
     fits = [m for m in models if source in ("auto", m.source) and target in (None, m.target)]
-    if len(fits) == 1:
+    # one pair served by several models (a big one and its distilled student): the first loaded that serves it
+    # directly, so that every LibreTranslate client, which names languages only, reaches one; "model" names another
+    fits.sort(key=lambda m: m.pivot is not None)
+    if len(fits) == 1 or (fits and len({(m.source, m.target) for m in fits}) == 1):
         return fits[0], detected
     pairs = ", ".join(f"{m.source}-{m.target}" for m in models)
     if not fits:

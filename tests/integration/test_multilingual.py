@@ -196,6 +196,9 @@ def test_the_server_serves_every_direction_and_pivots_through_english(multilingu
             "/translate", json={"q": text, "source": "de", "target": "fr", "glossary": [["Mann", "homme"]]}
         )
         assert refused.status_code == 400 and "goes through en" in refused.json()["error"]
+        # confidence is for a trained direction, as nmt translate --confidence says
+        refused = client.post("/translate", json={"q": text, "source": "de", "target": "fr", "confidence": True})
+        assert refused.status_code == 400 and "goes through en" in refused.json()["error"], refused.json()
         refused = client.post("/translate", json={"q": text, "source": "de", "target": "es"})
         assert refused.status_code == 400 and "de-fr" in refused.json()["error"]
 
@@ -245,6 +248,12 @@ def test_forced_scores_read_the_direction_to_names(multilingual, tmp_path):
         assert json.loads(done.stdout)["total"] == pytest.approx(expected.total, abs=1e-3)
     refused = nmt_in_process("score", "--model", run, tmp_path / "src", tmp_path / "hyp")
     assert refused.returncode == 1 and "give --to" in refused.stderr
+    trained = nmt_in_process("score", "--model", run, "--from", "en", "--to", "fr", tmp_path / "src", tmp_path / "hyp")
+    assert trained.returncode == 0 and "never trained" not in trained.stderr
+    # a direction never trained is scored as zero-shot, and says so
+    (tmp_path / "src").write_text("Ein Mann.\n", encoding="utf-8")
+    zero = nmt_in_process("score", "--model", run, "--from", "de", "--to", "fr", tmp_path / "src", tmp_path / "hyp")
+    assert zero.returncode == 0 and "de-fr was never trained" in zero.stderr and "zero-shot" in zero.stderr
 
 
 def test_an_untrained_direction_goes_through_english_unless_zero_shot(multilingual, tmp_path):

@@ -122,6 +122,8 @@ def test_a_multilingual_recipe_names_its_directions_once_each_over_one_vocabular
         ({"pairs": ["en-en"]}, "into itself"),
         ({"pairs": ["en-de"], "src_lang": "en"}, "leave those out"),
         ({"pairs": ["en-de"], "roots": {"en-fr": "/x"}}, "outside data.pairs"),
+        ({"pairs": ["en-de", "en-fr"], "roots": {"de-fr": "/x"}}, "outside data.pairs"),  # its languages are in
+        ({"pairs": ["en-de"], "align": True}, "data.align: aligns words for train.guided_alignment"),
         ({"roots": {"en-fr": "/x"}}, "set data.pairs"),
     ):
         with pytest.raises(RecipeError, match=re.escape(words)):
@@ -139,3 +141,24 @@ def test_a_retired_key_loads_from_a_stored_recipe_at_its_inert_value_and_is_refu
     stored["train"]["train_previous"] = True
     with pytest.raises(RecipeError, match=r"train\.train_previous is gone: .*remove the key"):
         recipe_from_dict(stored)
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        # a budget of zero steps and zero time is no budget: the schedule would stay at zero for ever
+        (["train.lr_schedule=linear", "train.max_steps=0", "train.max_time=0"], "set train.max_time or train.max_steps"),
+        (
+            ["model.positions=xl", "model.recurrence=1", "model.max_positions=128", "train.chain_tokens=100000"],
+            "100,000 is more than model.max_positions (128): a chain is one row of the model; set train.chain_tokens",
+        ),
+        (
+            ["model.positions=xl", "model.recurrence=1", "train.chain_tokens=512", "train.max_tokens=256"],
+            "a batch could not hold one chain; set train.chain_tokens to at most 256",
+        ),
+    ],
+)
+def test_a_recipe_that_cannot_train_is_refused_before_any_work(tmp_path, settings, expected):
+    path = write(tmp_path, "r.yaml", "model: {}\n")
+    with pytest.raises(RecipeError, match=re.escape(expected)):
+        load_recipe(path, settings)

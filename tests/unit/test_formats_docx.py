@@ -118,30 +118,40 @@ def test_a_decompression_bomb_is_refused_before_anything_is_unpacked():
 
 
 def _declaring(data: bytes, member: str, size: int) -> bytes:
-    """``data`` (a zip) with ``member``'s declared unpacked size changed to ``size`` in both of its headers."""
+    """``data`` (a zip) with ``member``'s declared unpacked size changed to ``size`` in both of its headers, and its
+    checksum to that of its first ``size`` bytes (so that a reader stopping at the declared size finds it right)."""
     import struct
+    import zipfile
+    import zlib
 
+    with zipfile.ZipFile(io.BytesIO(data)) as archive, archive.open(member) as part:
+        crc = zlib.crc32(part.read(size))
     out = bytearray(data)
     name = member.encode()
-    for signature, size_at, name_at in ((b"PK\x03\x04", 22, 30), (b"PK\x01\x02", 24, 46)):
+    for signature, crc_at, name_at in ((b"PK\x03\x04", 14, 30), (b"PK\x01\x02", 16, 46)):
         at = out.find(signature)
         while at != -1:
             if out[at + name_at : at + name_at + len(name)] == name:
-                out[at + size_at : at + size_at + 4] = struct.pack("<I", size)
+                out[at + crc_at : at + crc_at + 4] = struct.pack("<I", crc)
+                out[at + crc_at + 8 : at + crc_at + 12] = struct.pack("<I", size)
             at = out.find(signature, at + 4)
     return bytes(out)
 
 
 def test_a_part_that_unpacks_past_what_it_declares_is_refused_with_bounded_memory():
+    """The declared size and the checksum of what fits in it lie alike: the part is refused as its real inflated
+    size passes the declared one (a reader asking for the whole part would inflate all of it in one call)."""
     import tracemalloc
 
     lying = _declaring(bomb(32 << 20, document()), "word/document.xml", 4096)  # 32 MiB declared as 4 KiB
     tracemalloc.start()
-    with pytest.raises(NmtError, match=r"its part word/document.xml is damaged"):
+    with pytest.raises(NmtError, match=r"its part word/document.xml unpacks to more than the 4,096 bytes it declares"):
         translate_bytes(lying, Path("lying.docx"), lambda s: s, "en", "de")
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 16 << 20  # chunks of the part, never the part inflated in one call
+    with pytest.raises(NmtError, match=r"its part word/document.xml is damaged"):
+        translate_bytes(_declaring(document(), "word/document.xml", 1 << 16), Path("short.docx"), str, "en", "de")
 
 
 def test_many_small_parts_that_unpack_to_a_bomb_together_are_refused():
@@ -157,3 +167,22 @@ def test_many_small_parts_that_unpack_to_a_bomb_together_are_refused():
             out.writestr(f"word/media/image{n}.bin", bytes((1 << 20) - 1))
     with pytest.raises(TooLarge, match=r"lots.docx: unpacks to [\d,]+ times its size .*--max-unpack-ratio"):
         translate_bytes(buffer.getvalue(), Path("lots.docx"), lambda s: s, "en", "de")
+
+
+def test_a_run_moved_before_the_run_it_followed_keeps_every_run():
+    """The model moves a bold word to the front ("Cannot open **file**." -> "**Datei** kann nicht geöffnet
+    werden."): the runs are put back in the translation's order, none lost (this once raised from lxml)."""
+    d = docx.Document()
+    p = d.add_paragraph("Cannot open ")
+    p.add_run("file").bold = True
+    p.add_run(".")
+    buffer = io.BytesIO()
+    d.save(buffer)
+
+    def align(sentences: list[str]):
+        return [("Datei kann nicht geöffnet werden.", [(2, 0), (0, 1), (0, 2), (1, 3), (1, 4)]) for _ in sentences]
+
+    out, _ = translate_bytes(buffer.getvalue(), Path("moved.docx"), Sentences(lambda xs: [], align), "en", "de")
+    paragraph = runs(out)[0]
+    assert paragraph[0][0].strip() == "Datei" and paragraph[0][1] is True
+    assert "".join(text for text, _, _ in paragraph) == "Datei kann nicht geöffnet werden."

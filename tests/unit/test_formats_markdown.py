@@ -156,3 +156,23 @@ def test_adjacent_code_spans_keep_their_order_when_the_sentence_is_reordered():
 
     out, _ = translate_markdown("Run `a` `b` now, then `c`.\n", reverse, "en", "de")
     assert "`a` `b`" in out and out.count("`c`") == 1
+
+
+def test_a_myst_role_stays_with_its_target_and_footnotes_and_windows_paths_stay_whole():
+    """A model that moves words about: "{ref}`label`" is one span (never "{ref}{doc}" then the targets), a
+    footnote glued to its word and a Windows path with a space in a folder name come back whole, and a backslash
+    that escapes nothing is written as the source wrote it."""
+    from nmt_cli.formats.markdown import translate_markdown
+
+    doc = "See {ref}`install` and {doc}`guide/setup` for the module[^python], or C:\\Program Files\\App\\app.exe.\n"
+    seen: list[str] = []
+
+    def reverse(lines: list[str]) -> list[str]:
+        seen.extend(lines)
+        return [" ".join(reversed(line.rstrip(".").split())) + "." for line in lines]
+
+    out, _ = translate_markdown(doc, reverse, "en", "de")
+    for kept in ("{ref}`install`", "{doc}`guide/setup`", "[^python]", "C:\\Program Files\\App\\app.exe"):
+        assert out.count(kept) == 1, (kept, out)
+    assert not any("{ref}" in s or "Program" in s or "python" in s for s in seen), seen
+    assert translate_markdown(doc, lambda xs: list(xs), "en", "de")[0] == doc

@@ -81,6 +81,11 @@ def test_a_tbx_with_entities_is_refused_without_loading_them(tmp_path):
     ).replace("<term>file</term>", "<term>&x;</term>")
     with pytest.raises(DataError, match=r"g.tbx: declares a DTD or entities"):
         read_glossary(_write(tmp_path, "g.tbx", hostile), "en", "de")
+    # the same in UTF-16, where the bytes "<!DOCTYPE" never appear: refused alike, the entity never placed
+    utf16 = tmp_path / "g16.tbx"
+    utf16.write_bytes(hostile.replace('<?xml version="1.0"?>', '<?xml version="1.0" encoding="UTF-16"?>').encode("utf-16"))
+    with pytest.raises(DataError, match=r"g16.tbx: declares a DTD or entities"):
+        read_glossary(utf16, "en", "de")
 
 
 def test_keep_terms_are_names_copied_as_written(tmp_path):

@@ -203,3 +203,26 @@ def test_inference_reads_xl_distance_keys_from_a_table_that_follows_the_weights(
     with torch.no_grad():
         after = xl.distance_keys(2, 9, torch.float32)
     torch.testing.assert_close(after, xl.distance_keys(2, 9, torch.float32), rtol=1e-5, atol=1e-6)
+
+
+def test_the_xl_table_stays_the_size_asked_for_across_weight_changes():
+    """The table is as long as the longest range asked for: it once doubled at every rebuild, for new weights (every
+    validation after optimizer steps) or a longer batch, and a validation of long paragraphs grew it past memory."""
+    from nmt_cli.model.attention import XLPositions
+
+    torch.manual_seed(0)
+    xl = XLPositions(16, 2)
+    optimizer = torch.optim.SGD(xl.parameters(), lr=0.1)
+    for _ in range(12):
+        xl.distance_keys(2, 9, torch.float32).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        with torch.no_grad():
+            for t_k in range(1, 100):  # an incremental decode of 99 steps
+                xl.distance_keys(1, t_k, torch.float32)
+    assert xl._table is not None
+    assert xl._table[3].size(1) <= 2 * (99 + 1)
+    with torch.no_grad():  # validation's batches, each a little longer than the one before: queries and keys grow
+        for length in range(1, 13):
+            xl.distance_keys(length, length, torch.float32)
+    assert xl._table[3].size(1) <= 2 * (99 + 12)
