@@ -8,7 +8,7 @@ import typer
 
 from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
-from .common import ThreadsOption, console, device_option, language_option, resolve_device
+from .common import ThreadsOption, console, device_option, language_option, resolve_device, translate_hint
 
 
 def run(
@@ -65,7 +65,12 @@ def run(
         f"{report.auroc_seq_logprob:.3f}), expected calibration error {report.calibration_error:.3f}",
         soft_wrap=True,
     )
-    console.print(f"wrote {output}; translate with: nmt translate -m {output} --confidence", soft_wrap=True)
+    # a multilingual model's calibrated direction, named in full
+    reads, writes = direction.split("-") if direction else ("en", "")
+    named = ("--from", reads, "--to", writes) if direction else ()
+    console.print(
+        f"wrote {output}; try it: {translate_hint(output, [reads], [writes], '--confidence', *named)}", soft_wrap=True
+    )
 
 
 def _direction(model: Path, source: str | None, to: str | None):  # type: ignore[no-untyped-def]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -14,8 +15,9 @@ from ..config import DecodeConfig, Recipe, load_recipe, option_help, override_se
 from ..errors import NmtError
 
 # Everything is printed as written (file names, terms and hints like "pip install 'nmt-cli[serve]'" would be
-# read as Rich style tags, ":100:" as an emoji); styles are given as Text parts (see `styled`).
-console = Console(stderr=True, highlight=False, emoji=False)
+# read as Rich style tags, ":100:" as an emoji) and never wrapped (a hint is copied whole); styles are given as Text
+# parts (see `styled`).
+console = Console(stderr=True, soft_wrap=True, highlight=False, markup=False, emoji=False)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
@@ -27,6 +29,52 @@ RecipeArg = typer.Argument(..., help="Recipe YAML file.", show_default=False)
 SetOption = typer.Option(
     [], "--set", "-s", metavar="KEY=VALUE", help="Override a recipe value, e.g. --set model.layers=3 (repeatable)."
 )
+
+
+# A line to try a model on, in its source language (English for any other: a hint must run as printed).
+_SAMPLE = {"en": "Cannot open file.", "de": "Die Datei kann nicht geöffnet werden.", "fr": "Impossible d'ouvrir le fichier."}
+
+
+def count(n: int, noun: str, plural: str = "") -> str:
+    """``n`` and its noun, singular for one: "1 line", "2 lines", "1,024 entries"."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def command_line(*argv: object) -> str:
+    """A command as a shell reads it back: every argument quoted where it needs it (paths with spaces, ``[...]``)."""
+    return shlex.join(str(arg) for arg in argv)
+
+
+def overrides_args(overrides: list[str]) -> list[str]:
+    """``--set`` overrides as the command line that gave them (for a next step that reads the same recipe)."""
+    return [part for item in overrides for part in ("--set", item)]
+
+
+def translate_hint(model: object, sources: list[str], targets: list[str], *options: str) -> str:
+    """A translate command a user can paste and run: a sample line in the model's (first) source language piped
+    into ``nmt translate -m MODEL``, with ``--to`` where the model writes several languages and ``--from`` where it
+    reads several (translation refuses a multilingual model without them)."""
+    sources, targets = list(dict.fromkeys(sources)), list(dict.fromkeys(targets))
+    source = sources[0] if sources else "en"
+    argv: list[object] = ["nmt", "translate", "-m", model, *options]
+    if len(targets) > 1:
+        argv += ["--to", next((t for t in targets if t != source), targets[0])]
+    if len(sources) > 1:
+        argv += ["--from", source]
+    sample = _SAMPLE.get(source.split("_")[0].split("-")[0].lower(), _SAMPLE["en"])
+    return f"echo {shlex.quote(sample)} | {command_line(*argv)}"
+
+
+def model_hint(loaded: Any, model: object, *options: str) -> str:
+    """:func:`translate_hint` for a loaded model: its languages from its recipe's directions, or, for a model of
+    one source language (an imported OPUS-MT model with target tags), from its tags."""
+    from ..decode.targets import targets_of
+
+    data = loaded.recipe.data
+    if data.pairs:
+        sources, targets = (list(side) for side in zip(*loaded.recipe.directions))
+        return translate_hint(model, sources, targets, *options)
+    return translate_hint(model, [data.src_lang], targets_of(loaded.src_vocab, data.tgt_lang), *options)
 
 
 def deprecated(old: str, new: str) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import RecipeArg, SetOption, console, recipe_from_cli
+from .common import RecipeArg, SetOption, command_line, console, overrides_args, recipe_from_cli
 
 
 def run(
@@ -21,4 +21,5 @@ def run(
 
     resolved = recipe_from_cli(recipe, overrides)
     written = download_all(resolved, log=lambda msg: console.print(msg), cache=cache / "downloads" if cache else None)
-    console.print(f"{len(written)} file(s) ready in {resolved.data.root}; next: nmt prepare {recipe}")
+    next_step = command_line("nmt", "prepare", recipe, *overrides_args(overrides))
+    console.print(f"{len(written)} file(s) ready in {resolved.data.root}; next: {next_step}", soft_wrap=True)

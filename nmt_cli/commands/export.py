@@ -8,9 +8,11 @@ from typing import Literal
 import typer
 
 from ..errors import NmtError
-from .common import console, deprecated
+from .common import console, deprecated, model_hint
 
 Targets = Literal["ctranslate2", "hf"]
+# CTranslate2's weight types (the quantization names its converters take)
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
 def run(
@@ -21,7 +23,11 @@ def run(
     ),
     target_old: Targets = typer.Option(None, "--format", hidden=True),  # --format is an output's shape elsewhere
     quantization: str = typer.Option(
-        None, "--quantization", help="CTranslate2 weight type, e.g. int8, float16.", show_default=False
+        None,
+        "--quantization",
+        metavar="TYPE",
+        help=f"CTranslate2 weight type: {', '.join(QUANTIZATIONS)} (int8: the fast one on a CPU).",
+        show_default=False,
     ),
     force: bool = typer.Option(False, "--force", help="With --for ctranslate2 only: replace an existing output folder."),
 ) -> None:
@@ -44,9 +50,9 @@ def run(
         return
     from ..convert.ctranslate2 import export
 
-    written = export(load_model(model), output, quantization, force)
+    loaded = load_model(model)
+    written = export(loaded, output, quantization, force)
     console.print(
-        f"CTranslate2 model written to {written}; translate with: "
-        f"nmt translate --engine ctranslate2 -m {written} < input.txt",
+        f"CTranslate2 model written to {written}; try it: {model_hint(loaded, written, '--engine', 'ctranslate2')}",
         soft_wrap=True,
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import NmtError
-from .common import console
+from .common import console, model_hint
 
 HELP = "Bring a model trained by another toolkit into an nmt model folder."
 
@@ -82,7 +82,7 @@ def _refuse_existing(output: Path) -> None:
 
 
 def _done(source: Path | str, written: Path) -> None:
-    console.print(
-        f"imported {source} into {written}; translate with: nmt translate -m {written} < input.txt",
-        soft_wrap=True,
-    )
+    from ..decode.loading import load_model
+
+    hint = model_hint(load_model(written), written)
+    console.print(f"imported {source} into {written}; try it: {hint}", soft_wrap=True)

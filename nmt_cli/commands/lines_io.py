@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import NmtError
-from .common import console
+from .common import console, count
 
 
 @contextlib.contextmanager
@@ -89,6 +89,6 @@ def report_stats(stats, seconds: float, show: bool, max_positions: int) -> None:
     if show:
         rate = stats.sentences / max(seconds, 1e-9)
         console.print(
-            f"translated {stats.sentences:,} lines in {seconds:.1f} s ({rate:.1f} sentences/s, "
+            f"translated {count(stats.sentences, 'line')} in {seconds:.1f} s ({rate:.1f} sentences/s, "
             f"{stats.output_tokens / max(seconds, 1e-9):.0f} target tokens/s)",
         )

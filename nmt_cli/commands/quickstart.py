@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..utils.allocator import bound_kernel_caches
 from ..utils.run_folder import RunFolder
-from .common import SetOption, console, styled
+from .common import SetOption, command_line, console, styled, translate_hint
 
 
 def run(
@@ -54,15 +54,16 @@ def _summary(result, pair: str) -> None:
     timing = ", ".join(f"{k} {v / 60:.1f} min" for k, v in result.seconds.items())
     # Plain lines, not a panel: a panel would cut long paths, and these are meant to be copied.
     console.print(styled("\n", ("model folder:", "bold"), f" {result.run_dir}   ({timing})"), soft_wrap=True)
-    to = f" --to {r.directions[0][1]}" if r.multilingual else ""
-    try_it = f' echo "Cannot open file" | nmt translate -m {result.run_dir}{to}'
-    console.print(styled(("try it:", "bold"), try_it), soft_wrap=True)
+    sources, targets = zip(*r.directions)
+    try_it = translate_hint(result.run_dir, list(sources), list(targets))
+    console.print(styled(("try it:", "bold"), f" {try_it}"), soft_wrap=True)
     console.print(styled(("each step by hand:", "bold")))
+    to = ["--to", r.directions[0][1]] if r.multilingual else []
     for command in (
-        f"nmt prepare {recipe_file}",
-        f"nmt train {recipe_file}",
-        f"nmt average {result.run_dir} --last 5 -o {result.run_dir}/model.pt",
-        f"nmt translate -m {result.run_dir}{to} -i {result.test_source} -o {result.hypotheses}",
-        f"nmt score {result.hypotheses} {result.test_reference} --metrics bleu,chrf",
+        command_line("nmt", "prepare", recipe_file),
+        command_line("nmt", "train", recipe_file),
+        command_line("nmt", "average", result.run_dir, "--last", 5, "-o", result.run_dir / "model.pt"),
+        command_line("nmt", "translate", "-m", result.run_dir, *to, "-i", result.test_source, "-o", result.hypotheses),
+        command_line("nmt", "score", result.hypotheses, result.test_reference, "--metrics", "bleu,chrf"),
     ):
         console.print(f"  {command}", soft_wrap=True)

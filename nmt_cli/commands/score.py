@@ -14,6 +14,9 @@ from ..errors import NmtError
 from ..utils.allocator import bound_kernel_caches
 from .common import console, deprecated, device_option, language_option, resolve_device
 
+# sacreBLEU's tokenizers (BLEU.TOKENIZERS), named here so that --help does not import sacreBLEU; a test keeps them equal
+TOKENIZERS = ("13a", "intl", "zh", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200", "spBLEU-1K", "char", "none")
+
 
 def run(
     files: list[str] = typer.Argument(
@@ -21,9 +24,15 @@ def run(
     ),
     metrics: str = typer.Option("bleu", "--metrics", help="Comma-separated: bleu,chrf,ter."),
     tokenize: str = typer.Option(
-        None, "--tokenize", "-tok", help="sacreBLEU tokenizer for BLEU (default 13a).", show_default=False
+        None,
+        "--tokenize",
+        metavar="NAME",
+        help=f"sacreBLEU tokenizer for BLEU: {', '.join(TOKENIZERS)}.  [default: 13a]",
+        show_default=False,
     ),
-    lowercase: bool = typer.Option(False, "--lowercase", "-lc", help="Case-insensitive BLEU and chrF."),
+    tokenize_old: str = typer.Option(None, "-tok", hidden=True),  # sacrebleu's spellings; ours are --long
+    lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF."),
+    lowercase_old: bool = typer.Option(False, "-lc", hidden=True),
     width: int = typer.Option(1, "--width", "-w", min=0, max=10, help="Decimals printed (as sacrebleu -w)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
     paper_bleu: bool = typer.Option(
@@ -38,6 +47,7 @@ def run(
         None,
         "--model",
         "-m",
+        metavar="MODEL",
         help="Forced scores instead: `nmt score --model M SRC HYP` "
         "prints each pair's log-probability under model M (for filtering and "
         "reranking); repeat --model for an ensemble.",
@@ -50,6 +60,7 @@ def run(
     docids: str = typer.Option(
         None,
         "--docids",
+        metavar="FILE",
         help="With --model and a model trained with model.concat: document ids, one per line; each pair is "
         "scored after the earlier pairs of its document (its context), as translation reads them.",
         show_default=False,
@@ -61,6 +72,13 @@ def run(
     --model the model's log-probability of each translation."""
     bound_kernel_caches()  # decoding's batches come in every shape (utils/allocator.py)
     from ..score import metrics as m
+
+    if tokenize_old is not None:
+        deprecated("nmt score -tok", "--tokenize")
+        tokenize = tokenize_old
+    if lowercase_old:
+        deprecated("nmt score -lc", "--lowercase")
+        lowercase = True
 
     if models and _metric_names(models, m.METRICS):
         # `-m` meant --metrics here before it meant --model, as it does in every other command.

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..utils.allocator import TRAINING_KERNEL_CACHE_CAPACITY, bound_kernel_caches
-from .common import RecipeArg, SetOption, console, recipe_from_cli, styled
+from .common import RecipeArg, SetOption, console, deprecated, recipe_from_cli, styled, translate_hint
 
 
 def run(
@@ -27,12 +27,16 @@ def run(
     gpus: int = typer.Option(0, "--gpus", help="Launch one process per GPU through torchrun (NCCL).", min=0, max=4096),
     start_from: str = typer.Option(
         None,
-        "--from",
+        "--resume-from",
         help="Resume from this checkpoint instead of the newest: a step number (1200) or a file.",
         show_default=False,
     ),
+    start_from_old: str = typer.Option(None, "--from", hidden=True),  # --from is a language in every other command
 ) -> None:
     """Train the model the recipe describes; the run folder holds checkpoints, metrics and model.pt."""
+    if start_from_old is not None:
+        deprecated("nmt train --from", "--resume-from")
+        start_from = start_from_old
     bound_kernel_caches(TRAINING_KERNEL_CACHE_CAPACITY)  # updates reuse their shapes more than decoding (utils/allocator.py)
     from ..utils.cpu import check_parallelism
 
@@ -50,7 +54,7 @@ def run(
         if resume is not None:
             args.append("--resume" if resume else "--no-resume")
         if start_from is not None:
-            args += ["--from", start_from]
+            args += ["--resume-from", start_from]
         if gpus:
             args += ["--set", "train.device=cuda"]
         console.print(f"launching {processes} processes through torchrun")
@@ -59,9 +63,10 @@ def run(
 
     run_dir = train(resolved, resume=resume, start_from=start_from, log=lambda msg: console.print(msg, soft_wrap=True))
     if int(os.environ.get("RANK", "0")) == 0:
-        to = f" --to {resolved.directions[0][1]}" if resolved.multilingual else ""  # one of its targets, for example
-        command = (f"nmt translate -m {run_dir}{to}", "bold")
-        console.print(styled("done: translate with  ", command, " < input.txt"), soft_wrap=True)
+        sources, targets = zip(*resolved.directions)
+        console.print(
+            styled("done: try it: ", (translate_hint(run_dir, list(sources), list(targets)), "bold")), soft_wrap=True
+        )
     sys.stdout.flush()
 
 

@@ -17,6 +17,7 @@ from ..formats import file_format_help
 from ..quality.flag_names import FLAGS
 from ..utils.allocator import bound_kernel_caches
 from .common import ThreadsOption, console, decode_option, device_option, language_option, resolve_device
+from .common import count as counted
 from .lines_io import input_lines, output_sink, report_stats, with_progress
 from .translate_engine import open_engine
 from .translate_options import Engines, Plan, Precisions, TranslateOptions
@@ -335,7 +336,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
             input, output, plan.file_format, sentences, translator.languages, gettext_options, limits, plan.kept_tags
         )
         if show:
-            console.print(f"{input}: {count:,} entries translated into {output or 'stdout'}")
+            console.print(f"{input}: {counted(count, 'entry', 'entries')} translated into {output or 'stdout'}")
     elif input is not None and (output is not None or plan.shard is not None):
         identity = _job_identity(o, translator)
         _run_job(input, output, plan.shard or Shard(), launched, o.chunk_lines, identity, texts, o.restart, show)

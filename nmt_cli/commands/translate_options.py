@@ -84,6 +84,8 @@ class TranslateOptions:
         self._check_glossary_options()
         if self.alignment_layer is not None and not self.alignments:
             raise NmtError("--alignment-layer applies to --alignments; add --alignments")
+        if self.zero_shot and (self.source is None or self.to is None):
+            raise NmtError("--zero-shot applies to a direction never trained: give it as --from LANG --to LANG")
         self._check_engine()
         if self.input is not None and (not self.input.exists() or self.input.is_dir()):
             raise NmtError(f"{self.input}: input file not found")

@@ -369,7 +369,7 @@ def _prefer_memory_efficient_attention(device: torch.device) -> None:
 def train(recipe: Recipe, resume: bool | None = None, log: Log = print, start_from: str | None = None) -> Path:
     """Train ``recipe`` (alone or as one process of a torchrun group); return the run folder.
 
-    ``start_from`` (``--from``) names the checkpoint to resume from: a step number or a file.
+    ``start_from`` (``--resume-from``) names the checkpoint to resume from: a step number or a file.
     """
     check_parallelism(recipe.train.threads, "train.threads")  # before the lock: a crash would leave it behind
     info = init_distributed(recipe.train)

@@ -35,11 +35,11 @@ VOCABULARY_ROWS = ("src_embed.weight", "tgt_embed.weight", "output.weight")  # g
 def start_checkpoint(
     folder: RunFolder, resume: bool | None, start_from: str | None, device: torch.device
 ) -> TrainingCheckpoint | None:
-    """The checkpoint to resume from (``--from``, else the newest), or None for a new run."""
+    """The checkpoint to resume from (``--resume-from``, else the newest), or None for a new run."""
     existing = folder.step_checkpoints()
     if start_from is not None:
         if resume is False:
-            raise NmtError("--from and --no-resume contradict each other; drop one")
+            raise NmtError("--resume-from and --no-resume contradict each other; drop one")
         return load_training(folder.find_checkpoint(start_from), device)
     if existing and resume is False:
         raise NmtError(
@@ -65,7 +65,7 @@ def _previous_good(older: list[Path]) -> str:
             load_training(path)
         except CheckpointError:
             continue
-        return f"resume from the previous good one with --from {int(path.stem.split('_')[1])} ({path})"
+        return f"resume from the previous good one with --resume-from {int(path.stem.split('_')[1])} ({path})"
     return "no earlier readable checkpoint is kept: delete the damaged file and train anew"
 
 

@@ -107,18 +107,18 @@ class RunFolder:
             old.unlink(missing_ok=True)
 
     def find_checkpoint(self, choice: str) -> Path:
-        """``--from``: a step number (``1200``) or a path (absolute, or relative to the run folder)."""
+        """``--resume-from``: a step number (``1200``) or a path (absolute, or relative to the run folder)."""
         if choice.isdigit():
             path = self.step_path(int(choice))
             if not path.is_file():
                 kept = ", ".join(str(int(m.group(1))) for p in self.step_checkpoints() if (m := STEP_PATTERN.match(p.name)))
-                raise NmtError(f"--from {choice}: {path} does not exist; kept steps: {kept or 'none'}")
+                raise NmtError(f"--resume-from {choice}: {path} does not exist; kept steps: {kept or 'none'}")
             return path
         path = Path(choice)
         for candidate in (path, self.path / path, self.checkpoint_dir / path):
             if candidate.is_file():
                 return candidate
-        raise NmtError(f"--from {choice}: no such checkpoint file (nor under {self.path}); name a step or a file")
+        raise NmtError(f"--resume-from {choice}: no such checkpoint file (nor under {self.path}); name a step or a file")
 
     # ------------------------------------------------------------------ ownership
 

@@ -197,9 +197,9 @@ def test_corrupt_newest_checkpoint_names_the_previous_good_one(short_run, recipe
     result = nmt(*train_args(recipe_file, "train.max_steps=9"))
     message = one_line_error(result)
     assert result.returncode == 1
-    assert f"{newest}: truncated or corrupt checkpoint" in message and "--from 3" in message
+    assert f"{newest}: truncated or corrupt checkpoint" in message and "--resume-from 3" in message
     assert snapshot(short_run) == before
-    resumed = nmt(*train_args(recipe_file, "train.max_steps=9"), "--from", "3")
+    resumed = nmt(*train_args(recipe_file, "train.max_steps=9"), "--resume-from", "3")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from" in resumed.stderr and "step_00000003.pt (update 3" in " ".join(resumed.stderr.split())
     assert checkpoint.load(short_run / "checkpoints" / "step_00000009.pt")["train_state"]["step"] == 9
@@ -207,10 +207,11 @@ def test_corrupt_newest_checkpoint_names_the_previous_good_one(short_run, recipe
 
 def test_a_weights_only_file_is_never_resumed_from(short_run, recipe_file):
     before = snapshot(short_run)
-    result = nmt(*train_args(recipe_file, "train.max_steps=9"), "--from", str(short_run / "model.pt"))
+    result = nmt(*train_args(recipe_file, "train.max_steps=9"), "--resume-from", str(short_run / "model.pt"))
     assert result.returncode == 1 and "holds model weights only" in one_line_error(result)
-    missing = nmt(*train_args(recipe_file, "train.max_steps=9"), "--from", "5")
+    missing = nmt(*train_args(recipe_file, "train.max_steps=9"), "--from", "5")  # the old spelling still works
     assert missing.returncode == 1 and "kept steps: 3, 6" in one_line_error(missing)
+    assert "nmt train --from is deprecated; use --resume-from" in missing.stderr
     assert snapshot(short_run) == before
 
 

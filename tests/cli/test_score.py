@@ -62,9 +62,12 @@ def test_json_matches_sacrebleu_scores(files):
 
 def test_stdin_and_options(files):
     text = (files / "hyp.de").read_text()
-    ours = runner.invoke(app, ["score", "-", str(files / "ref.de"), "--lowercase", "-tok", "intl"], input=text)
+    ours = runner.invoke(app, ["score", "-", str(files / "ref.de"), "--lowercase", "--tokenize", "intl"], input=text)
     theirs = sacrebleu_cli(str(files / "ref.de"), "-i", str(files / "hyp.de"), "-lc", "-tok", "intl", "-f", "text")
     assert ours.stdout.strip() == theirs[0]
+    # sacrebleu's own spellings still work, with a line that names ours
+    old = runner.invoke(app, ["score", "-", str(files / "ref.de"), "-lc", "-tok", "intl"], input=text)
+    assert old.stdout.strip() == theirs[0] and "use --tokenize" in old.stderr and "use --lowercase" in old.stderr
 
 
 def test_paper_bleu_is_labelled_next_to_sacrebleu(files):

@@ -5,6 +5,7 @@ served with every direction and pivots through English."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -505,3 +506,21 @@ def test_a_multilingual_run_resumes_exactly_across_its_epochs_draws(m30k_slice, 
     assert runs["straight"]["train_state"]["epoch"] >= 1  # the run crossed an epoch: a second draw was made
     a, b = runs["straight"]["model"], runs["resumed"]["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_commands_hints_run_as_printed_on_a_multilingual_model(multilingual, tmp_path):
+    """The "try it" line `nmt export` prints (and `nmt import`, `nmt train` and the quickstart print through the same
+    printer) names the direction a multilingual model needs, and runs as printed."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("ctranslate2")
+    run = multilingual[1]
+    exported = nmt_in_process("export", run, tmp_path / "ct2")
+    assert exported.returncode == 0, exported.stderr
+    hint = exported.stderr.split("try it: ", 1)[1].strip()
+    assert "--to" in hint and "--engine ctranslate2" in hint, hint
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    ran = subprocess.run(hint, shell=True, capture_output=True, text=True, env={**os.environ, "PATH": path})
+    assert ran.returncode == 0 and ran.stdout.strip(), ran.stderr
