@@ -96,6 +96,16 @@ PANELS = (  # (title, [(metric, label suffix, line style)], log scale)
 
 def plot_runs(runs: list[RunCurves], output: Path, axis: XAxis = "updates") -> None:
     """Draw the panels for ``runs`` into the PNG ``output`` (written atomically)."""
+    figure = draw_runs(runs, axis)
+    with atomic_path(output) as tmp:
+        figure.savefig(tmp, format="png", dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+
+
+def draw_runs(runs: list[RunCurves], axis: XAxis = "updates"):  # type: ignore[no-untyped-def]
+    """The figure of :func:`plot_runs` (matplotlib's): four panels, a curve per run and metric."""
     try:
         import matplotlib
 
@@ -116,6 +126,7 @@ def plot_runs(runs: list[RunCurves], output: Path, axis: XAxis = "updates") -> N
                     _x(run, [s for s, _ in points], axis),
                     [v for _, v in points],
                     style,
+                    marker="o" if len(points) == 1 else "",  # a line through one point draws nothing
                     color=colours[index % len(colours)],
                     label=label,
                     linewidth=1.4,
@@ -129,9 +140,7 @@ def plot_runs(runs: list[RunCurves], output: Path, axis: XAxis = "updates") -> N
             axis_box.legend(fontsize=8)
         else:
             axis_box.text(0.5, 0.5, "no records", ha="center", va="center", transform=axis_box.transAxes)
-    with atomic_path(output) as tmp:
-        figure.savefig(tmp, format="png", dpi=100)
-    plt.close(figure)
+    return figure
 
 
 def run_names(folders: list[Path]) -> list[str]:

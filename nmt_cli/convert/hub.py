@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import urllib.parse
 from pathlib import Path
 
 from ..errors import NmtError
@@ -40,14 +42,20 @@ def fetch_marian(name: str, revision: str | None = None) -> Path:
             f"{name}: fetching from the HuggingFace hub needs huggingface_hub: pip install 'nmt-cli[hub]'"
         ) from None
 
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    # Without a route to the hub, only the cache is read: huggingface_hub would retry each file five times over
+    # half a minute, printing each retry, before the same answer.
+    cached_only = not _reachable(endpoint or "https://huggingface.co")
+
     def get(filename: str) -> Path:
         return Path(
             hf_hub_download(
                 repo_id=name,
                 filename=filename,
                 revision=revision,
-                endpoint=os.environ.get("HF_ENDPOINT") or None,
+                endpoint=endpoint,
                 cache_dir=os.environ.get("HF_HUB_CACHE") or None,
+                local_files_only=cached_only,
             )
         )
 
@@ -82,6 +90,17 @@ def fetch_marian(name: str, revision: str | None = None) -> Path:
             f"{name}: could not fetch it ({_first_line(err)}); check the network or give a local folder"
         ) from None
     return folder
+
+
+def _reachable(endpoint: str, seconds: float = 5.0) -> bool:
+    """Whether a connection to ``endpoint``'s host opens (a name that does not resolve, a closed network: no)."""
+    address = urllib.parse.urlparse(endpoint)
+    port = address.port or (443 if address.scheme == "https" else 80)
+    try:
+        socket.create_connection((address.hostname or "", port), timeout=seconds).close()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _first_line(err: Exception) -> str:

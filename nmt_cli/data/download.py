@@ -54,8 +54,13 @@ def download_all(recipe: Recipe, log: Log = print, progress: bool = True, cache:
         written += unpack(source, archive, root, log)
     if len(failures) == 1:
         raise DownloadError(failures[0])
-    if failures:
-        raise DownloadError(f"{len(failures)} of {len(recipe.download)} files could not be fetched: " + " | ".join(failures))
+    if failures:  # each on a line of its own, then one short error (a line of them all was thousands of characters)
+        for failure in failures:
+            log(f"  {failure}")
+        raise DownloadError(
+            f"{len(failures)} of {len(recipe.download)} files could not be fetched (each above); without network, "
+            f"fetch them by hand into {cache}, or point data.root at a copy you have (--set data.root=PATH)"
+        )
     return written
 
 

@@ -230,11 +230,8 @@ def pick_model(
     source, target = fields.get("source", "auto"), fields.get("target")
     detected = None
     if source == "auto" and detector is not None and not detector.unavailable:
-        readers = sorted({m.source for m in models if target in (None, m.target)})
-        ranked = [pair for pair in detector.detect(" ".join(texts)) if pair[0] in readers]
-        if ranked:
-            detected = ranked[0]
-            source = detected[0]
+        detected = _detected_source(detector.detect(" ".join(texts)), models, target)
+        source = detected[0] if detected else source
     fits = [m for m in models if source in ("auto", m.source) and target in (None, m.target)]
     # one pair served by several models (a big one and its distilled student): the first loaded that serves it
     # directly, so that every LibreTranslate client, which names languages only, reaches one; "model" names another
@@ -246,6 +243,33 @@ def pick_model(
         wanted = f"{shown(source)} to {shown(target) if target is not None else 'any language'}"
         raise BadRequest(400, f"no model translates {wanted}; this server has {pairs}")
     raise BadRequest(400, f"several models fit ({pairs}); name the source and target languages")
+
+
+SURE = 90.0  # the identifier's confidence (0-100) above which its first answer is taken even where no model reads it
+
+
+def _detected_source(
+    ranked: list[tuple[str, float]], models: list[ServedModel], target: str | None
+) -> tuple[str, float] | None:
+    """"source": "auto": the language /detect ranks first, when a served model reads it into ``target``. Text
+    surely (``SURE`` %) in the target language already, or in a language no model reads, is refused naming what was
+    detected (a runner-up at 0.15% is no answer: English text was translated "from French"); where the identifier
+    is unsure (a word: "Hi"), the likeliest language a model reads."""
+    readers = sorted({m.source for m in models if target in (None, m.target)})
+    if not ranked:
+        return None
+    language, confidence = ranked[0]
+    if language in readers or confidence < SURE:
+        return next((pair for pair in ranked if pair[0] in readers), None)
+    if language == target:
+        raise BadRequest(
+            400, f'the text is in {language} already (detected, {confidence:g}% sure); give "source" if it is not'
+        )
+    raise BadRequest(
+        400,
+        f"the text is in {language} (detected, {confidence:g}% sure), and no model here reads it"
+        f"{f' into {target}' if target else ''}; models read {', '.join(readers) or 'none'}, or give \"source\"",
+    )
 
 
 def _integer(fields: dict[str, Any], name: str, default: int, low: int, high: int, from_form: bool = False) -> int:

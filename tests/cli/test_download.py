@@ -172,12 +172,15 @@ def test_offline_download_lists_every_missing_file(tmp_path):
         f"  - url: http://127.0.0.1:9/part{i}.tgz\n    sha256: '{'0' * 64}'\n    save_as: part{i}.tgz\n" for i in range(3)
     )
     path.write_text(f"data: {{src_lang: en, tgt_lang: de, root: {tmp_path / 'corpora'}, train: [c]}}\ndownload:\n{sources}")
+    logged: list[str] = []
     with pytest.raises(DownloadError) as err:
-        download_all(load_recipe(path), progress=False, cache=tmp_path / "cache", log=lambda _m: None)
+        download_all(load_recipe(path), progress=False, cache=tmp_path / "cache", log=logged.append)
     message = str(err.value)
-    assert "\n" not in message and message.startswith("3 of 3 files could not be fetched")
-    for i in range(3):
-        assert f"part{i}.tgz: cannot download" in message and str(tmp_path / "cache" / f"part{i}.tgz") in message
+    assert "\n" not in message and message.startswith("3 of 3 files could not be fetched (each above)")
+    assert len(message) < 300 and str(tmp_path / "cache") in message and "--set data.root=" in message
+    for i in range(3):  # each missing file on a line of its own, with where to put it
+        line = next(line for line in logged if f"part{i}.tgz: cannot download" in line)
+        assert str(tmp_path / "cache" / f"part{i}.tgz") in line
 
 
 def test_http_404_and_no_network(server, tmp_path):

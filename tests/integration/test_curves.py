@@ -110,3 +110,17 @@ def test_plot_errors_are_one_line(run_dir, tmp_path):
     lines = len((broken / "metrics.jsonl").read_text().splitlines())
     with pytest.raises(NmtError, match=rf"metrics.jsonl:{lines}: not a JSON line"):
         read_run(broken, "broken")
+
+
+def test_a_run_with_one_validation_draws_its_point():
+    """One validation (a short run): each validation panel shows its point, not an empty frame."""
+    pytest.importorskip("matplotlib")
+    from nmt_cli.curves import RunCurves, _add, draw_runs
+
+    run = RunCurves("short")
+    for record in ({"step": 10, "loss": 5.0, "lr": 1e-3}, {"step": 20, "loss": 4.0, "lr": 1e-3}):
+        _add(run, record)
+    _add(run, {"step": 20, "valid_loss": 4.5, "valid_ppl": 90.0, "valid_bleu": 3.2})
+    figure = draw_runs([run])
+    for box in figure.axes[1:3]:  # perplexity and BLEU: one validation each
+        assert [line.get_marker() for line in box.lines] == ["o"], box.get_title()

@@ -285,7 +285,7 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
-def test_a_hub_name_is_fetched_only_by_that_command(marian_folder, tmp_path, monkeypatch):
+def test_a_hub_name_is_fetched_only_by_that_command(marian_folder, tmp_path, monkeypatch, caplog):
     pytest.importorskip("huggingface_hub")
     handler = type("Hub", (FakeHub,), {"root": marian_folder, "seen": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -321,6 +321,13 @@ def test_a_hub_name_is_fetched_only_by_that_command(marian_folder, tmp_path, mon
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     offline = CliRunner().invoke(app, ["import", "hf", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "third")])
     assert offline.exit_code == 1 and "could not fetch it" in offline.output and "Traceback" not in offline.output
+    # a hub that cannot be reached (a closed port here, a closed network there): the cache is read, no retries
+    monkeypatch.setattr(pytest.importorskip("huggingface_hub.constants"), "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    unreachable = CliRunner().invoke(app, ["import", "hf", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "4th")])
+    assert unreachable.exit_code == 1 and "could not fetch it" in unreachable.output
+    assert "Traceback" not in unreachable.output
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]  # huggingface_hub logs its retries
 
 
 def test_the_folder_export_writes_imports_again(marian_folder, tmp_path):

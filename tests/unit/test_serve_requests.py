@@ -30,3 +30,32 @@ def test_a_direction_served_directly_wins_over_the_same_one_through_a_pivot():
     through = served("de-fr", "de-fr", pivot=served("de-en", "de-en"))
     direct = served("de-fr.2", "de-fr")
     assert pick_model({"source": "de", "target": "fr"}, [through, direct], ["Hallo"], None)[0] is direct
+
+
+class RankedDetector:
+    """A language identifier that ranks as told (``serve/languages.py``'s is trained; this one is the test's)."""
+
+    unavailable = None
+
+    def __init__(self, ranked: list[tuple[str, float]]) -> None:
+        self.ranked = ranked
+
+    def detect(self, text: str) -> list[tuple[str, float]]:
+        return self.ranked
+
+
+def test_source_auto_takes_what_detect_ranks_first_or_says_why_not():
+    """/translate with "source": "auto" agrees with /detect: English text for a model into English is refused as
+    English already (it was translated "from French", detected at 0.15%), as is a language no model reads."""
+    models = [served("de-en", "de-en"), served("fr-en", "fr-en"), served("en-de", "en-de")]
+    german = RankedDetector([("de", 97.5), ("en", 2.0)])
+    model, detected = pick_model({"source": "auto", "target": "en"}, models, ["Ein Hund."], german)
+    assert model.name == "de-en" and detected == ("de", 97.5)
+    english = RankedDetector([("en", 99.78), ("fr", 0.15)])
+    with pytest.raises(BadRequest, match=r"the text is in en already \(detected, 99.78% sure\)"):
+        pick_model({"source": "auto", "target": "en"}, models, ["A dog."], english)
+    spanish = RankedDetector([("es", 96.0), ("fr", 3.0)])
+    with pytest.raises(BadRequest, match=r"the text is in es .* no model here reads it into en; models read de, fr"):
+        pick_model({"source": "auto", "target": "en"}, models, ["Un perro."], spanish)
+    unsure = RankedDetector([("en", 50.0), ("de", 50.0)])  # one word: the likeliest language a model reads
+    assert pick_model({"source": "auto", "target": "en"}, models, ["Hi"], unsure)[1] == ("de", 50.0)
