@@ -251,7 +251,7 @@ SURE = 90.0  # the identifier's confidence (0-100) above which its first answer 
 def _detected_source(
     ranked: list[tuple[str, float]], models: list[ServedModel], target: str | None
 ) -> tuple[str, float] | None:
-    """"source": "auto": the language /detect ranks first, when a served model reads it into ``target``. Text
+    """ "source": "auto": the language /detect ranks first, when a served model reads it into ``target``. Text
     surely (``SURE`` %) in the target language already, or in a language no model reads, is refused naming what was
     detected (a runner-up at 0.15% is no answer: English text was translated "from French"); where the identifier
     is unsure (a word: "Hi"), the likeliest language a model reads."""
@@ -268,7 +268,7 @@ def _detected_source(
     raise BadRequest(
         400,
         f"the text is in {language} (detected, {confidence:g}% sure), and no model here reads it"
-        f"{f' into {target}' if target else ''}; models read {', '.join(readers) or 'none'}, or give \"source\"",
+        f'{f" into {target}" if target else ""}; models read {", ".join(readers) or "none"}, or give "source"',
     )
 
 
