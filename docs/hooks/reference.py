@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,42 @@ def api_signatures() -> str:
             continue
         obj = getattr(nmt_cli, name)
         try:
-            signature = f"{name}{inspect.signature(obj)}"
+            signature = f"{name}{_signature(inspect.signature(obj))}"
         except (TypeError, ValueError):  # a protocol or a class without an inspectable constructor
             signature = name
         kind = "class" if inspect.isclass(obj) else "def"
         doc = (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ")
+        doc = re.sub(r":(?:class|func|meth|attr|mod|data):`~?\.?([^`]+)`", r"`\1`", doc)  # Sphinx roles: names
         lines += [f"### `{name}`", "", "```python", f"{kind} {signature}", "```", "", doc, ""]
     return "\n".join(lines)
+
+
+def _signature(signature: Any) -> str:
+    """A signature as its source writes it: annotations as written (not ``ForwardRef('str')``), a function
+    default by its name (not ``<built-in function print>``)."""
+    import inspect
+
+    def annotation(value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        if getattr(value, "__forward_arg__", None):
+            return value.__forward_arg__
+        return inspect.formatannotation(value).replace("ForwardRef('", "").replace("')", "")
+
+    parts = []
+    for parameter in signature.parameters.values():
+        text = (
+            "*" if parameter.kind is parameter.VAR_POSITIONAL else "**" if parameter.kind is parameter.VAR_KEYWORD else ""
+        ) + parameter.name
+        if parameter.annotation is not parameter.empty:
+            text += f": {annotation(parameter.annotation)}"
+        if parameter.default is not parameter.empty:
+            default = parameter.default
+            shown = getattr(default, "__qualname__", None) if callable(default) else repr(default)
+            text += f" = {shown or repr(default)}"
+        parts.append(text)
+    returned = "" if signature.return_annotation is signature.empty else f" -> {annotation(signature.return_annotation)}"
+    return f"({', '.join(parts)}){returned}"
 
 
 CHANGELOG = Path(__file__).resolve().parents[2] / "CHANGELOG.md"  # the repository's, shown on the site as written
@@ -61,7 +91,8 @@ def cli_reference() -> str:
     lines = [
         "# Command line",
         "",
-        "Generated from the command line itself at every build of these pages; `nmt COMMAND --help` prints the same.",
+        "Generated from the command line itself at every build of these pages: the options `nmt COMMAND --help` lists, "
+        "under the same titles, with the same values and defaults.",
         "",
     ]
     for path, runnable in _commands(root, "nmt"):
@@ -69,15 +100,34 @@ def cli_reference() -> str:
         arguments = [p for p in runnable.params if p.param_type_name == "argument"]
         if arguments:
             lines += ["| argument | meaning |", "| --- | --- |"]
-            lines += [f"| `{a.name.upper()}` | {_cell_text(getattr(a, 'help', None) or '')} |" for a in arguments]
+            lines += [
+                f"| `{a.name.upper()}` | {_required(a)}{_cell_text(getattr(a, 'help', None) or '')} |" for a in arguments
+            ]
             lines.append("")
         options = [p for p in runnable.params if p.param_type_name == "option" and not getattr(p, "hidden", False)]
-        if options:
+        for title, grouped in _option_groups(path, options):
+            lines += [f"### {title}", ""] if title else []
             lines += ["| option | value | default | meaning |", "| --- | --- | --- | --- |"]
-            for option in options:
-                lines.append(_option_row(option))
+            lines += [_option_row(option) for option in grouped]
             lines.append("")
     return "\n".join(lines)
+
+
+def _option_groups(path: str, options: list[Any]) -> list[tuple[str, list[Any]]]:
+    """The options under the titles ``--help`` shows them in (``nmt translate``'s groups), else one untitled list."""
+    from nmt_cli.commands.translate import OPTION_GROUPS
+
+    if path != "nmt translate":
+        return [("", options)] if options else []
+    by_name = {option.name: option for option in options}
+    groups = [(title, [by_name[n] for n in names if n in by_name]) for title, names in OPTION_GROUPS.items()]
+    placed = {option.name for _, grouped in groups for option in grouped}
+    groups.append(("Other", [option for option in options if option.name not in placed]))
+    return [(title, grouped) for title, grouped in groups if grouped]
+
+
+def _required(param: Any) -> str:
+    return "**required.** " if getattr(param, "required", False) else ""
 
 
 def _commands(command: Any, path: str) -> list[tuple[str, Any]]:
@@ -96,7 +146,7 @@ def _option_row(option: Any) -> str:
     value = "" if option.is_flag else _value_kind(option)
     default = option.default
     shown = "" if default is None or callable(default) or option.show_default is False else f"`{_yaml(default)}`"
-    return f"| {names} | {value} | {shown} | {_cell_text(option.help or '')} |"
+    return f"| {names} | {value} | {shown} | {_required(option)}{_cell_text(option.help or '')} |"
 
 
 def _value_kind(option: Any) -> str:

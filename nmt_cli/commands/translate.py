@@ -77,7 +77,7 @@ def run(
         "--dtype",
         help="Weights and arithmetic: fp32 (default), or bf16/fp16 (faster "
         "on GPUs and on CPUs with native bf16; outputs can differ slightly from fp32's). With "
-        "--engine ctranslate2: its compute type float32/bfloat16/float16, or int8 (8-bit weights, "
+        "--engine ctranslate2: its compute type float32, bfloat16, float16, or int8 (8-bit weights, "
         "CTranslate2's fastest on most CPUs; default: the type the model was exported with).",
         show_default=False,
     ),
