@@ -19,6 +19,7 @@ from ..config import DecodeConfig
 from ..model.transformer import Transformer
 from ..quality.confidence_map import Calibration
 from ..quality.features import Features, features, flags
+from ..quality.flag_names import COPY_CEILING, UNTRANSLATED
 from .attention_maps import alignment_layer, cross_attention
 from .ensemble import Ensemble
 from .search import Hypothesis, length_penalty
@@ -35,11 +36,13 @@ class Assessment:
     features: Features
     confidence: float | None
     flags: list[str]
+    ceiling: float = 1.0  # the most it may be trusted whatever the model says (a copy of its source: COPY_CEILING)
 
     @property
     def shown_confidence(self) -> float:
         """The calibrated confidence, or without a calibration exp(mean token log-probability), in [0, 1] too."""
-        return self.confidence if self.confidence is not None else math.exp(self.features.mean_logprob)
+        found = self.confidence if self.confidence is not None else math.exp(self.features.mean_logprob)
+        return min(found, self.ceiling)
 
     def fields(self) -> dict[str, Any]:
         """What a JSON answer (``--format jsonl``, the server) says of this translation's confidence."""
@@ -75,6 +78,7 @@ class Assessor:
     src_vocab: spm.SentencePieceProcessor
     max_positions: int
     calibration: Calibration | None
+    joint: bool = False  # one vocabulary for both sides: a copy of the source is the same ids
 
     @classmethod
     def of(cls, loaded: LoadedModel, config: DecodeConfig, layer: int | None = None) -> Assessor:
@@ -82,7 +86,8 @@ class Assessor:
         alignment layer)."""
         model = loaded.model.models[0] if isinstance(loaded.model, Ensemble) else loaded.model
         layer = alignment_layer(model, layer)
-        return cls(model, layer, config, loaded.src_vocab, loaded.recipe.model.max_positions, loaded.calibration)
+        joint = loaded.src_vocab.serialized_model_proto() == loaded.tgt_vocab.serialized_model_proto()
+        return cls(model, layer, config, loaded.src_vocab, loaded.recipe.model.max_positions, loaded.calibration, joint)
 
     def nothing(self) -> Assessment:
         """An empty or blank line's: its empty translation is certainly right (confidence 1 where the model is
@@ -116,7 +121,17 @@ class Assessor:
             confidence = self.calibration.confidence(found_features)
             learnt = self.calibration.flag_probabilities(found_features)
         raised = flags(found_features, hyp.tokens, words, len(hyp.tokens) >= limit, learnt)
+        if self._copy_of(source, hyp.tokens):  # the source given back: a reader must look, however sure the model
+            raised = raised if UNTRANSLATED in raised else [*raised, UNTRANSLATED]
+            return Assessment(found_features, confidence, raised, COPY_CEILING)
         return Assessment(found_features, confidence, raised)
+
+    def _copy_of(self, source: list[int], output: list[int]) -> bool:
+        """Whether ``output`` is ``source``'s pieces (a language tag before them aside) and they hold a word: one
+        vocabulary for both sides only (with two, the same text is other ids)."""
+        if not output or len(source) - len(output) not in (0, 1) or source[len(source) - len(output) :] != output:
+            return False
+        return self.joint and any(ch.isalpha() for ch in self.src_vocab.decode(output))
 
 
 def teacher_forced(

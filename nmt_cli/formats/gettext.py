@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from ..errors import NmtError
 from ..version import __version__
 from .document import DocumentRequest
-from .placeholders import PLACEHOLDER
+from .placeholders import PLACEHOLDER, TEXT_PLACEHOLDER
 from .po_grammar import check_po_grammar
 from .segments import UNDOUBTED, Sentences, TextConfidence, TranslateSentences, assess_texts, translate_texts
 from .textfile import NEAREST, TextFile
@@ -147,8 +147,8 @@ def translate_po(
         else:
             entry.msgstr = one
         copied = _copied(entry.msgid, one)
-        if copied:  # the source came back as it was: a reader must look, whatever the confidence
-            assessed = assessed.worst(TextConfidence(assessed.confidence, (UNTRANSLATED,)))
+        if copied:  # the source came back as it was: a reader must look, whatever the model's confidence
+            assessed = assessed.worst(TextConfidence(min(assessed.confidence, COPY_CEILING), (UNTRANSLATED,)))
             if fuzzy_below is None:
                 entry.tcomment = _with_comment(entry.tcomment, UNTRANSLATED_COMMENT)
         if reordered:  # a program would format its arguments into the wrong slots: never final
@@ -179,6 +179,7 @@ def translate_po(
 
 
 UNTRANSLATED = "untranslated"  # the flag's name in quality/flag_names.py (formats sit below quality)
+COPY_CEILING = 0.25  # quality/flag_names.py's: the most a copy of its source may be trusted
 REORDERED = "placeholders-reordered"  # the flag of an entry whose conversions came back in another order
 # printf conversions that take their argument by position in the list (no "%2$s"), as a c-format or
 # python-format string has them: their order is the program's argument order.
@@ -209,8 +210,12 @@ _WORD = re.compile(r"[^\W\d_]{2,}")
 
 def _copied(source: str, target: str) -> bool:
     """Whether ``target`` is ``source`` unchanged while ``source`` has words to translate (letters outside its
-    placeholders): a column heading copied as a name, a message the model gave back."""
-    return " ".join(source.split()) == " ".join(target.split()) and bool(_WORD.search(PLACEHOLDER.sub(" ", source)))
+    placeholders): a column heading copied as a name, a message the model gave back. A message that is nothing
+    but tags ("<incomplete>") is text: its words count."""
+    if " ".join(source.split()) != " ".join(target.split()):
+        return False
+    outside = PLACEHOLDER.sub(" ", source)
+    return bool(_WORD.search(outside if outside.strip() else TEXT_PLACEHOLDER.sub(" ", source)))
 
 
 def mnemonic(msgid: str) -> str | None:

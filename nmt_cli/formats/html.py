@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from .document import DocumentRequest
-from .markup import translate_fragments
+from .markup import holds_a_name, translate_fragments
 from .markup_tree import CODE, VOID, html_opaque, kept_as_code
 from .segments import Sentences, TranslateSentences, as_sentences, translate_texts
 from .textfile import TextFile
@@ -58,11 +58,15 @@ def declared_charset(data: bytes) -> str | None:
     return "windows-1252" if declared == "x-user-defined" else declared
 
 
+_TAG = re.compile(r"<[^<>]*>")
+
+
 @dataclass
 class _Page:
     """What the scan found: segments and start tags with translatable attributes, as (start, end) offsets."""
 
     segments: list[tuple[int, int]] = field(default_factory=list)
+    blocks: list[str] = field(default_factory=list)  # per segment, the block element it is the text of ("dt", "p")
     tags: list[tuple[int, int]] = field(default_factory=list)
     html_tag: tuple[int, int] | None = None
 
@@ -79,6 +83,7 @@ class _Scanner(HTMLParser):
         self.start: int | None = None  # where the open segment starts
         self.has_text = False
         self.kept: list[str] = []  # the element names of the untouched elements we are inside
+        self.block = ""  # the block element whose text the open segment is
 
     def _offset(self) -> int:
         line, column = self.getpos()
@@ -87,6 +92,7 @@ class _Scanner(HTMLParser):
     def _boundary(self, at: int) -> None:
         if self.start is not None and self.has_text:
             self.page.segments.append((self.start, at))
+            self.page.blocks.append(self.block)
         self.start, self.has_text = None, False
 
     def _content(self, at: int, text: bool) -> None:
@@ -110,6 +116,7 @@ class _Scanner(HTMLParser):
             self._content(at, False)  # an inline element kept as written goes into its sentence, unchanged
             return
         self._boundary(at)
+        self.block = tag
         if kept and tag not in VOID:
             self.kept.append(tag)
 
@@ -137,6 +144,7 @@ class _Scanner(HTMLParser):
             self._content(at, False)
         else:
             self._boundary(at)
+            self.block = ""  # text after a block's end belongs to its parent, whose name is not kept
 
     def handle_data(self, data: str) -> None:
         if not self.kept:
@@ -172,7 +180,11 @@ def translate_html(
     scanner.feed(text)
     page = scanner.finish()
     segments = [text[a:b] for a, b in page.segments]
-    translated = translate_fragments(segments, sentences, source_language, is_opaque=is_code)
+    # a segment that is a name by the element that holds it (a <dt> of one identifier) is kept, as in tagged lines
+    named = [holds_a_name(block, html.unescape(_TAG.sub("", s))) for block, s in zip(page.blocks, segments)]
+    asked = [s for s, name in zip(segments, named) if not name]
+    answers = iter(translate_fragments(asked, sentences, source_language, is_opaque=is_code))
+    translated = [s if name else next(answers) for s, name in zip(segments, named)]
     tags = {text[a:b]: None for a, b in page.tags}
     values = [(tag, m) for tag in tags for m in ATTRIBUTE.finditer(tag)]
     plain = [html.unescape(_value(m)) for _, m in values]

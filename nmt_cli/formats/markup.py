@@ -93,6 +93,13 @@ _IDENTIFIER = re.compile(r"[a-z0-9_][\w.+@-]*|[\w.+@-]*[\d_][\w.+@-]*")
 _PRODUCT = re.compile(r"(?:[A-Z0-9][\w.+&'-]*)(?:\s+[A-Z0-9v][\w.+&'-]*)*")
 
 
+def holds_a_name(element: str, text: str) -> bool:
+    """Whether an element named ``element`` whose text is ``text`` holds a name (kept as written): a ``<dt>`` of
+    one identifier, a ``<ph>`` of capitalised words. One rule for tagged lines and whole pages."""
+    core, element = text.strip(), element.lower()
+    return bool((element == "dt" and _IDENTIFIER.fullmatch(core)) or (element == "ph" and _PRODUCT.fullmatch(core)))
+
+
 def _names(root: Element, text: str) -> list[tuple[int, int]]:
     """The text of elements that hold a name by what they hold: a ``<dt>`` of one identifier, a ``<ph>`` of
     capitalised words. Masked like a path, so they come back as written."""
@@ -103,7 +110,7 @@ def _names(root: Element, text: str) -> list[tuple[int, int]]:
         if element.children or not content.strip():
             continue
         core = content.strip()
-        if (name == "dt" and _IDENTIFIER.fullmatch(core)) or (name == "ph" and _PRODUCT.fullmatch(core)):
+        if holds_a_name(name, core):
             start = element.start + len(content) - len(content.lstrip())
             spans.append((start, start + len(core)))
     return spans

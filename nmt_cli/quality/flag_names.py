@@ -10,4 +10,8 @@ OMISSION = "omission"  # part of the source left out (a learnt map, fitted by nm
 
 FLAGS = (TRUNCATED, REPETITION, UNTRANSLATED, HALLUCINATION, OMISSION)
 
-__all__ = ["FLAGS", "HALLUCINATION", "OMISSION", "REPETITION", "TRUNCATED", "UNTRANSLATED"]
+# The most a translation that is its source given back may be trusted: a reader must look (a name is copied
+# rightly, a message the model could not translate wrongly; below 0.5, --fuzzy-below's default, it is reviewed).
+COPY_CEILING = 0.25
+
+__all__ = ["COPY_CEILING", "FLAGS", "HALLUCINATION", "OMISSION", "REPETITION", "TRUNCATED", "UNTRANSLATED"]

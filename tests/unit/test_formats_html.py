@@ -85,3 +85,20 @@ def test_a_page_declaring_utf16_in_ascii_bytes_is_read_as_utf8_as_browsers_do():
     # a real UTF-16 page starts with its byte-order mark and stays UTF-16
     real, _ = translate_bytes(page.encode("utf-16"), Path("p.html"), lambda s: [x.upper() for x in s], "en", "de")
     assert "<title>ÜBER UNS</title>" in real.decode("utf-16")
+
+
+def test_a_definition_term_of_one_identifier_is_kept_in_a_page_as_in_a_tagged_line():
+    """A page's `<dt>bin</dt>` is a user name, as it is in a `--markup` line: never shown to the model (it became
+    "binären"); a `<dt>` of words is translated."""
+    from nmt_cli.formats.html import translate_html
+
+    page = "<dl><dt>bin</dt><dd>The bin user.</dd><dt>www-data</dt><dd>Web server.</dd><dt>Main menu</dt></dl>"
+    seen: list[str] = []
+
+    def shout(sentences: list[str]) -> list[str]:
+        seen.extend(sentences)
+        return [s.upper() for s in sentences]
+
+    out, _ = translate_html(page, shout, "en", "de")
+    assert "<dt>bin</dt>" in out and "<dt>www-data</dt>" in out and "<dt>MAIN MENU</dt>" in out
+    assert "bin" not in seen and "www-data" not in seen and "THE BIN USER." in out

@@ -174,3 +174,23 @@ def test_an_entry_given_back_unchanged_is_flagged_untranslated():
     by_id = {entry.msgid: entry for entry in out}
     assert "untranslated" in by_id["UncompOffset"].tcomment and "fuzzy" in by_id["UncompOffset"].flags
     assert "untranslated" not in (by_id["%s: %d"].tcomment or "")  # nothing in it to translate
+
+
+def test_a_copy_is_trusted_little_even_where_the_model_is_sure_and_a_lone_tag_is_text():
+    """`<incomplete>` given back was not flagged (its words sat in a "tag"); a copy kept the model's confidence
+    1.00 while it was flagged. Now both are untranslated, fuzzy, and at most the copy ceiling."""
+    from nmt_cli.formats import translate_bytes as translate
+    from nmt_cli.formats.gettext import COPY_CEILING
+    from nmt_cli.formats.segments import Sentences, TextConfidence
+    from nmt_cli.quality.flag_names import COPY_CEILING as QUALITY_CEILING
+
+    assert COPY_CEILING == QUALITY_CEILING  # formats sit below quality: one figure, named twice
+    entries = 'msgid "<incomplete>"\nmsgstr ""\n\nmsgid "Open"\nmsgstr ""\n'
+    sure = Sentences(
+        lambda xs: list(xs), assess=lambda xs: [(x if x == "<incomplete>" else "Öffnen", TextConfidence(1.0)) for x in xs]
+    )
+    out, _ = translate(catalogue(entries), Path("app.po"), sure, "en", "de", fuzzy_below=0.5)
+    by_id = {entry.msgid: entry for entry in polib.pofile(out.decode("utf-8"))}
+    copied, translated = by_id["<incomplete>"], by_id["Open"]
+    assert "fuzzy" in copied.flags and "untranslated" in copied.tcomment and f"{COPY_CEILING:.2f}" in copied.tcomment
+    assert "fuzzy" not in translated.flags and "1.00" in translated.tcomment

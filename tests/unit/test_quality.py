@@ -102,3 +102,26 @@ def test_one_list_of_flag_names_for_the_code_the_help_and_the_docs():
     assert f"flags ({', '.join(FLAGS)})" in help_text
     assert f"flags ({', '.join(FLAGS)})" in readme
     assert all(f"`{flag}`" in docs for flag in FLAGS)
+
+
+def test_a_translation_that_gives_its_source_back_is_flagged_and_trusted_little():
+    """The command line and the server assess alike: a copy of the source's pieces (a language tag before them
+    aside) that holds a word is `untranslated` and at most the copy ceiling, however sure the model was."""
+    from nmt_cli.config import DecodeConfig
+    from nmt_cli.decode.assess import Assessment, Assessor
+    from nmt_cli.quality.features import Features
+    from nmt_cli.quality.flag_names import COPY_CEILING
+
+    class Pieces:
+        def decode(self, ids: list[int]) -> str:
+            return " ".join({5: "Linux", 6: "42"}.get(i, "x") for i in ids)
+
+    assessor = Assessor(None, 0, DecodeConfig(), Pieces(), 64, None, joint=True)  # type: ignore[arg-type]
+    assert assessor._copy_of([5], [5]) and assessor._copy_of([99, 5], [5])  # (99: a language tag)
+    assert not assessor._copy_of([6], [6])  # a number given back is right
+    assert not assessor._copy_of([5, 7], [5]) and not assessor._copy_of([5], [])
+    apart = Assessor(None, 0, DecodeConfig(), Pieces(), 64, None, joint=False)  # type: ignore[arg-type]
+    assert not apart._copy_of([5], [5])  # two vocabularies: the same ids are other pieces
+    sure = Features(0.0, 0.0, 0.0, 0.0, 0.0, 1.0)  # log-probability 0: confidence 1 uncalibrated
+    assert Assessment(sure, None, []).shown_confidence == 1.0
+    assert Assessment(sure, 0.97, ["untranslated"], COPY_CEILING).shown_confidence == COPY_CEILING
