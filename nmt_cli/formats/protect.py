@@ -114,7 +114,39 @@ class Masked:
         """The model's translation of :attr:`text` with every placeholder and mask present exactly once
         (``repair`` by ``pattern``) and each mask replaced by its original."""
         mended = adjacent_in_order(self.text, repair(self.text, translation, pattern), pattern)
-        return unmask(mended, self.originals)
+        return unmask(unglued(mended, self.text, pattern, self.originals), self.originals)
+
+
+# What a model glues onto a kept span: letters, digits and the characters of codes, with no space before them
+_GLUE = re.compile(r"-?[^\W_][\w()<>.-]*")
+# Spans that are code (options, paths, URLs, addresses, variables, placeholders): nothing is ever compounded on them
+_CODE = re.compile(r"^[-/~.\\]|://|[@%${}\\]")
+
+
+def unglued(translation: str, source: str, pattern: re.Pattern[str], originals: dict[str, str]) -> str:
+    """``translation`` with what the model glued onto a placeholder or mask that ``source`` stands apart (a space,
+    punctuation or the end after it) taken off: a run that repeats the span's own characters (``%(current)li`` +
+    ``urrent(lili)``, ``%<PRIu64>`` + ``64PRIP>``) is removed; a word is set apart by a space (``--robot-Maschinen``,
+    ``X.509zertifikat``), but for a hyphenated compound after a number or a name (``X.509-Zertifikat``)."""
+    apart = {m.group(0) for m in pattern.finditer(source) if not _GLUE.match(source, m.end())}
+    out, at = [], 0
+    for match in pattern.finditer(translation):
+        token = match.group(0)
+        span = originals.get(token, token)
+        glue = _GLUE.match(translation, match.end()) if token in apart and not span.isspace() else None
+        if glue is None or (glue.group(0).startswith("-") and not _CODE.search(span)):
+            continue
+        run = glue.group(0)
+        out += [translation[at : match.end()], "" if _echoes(run, span) else " " + run.lstrip("-")]
+        at = glue.end()
+    return "".join(out) + translation[at:]
+
+
+def _echoes(run: str, span: str) -> bool:
+    """Whether ``run`` is mostly the span's own character pairs (the model repeating what it copied)."""
+    pairs = [run[i : i + 2].lower() for i in range(len(run) - 1)]
+    own = {span[i : i + 2].lower() for i in range(len(span) - 1)}
+    return bool(pairs) and sum(pair in own for pair in pairs) / len(pairs) >= 0.5
 
 
 def has_words(text: str) -> bool:

@@ -194,3 +194,26 @@ def test_a_copy_is_trusted_little_even_where_the_model_is_sure_and_a_lone_tag_is
     copied, translated = by_id["<incomplete>"], by_id["Open"]
     assert "fuzzy" in copied.flags and "untranslated" in copied.tcomment and f"{COPY_CEILING:.2f}" in copied.tcomment
     assert "fuzzy" not in translated.flags and "1.00" in translated.tcomment
+
+
+@pytest.mark.parametrize(
+    "source, model_wrote, expected",
+    [
+        ("Use --robot for machines.", "Nutze %s-Maschinen.", "Nutze --robot Maschinen."),  # code: never compounded
+        ("The X.509 certificate.", "Das %szertifikat.", "Das X.509 zertifikat."),
+        ("The X.509 certificate.", "Das %s-Zertifikat.", "Das X.509-Zertifikat."),  # a number heads a compound
+        (
+            "Done %(current)li of %(total)li",
+            "Fertig %(current)liurrent(lili) von %(total)li",
+            "Fertig %(current)li von %(total)li",
+        ),
+        ("Size [%<PRIu64>] bytes", "Größe [%<PRIu64>64PRIP>] Bytes", "Größe [%<PRIu64>] Bytes"),
+        ("Open /srv/1 and /srv/10 now.", "Öffne %s und %d jetzt.", "Öffne /srv/1 und /srv/10 jetzt."),
+        ("Version 2.1-beta is out.", "Version %s ist da.", "Version 2.1-beta ist da."),  # the source's own glue
+    ],
+)
+def test_what_the_model_glued_onto_a_kept_span_is_taken_off(source, model_wrote, expected):
+    from nmt_cli.formats.protect import mask_line
+
+    masked = mask_line(source)
+    assert masked.restore(model_wrote) == expected
