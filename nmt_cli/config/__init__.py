@@ -12,6 +12,7 @@ them and checks the rules across them, ``loading`` reads and writes YAML, ``refe
 
 from .data import PAIR, CleanConfig, DataConfig, DownloadSource, VocabConfig, parse_pair
 from .decode import DecodeConfig
+from .distill import DistillConfig
 from .loading import dump_recipe, load_recipe, override_section, recipe_from_dict, recipe_to_dict
 from .model import ModelConfig
 from .recipe import Recipe, require_data, validate
@@ -23,6 +24,7 @@ __all__ = [
     "CleanConfig",
     "DataConfig",
     "DecodeConfig",
+    "DistillConfig",
     "DownloadSource",
     "KeyReference",
     "ModelConfig",

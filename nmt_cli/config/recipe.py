@@ -11,6 +11,7 @@ from ..errors import RecipeError
 from ..utils.timefmt import parse_duration
 from .data import DataConfig, DownloadSource, VocabConfig, parse_pair
 from .decode import DecodeConfig
+from .distill import DistillConfig
 from .fields import _opt, _sub
 from .model import ModelConfig
 from .train import TrainConfig
@@ -26,6 +27,7 @@ class Recipe:
     model: ModelConfig = _sub(ModelConfig)
     train: TrainConfig = _sub(TrainConfig)
     decode: DecodeConfig = _sub(DecodeConfig)
+    distill: DistillConfig = _sub(DistillConfig)
     download: tuple[DownloadSource, ...] = _opt((), "corpora that `nmt download` fetches into data.root")
 
     @property
@@ -108,6 +110,7 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
             f"{recipe.train.average_last} checkpoints cannot be averaged when only "
             f"train.keep_last={recipe.train.keep_last} are kept; raise keep_last",
         )
+    _check_distill(recipe, fail)
     for i, item in enumerate(recipe.download):
         if not item.url or not re.fullmatch(r"[0-9a-f]{64}", item.sha256):
             fail(f"download[{i}]", "needs a url and a 64-digit hex sha256 (quote it in YAML)")
@@ -129,6 +132,17 @@ def _check_budget_schedule(t: TrainConfig, fail: typing.Callable[[str, str], Non
             "train.average_stretch",
             "starts the moving average at the budget's last stretch; set train.max_time or train.max_steps",
         )
+
+
+def _check_distill(recipe: Recipe, fail: typing.Callable[[str, str], None]) -> None:
+    """A teacher is a model or a server, never both; a distilled student is a model of one direction."""
+    d = recipe.distill
+    if d.teacher and d.endpoint:
+        fail("distill.endpoint", "and distill.teacher are two teachers; give one")
+    if d.endpoint and not re.match(r"https?://[^\s/]+", d.endpoint):
+        fail("distill.endpoint", f"'{d.endpoint}' is not an http:// or https:// address (e.g. http://localhost:8080)")
+    if (d.teacher or d.endpoint) and recipe.multilingual:
+        fail("distill.teacher", "distils one direction; train a student per direction (data.src_lang, data.tgt_lang)")
 
 
 def _check_chains(recipe: Recipe, fail: typing.Callable[[str, str], None]) -> None:
