@@ -20,6 +20,7 @@ from ..config import DistillConfig, Recipe
 from ..data.corpus import ParallelReader, resolve_corpus
 from ..data.prepare import pair_root
 from ..decode.file_job import InputFile
+from ..errors import NmtError
 from ..utils.files import atomic_open
 from ..utils.resumable_output import ResumableOutput
 from ..utils.text import as_one_line
@@ -66,9 +67,22 @@ def teach(
     teacher: Teacher, sources: Path, output: Path, config: DistillConfig, progress: Progress, restart: bool = False
 ) -> int:
     """``output`` (teacher.tsv): every line of ``sources`` translated by ``teacher``, resumable; the lines this run
-    translated."""
+    translated. A finished output is kept with its identity beside it (``teacher.tsv.json``): the same teacher
+    and sources again ask the teacher nothing; another teacher's output is never taken for this one's."""
     scanned = InputFile.scan(sources)
-    part = ResumableOutput(output, {"teacher": teacher.identity, "sources": scanned.sha256, "lines": scanned.lines})
+    identity = {"teacher": teacher.identity, "sources": scanned.sha256, "lines": scanned.lines}
+    finished = output.with_name(output.name + ".json")
+    if restart:
+        output.unlink(missing_ok=True)
+        finished.unlink(missing_ok=True)
+    if output.exists():
+        if finished.exists() and json.loads(finished.read_text(encoding="utf-8")) == identity:
+            return 0
+        raise NmtError(
+            f"{output}: holds the translations of another teacher or of other sources; add --restart to ask this "
+            "teacher again (or set distill.dir to another folder to keep both)"
+        )
+    part = ResumableOutput(output, identity)
     try:
         done = part.open(restart)
         count = 0
@@ -84,6 +98,8 @@ def teach(
         part.finish()
     finally:
         part.close()
+    with atomic_open(finished, "w") as handle:
+        json.dump(identity, handle)
     return count
 
 
