@@ -72,7 +72,10 @@ class ModelTeacher:
                     f"distill.teacher: {path} not found; give a model folder or file that nmt trained or imported"
                 )
         loaded = load_ensemble(paths, device)
-        way = route(loaded.recipe.data, loaded.src_vocab, target, str(paths[0]), source)
+        try:
+            way = route(loaded.recipe.data, loaded.src_vocab, target, str(paths[0]), source)
+        except NmtError as err:  # its words name translate's options: say whose direction this is
+            raise NmtError(f"distill.teacher: the student translates {source}-{target}, and {err}") from None
         search = replace(loaded.recipe.decode, beam=config.beam, sampling=False)
         translator = Translator(
             loaded,

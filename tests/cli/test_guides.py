@@ -35,6 +35,7 @@ RUN_ELSEWHERE = {
     "long-jobs.md": "a SLURM script: tests/cli/test_long_jobs.py",
     "gpus-and-clusters.md": "GPUs: tests/integration/test_cuda.py",
     "benchmarks.md": "the benchmarks themselves",
+    "distill.md": "a teacher translating 35,200 messages, then training: tests/integration/test_distill.py",
 }
 
 

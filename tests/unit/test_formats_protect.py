@@ -217,3 +217,20 @@ def test_what_the_model_glued_onto_a_kept_span_is_taken_off(source, model_wrote,
 
     masked = mask_line(source)
     assert masked.restore(model_wrote) == expected
+
+
+@pytest.mark.parametrize(
+    "text, spans",
+    [
+        ("adduser [--firstuid id] [--user username]", ["--firstuid", "--user"]),  # after a bracket
+        ("{--verbose} or (--quiet)", ["--verbose", "--quiet"]),
+        ("Unknown-15 device, GID=-1, .5s", ["15", "-1", ".5s"]),  # after a hyphen, a sign, a dot
+        ("see the module[^python] now", ["[^python]"]),  # a footnote glued to its word
+        ("Mail <ftpmaster@ubuntu.com> or <https://x.org/a>", ["<ftpmaster@ubuntu.com>", "<https://x.org/a>"]),
+        ("Open C:\\Program Files\\App\\app.exe now.", ["C:\\Program Files\\App\\app.exe"]),  # a folder with a space
+        ("PKCS #11 uses 50% of RAM", ["#11", "50%"]),
+        ("and/or e-mail on-line", []),  # words of prose hold no span
+    ],
+)
+def test_a_span_is_found_wherever_it_stands(text, spans):
+    assert [text[a:b] for a, b in protected_spans(text)] == spans

@@ -1,7 +1,8 @@
 """The import layers of docs/architecture.md: every import between two parts of the package goes down.
 
-cli -> commands -> pipeline -> train / export / convert / serve / attention_figure -> decode -> quality -> inference ->
-terms -> data / model / score / curves / formats -> config -> utils -> errors -> version. Imports inside functions count too.
+cli -> commands -> pipeline -> distill -> train / export / convert / serve / attention_figure -> decode -> quality ->
+inference -> terms -> data / model / score / curves / formats -> config -> utils -> errors -> version. Imports inside
+functions count too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ LAYER = {
     "cli": 8,
     "commands": 7,
     "pipeline": 6,
+    "distill": 5.5,
     "train": 5,
     "export": 5,
     "convert": 5,
