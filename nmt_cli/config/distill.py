@@ -26,7 +26,10 @@ class DistillConfig:
         False, "train on the original pairs too, beside the distilled ones (false: the distilled corpus alone)"
     )
     max_ratio: float = _opt(
-        2.5, "drop a pair whose teacher output is this many times longer or shorter (in words) than its source", gt=1
+        2.5,
+        "drop a pair whose teacher output is this many times longer or shorter (in words) than its source",
+        gt=1,
+        le=1000,
     )
     min_confidence: float = _opt(
         0.0,
@@ -36,9 +39,14 @@ class DistillConfig:
         le=1,
     )
     batch_lines: int = _opt(64, "a server teacher: lines per request", ge=1, le=10_000)
-    requests_per_second: float = _opt(0.0, "a server teacher: at most this many requests a second (0: no limit)", ge=0)
+    requests_per_second: float = _opt(
+        0.0, "a server teacher: at most this many requests a second (0: no limit)", ge=0, le=100_000
+    )
     retries: int = _opt(5, "a server teacher: tries of a failed request before giving up (backing off)", ge=0, le=100)
     timeout_seconds: float = _opt(120.0, "a server teacher: how long one request may take", gt=0, le=86_400)
     chunk_lines: int = _opt(
-        2000, "the teacher's translations are kept on disk every this many lines (a killed run goes on from there)", ge=1
+        2000,
+        "the teacher's translations are kept on disk every this many lines (a killed run goes on from there)",
+        ge=1,
+        le=10_000_000,
     )
