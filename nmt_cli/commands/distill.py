@@ -51,7 +51,7 @@ def run(
     done = distill(
         resolved,
         log=lambda message: console.print(message),
-        progress=lambda items, done, total: with_progress(items, True, done, total),
+        progress=lambda items, done, total: with_progress(items, True, done, total, "teacher"),
         restart=restart,
         device=device,
         teacher=chosen,

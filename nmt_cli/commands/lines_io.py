@@ -49,7 +49,7 @@ def output_sink(path: Path | None) -> Iterator[IO[str]]:
         yield handle
 
 
-def with_progress(items: Iterator, show: bool, done: int = 0, total: int | None = None) -> Iterator:
+def with_progress(items: Iterator, show: bool, done: int = 0, total: int | None = None, desc: str = "translate") -> Iterator:
     """``items``, with a progress bar on stderr when ``show``."""
     if not show:
         yield from items
@@ -59,7 +59,7 @@ def with_progress(items: Iterator, show: bool, done: int = 0, total: int | None 
     from ..utils.signals import signals_held
 
     with signals_held():  # a stop signal during its construction would leave a bar that fails at exit
-        bar = tqdm(items, desc="translate", unit=" sent", file=sys.stderr, initial=done, total=total)
+        bar = tqdm(items, desc=desc, unit=" sent", file=sys.stderr, initial=done, total=total)
     yield from bar
 
 

@@ -30,11 +30,11 @@ def test_the_student_is_trained_on_the_teachers_translations_and_compared_with_i
     kept = (work / "distilled.de").read_text(encoding="utf-8").splitlines()
     assert kept and set(kept) <= set(taught)
     assert (folder / "run" / "model.pt").exists() and (work / "student.yaml").exists()
-    for words in ("distill 1/5", "distill 5/5", "teacher BLEU / chrF", "sentences/s, batch 1", "model file"):
+    for words in ("distill 1/5", "teacher:", "distill 5/5", "teacher BLEU / chrF", "sentences/s, batch 1", "model file"):
         assert words in done.stderr, words
     again = nmt_in_process("distill", folder / "student.yaml", "--teacher", overfit[0], "--set", "train.max_steps=2",
                            "--no-report")  # fmt: skip
-    assert again.returncode == 0 and "translate:" not in again.stderr  # nothing asked of the teacher again
+    assert again.returncode == 0 and "teacher:" not in again.stderr  # nothing asked of the teacher again
 
 
 def test_the_same_model_behind_nmt_serve_teaches_the_same_translations(distilled, overfit, tmp_path):
