@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..config import Recipe, dump_recipe, recipe_from_dict, recipe_to_dict
 from ..data.prepare import prepare
+from ..errors import NmtError
 from ..utils.files import atomic_open, ensure_writable_dir
 from .corpus import Filtered, gather_sources, keep_taught, teach, work_dir
 from .teachers import Teacher, teacher_of
@@ -56,6 +57,8 @@ def distill(
 
     with clock("sources"):
         pairs = gather_sources(recipe, folder)
+        if not pairs:
+            raise NmtError(f"data.train: no training pairs to distil (read {', '.join(recipe.data.train) or 'none'})")
         log(f"distill 1/5: {pairs:,} training pairs gathered into {folder}")
     with clock("teacher"):
         teacher = teacher or teacher_of(recipe, device)
