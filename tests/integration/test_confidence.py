@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 from conftest import nmt_in_process
 
@@ -39,7 +40,10 @@ def test_confidence_refuses_what_it_cannot_assess(overfit):
 
 
 def test_calibrate_writes_a_calibrated_copy_beside_the_model(overfit, tmp_path):
-    run, src, tgt = overfit
+    shared, src, tgt = overfit
+    run = tmp_path / "run"  # a copy: the calibrated file beside the shared model would change it for other tests
+    run.mkdir()
+    shutil.copy2(shared / "model.pt", run / "model.pt")
     model_file = run / "model.pt"
     before = model_file.read_bytes()
     source, reference = tmp_path / "src.en", tmp_path / "ref.de"
