@@ -33,7 +33,7 @@ from ..inference.caches import DecoderState, JoinableKeysValues
 from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
 from .constrained import Constraint, constrained_step, constraint_room, searches_for
-from .search import Hypothesis, beam_step, best_finished, length_limits
+from .search import NOT_EOS, Hypothesis, beam_step, best_finished, length_limits
 
 
 class JoinableSteps:
@@ -133,7 +133,6 @@ class ContinuousBeamSearch:
         self.lengths = torch.zeros(0, dtype=torch.long, device=device)  # (n,) tokens chosen so far
         self.max_len = torch.zeros(0, dtype=torch.long, device=device)  # (n,)
         self.first = torch.zeros(0, dtype=torch.long, device=device)  # (n,) the token each must emit first; -1: free
-        self.any_first = False  # whether a sentence joined with a first token to emit (see add)
         self.fin_scores = torch.zeros((0, k), device=device)  # (n, K) normalised, best first
         self.fin_tokens = torch.zeros((0, k, 1), dtype=torch.long, device=device)  # (n, K, W)
 
@@ -174,7 +173,6 @@ class ContinuousBeamSearch:
         self.max_len = torch.cat([self.max_len, max_len])
         firsts = first_tokens if first_tokens is not None else [-1] * m
         self.first = torch.cat([self.first, torch.tensor(firsts, dtype=torch.long, device=device)])
-        self.any_first = self.any_first or any(token >= 0 for token in firsts)
         self.fin_scores = torch.cat([self.fin_scores, torch.full((m, k), float("-inf"), device=device)])
         self.fin_tokens = torch.cat(
             [_pad_cols(self.fin_tokens, width), torch.full((m, k, width), PAD_ID, dtype=torch.long, device=device)]
@@ -194,8 +192,10 @@ class ContinuousBeamSearch:
         at_limit = (self.lengths >= self.max_len).repeat_interleave(k)
         logits = self.steps(self.tokens)
         forced = None
-        if self.any_first:  # a sentence's first step: its first token, where it has one
-            forced = torch.where(self.lengths == 0, self.first, -1).repeat_interleave(k)
+        starting = self.lengths == 0
+        if bool(starting.any()):  # a sentence's first step: its first token where it has one, else never EOS
+            first = torch.where(self.first >= 0, self.first, NOT_EOS)
+            forced = torch.where(starting, first, -1).repeat_interleave(k)
         if any(search is not None for search in self.searches):
             chosen = constrained_step(
                 logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,

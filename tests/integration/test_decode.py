@@ -478,3 +478,37 @@ def test_a_model_of_one_target_takes_to_naming_it_and_refuses_another(overfit):
     assert same.returncode == 0 and same.stdout == plain.stdout
     other = nmt_in_process("translate", "-m", run_dir, "--to", "fr", stdin=src[0] + "\n")
     assert other.returncode == 1 and f"--to fr: {run_dir} translates into de only" in other.stderr
+
+
+def test_no_search_gives_an_empty_translation_even_where_stopping_at_once_scores_best(loaded, overfit):
+    """A model that puts most of its first step's probability on EOS: beam search (offline and joining a running
+    batch), greedy search and the plain reference all write at least one token (an empty translation was the
+    beam's answer to 1.4% of Multi30k's captions with a 10-minute model)."""
+    from nmt_cli.data.vocab import EOS_ID
+    from nmt_cli.decode.search import NOT_EOS, mask_specials
+
+    log_probs = torch.zeros(3, 8)
+    mask_specials(log_probs, None, torch.tensor([NOT_EOS, -1, 5]))
+    assert log_probs[0, EOS_ID] == float("-inf") and log_probs[1, EOS_ID] == 0 and log_probs[2, EOS_ID] == float("-inf")
+
+    class TowardsEOS(torch.nn.Module):
+        def __init__(self, projection: torch.nn.Module) -> None:
+            super().__init__()
+            self.projection, self.out_features = projection, projection.out_features
+
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+            scores = self.projection(hidden)
+            scores[..., EOS_ID] += 30.0  # stopping at once is by far the likeliest
+            return scores
+
+    model, projection = loaded.model, loaded.model.output
+    model.output = TowardsEOS(projection)  # (restored below: the model is the module's)
+    try:
+        src = encode(loaded, overfit[1][:3])
+        config = replace(loaded.recipe.decode, beam=4)
+        for hyps in beam_search(model, src, config, nbest=2):
+            assert all(len(h.tokens) >= 1 for h in hyps)
+        assert all(len(hyps[0].tokens) >= 1 for hyps in greedy_search(model, src, config))
+        assert len(reference_beam_search(model, src[:1], config, nbest=1)[0].tokens) >= 1
+    finally:
+        model.output = projection
