@@ -159,6 +159,7 @@ class DecodingLoop:
         running sentences left is closed (the caller holds the lock)."""
         if any(self._closed(job) for job, _ in self._waiting):
             self._waiting = deque(item for item in self._waiting if not self._closed(item[0]))
+            self.metrics.queue_length.labels(self.name).set(len(self._waiting))  # the loop may now wait idle
         running = {key[0] for key in self._source_tokens}
         for job in [job for job in self._jobs.values() if job.cancelled and job.ident not in running]:
             self._finish(job, "cancelled")

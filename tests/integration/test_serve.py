@@ -345,7 +345,7 @@ def test_a_client_that_disconnects_frees_its_rows(server, overfit):
     connection.close()
     wait_for(lambda: metric(url, 'nmt_requests_total{status="cancelled"}') == 1, "the cancellation")
     wait_for(lambda: metric(url, 'nmt_batch_sentences{model="en-de"}') == 0, "its rows to leave")
-    # (the batch may be empty a moment before the queue is: both go, in the loop's own time)
+    # its waiting sentences leave the queue too, and the gauge says so (it once kept counting them)
     wait_for(lambda: metric(url, 'nmt_queue_sentences{model="en-de"}') == 0, "its queued rows to leave")
     assert metric(url, 'nmt_sentences_total{model="en-de",status="ok"}') == 0
     assert post(url + "/translate", {"text": src[0]})[0] == 200  # the loop goes on
