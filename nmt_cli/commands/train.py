@@ -18,7 +18,7 @@ def run(
     resume: bool = typer.Option(
         None,
         "--resume/--no-resume",
-        help="Continue from the newest checkpoint of the run folder (default: when one exists).",
+        help="Continue from the newest checkpoint of the run folder.  [default: when one exists]",
         show_default=False,
     ),
     nproc: int = typer.Option(

@@ -54,9 +54,9 @@ def run(
         help="Model folder (its model.pt) or any checkpoint "
         "file; repeat (-m A -m B) for an ensemble of models sharing one vocabulary.",
     ),
-    input: Path = typer.Option(None, "--input", "-i", help="Input text file (default: stdin).", show_default=False),
+    input: Path = typer.Option(None, "--input", "-i", help="Input text file.  [default: stdin]", show_default=False),
     output: Path = typer.Option(
-        None, "--output", "-o", help="Output file (default: stdout); written atomically.", show_default=False
+        None, "--output", "-o", help="Output file, written atomically.  [default: stdout]", show_default=False
     ),
     beam: int = decode_option("beam", "--beam", "-b"),
     alpha: float = decode_option("alpha", "--alpha"),
@@ -75,10 +75,10 @@ def run(
     dtype: Precisions | None = typer.Option(
         None,
         "--dtype",
-        help="Weights and arithmetic: fp32 (default), or bf16/fp16 (faster "
+        help="Weights and arithmetic: fp32, or bf16/fp16 (faster "
         "on GPUs and on CPUs with native bf16; outputs can differ slightly from fp32's). With "
         "--engine ctranslate2: its compute type float32, bfloat16, float16, or int8 (8-bit weights, "
-        "CTranslate2's fastest on most CPUs; default: the type the model was exported with).",
+        "CTranslate2's fastest on most CPUs).  [default: fp32; with ctranslate2, the type the model was exported with]",
         show_default=False,
     ),
     engine: Engines = typer.Option(
@@ -131,7 +131,10 @@ def run(
     seed: int = decode_option("seed", "--seed"),
     cuda_graphs: bool = decode_option("cuda_graphs", "--cuda-graphs/--no-cuda-graphs"),
     progress: bool = typer.Option(
-        None, "--progress/--no-progress", help="Progress on stderr (default: on when writing to a file).", show_default=False
+        None,
+        "--progress/--no-progress",
+        help="Progress on stderr.  [default: on when writing to a file]",
+        show_default=False,
     ),
     chunk_lines: int = typer.Option(
         10_000,
