@@ -45,6 +45,10 @@ class Filtered:
         return f"kept {self.kept:,} of {self.pairs:,} pairs" + (f" (dropped: {dropped})" if dropped else "")
 
 
+def _written_names(src: str, tgt: str) -> tuple[str, ...]:
+    return (f"source.{src}", f"original.{tgt}", "teacher.tsv", f"distilled.{src}", f"distilled.{tgt}")
+
+
 def work_dir(recipe: Recipe) -> Path:
     return Path(recipe.distill.dir or recipe.run_dir / "distill")
 
@@ -52,10 +56,16 @@ def work_dir(recipe: Recipe) -> Path:
 def gather_sources(recipe: Recipe, folder: Path) -> int:
     """``source.SRC`` and ``original.TGT``: every training corpus's pairs in order; how many pairs."""
     src, tgt = recipe.data.src_lang, recipe.data.tgt_lang
+    pairs = [resolve_corpus(pair_root(recipe, src, tgt), prefix, src, tgt) for prefix in recipe.data.train]
+    written = {(folder / name).resolve() for name in _written_names(src, tgt)}
+    for pair in pairs:  # nothing a command reads is ever written over
+        for path in (pair.src, pair.tgt):
+            if path.resolve() in written:
+                raise NmtError(f"{path}: a training corpus inside distill.dir ({folder}), where the distillation writes "
+                               "files of that name; set distill.dir to another folder")  # fmt: skip
     count = 0
     with atomic_open(folder / f"source.{src}", "w") as sources, atomic_open(folder / f"original.{tgt}", "w") as targets:
-        for prefix in recipe.data.train:
-            pair = resolve_corpus(pair_root(recipe, src, tgt), prefix, src, tgt)
+        for pair in pairs:
             for source, target in ParallelReader(pair):
                 sources.write(as_one_line(source) + "\n")
                 targets.write(as_one_line(target) + "\n")

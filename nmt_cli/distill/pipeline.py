@@ -24,6 +24,7 @@ from ..config import Recipe, dump_recipe, recipe_from_dict, recipe_to_dict
 from ..data.prepare import prepare
 from ..errors import NmtError
 from ..utils.files import atomic_open, ensure_writable_dir
+from ..utils.run_folder import RunFolder
 from .corpus import Filtered, gather_sources, keep_taught, teach, work_dir
 from .teachers import Teacher, teacher_of
 
@@ -55,19 +56,21 @@ def distill(
     seconds: dict[str, float] = {}
     clock = _Clock(seconds)
 
-    with clock("sources"):
-        pairs = gather_sources(recipe, folder)
-        if not pairs:
-            raise NmtError(f"data.train: no training pairs to distil (read {', '.join(recipe.data.train) or 'none'})")
-        log(f"distill 1/5: {pairs:,} training pairs gathered into {folder}")
-    with clock("teacher"):
-        teacher = teacher or teacher_of(recipe, device)
-        log(f"distill 2/5: the teacher translates them into {folder / 'teacher.tsv'} (kept every "
-            f"{recipe.distill.chunk_lines:,} lines: a run started again goes on from there)")  # fmt: skip
-        teach(teacher, folder / f"source.{src}", folder / "teacher.tsv", recipe.distill, progress, restart)
-    with clock("filter"):
-        filtered = keep_taught(folder / f"source.{src}", folder / "teacher.tsv", folder, src, tgt, recipe.distill)
-        log(f"distill 3/5: {filtered.summary()}; the distilled corpus is {folder / 'distilled'}.{{{src},{tgt}}}")
+    # one distillation at a time in a folder: two would write the same teacher.tsv
+    with RunFolder(folder).locked(log, "nmt distill", "give this one another distill.dir"):
+        with clock("sources"):
+            pairs = gather_sources(recipe, folder)
+            if not pairs:
+                raise NmtError(f"data.train: no training pairs to distil (read {', '.join(recipe.data.train) or 'none'})")
+            log(f"distill 1/5: {pairs:,} training pairs gathered into {folder}")
+        with clock("teacher"):
+            teacher = teacher or teacher_of(recipe, device)
+            log(f"distill 2/5: the teacher translates them into {folder / 'teacher.tsv'} (kept every "
+                f"{recipe.distill.chunk_lines:,} lines: a run started again goes on from there)")  # fmt: skip
+            teach(teacher, folder / f"source.{src}", folder / "teacher.tsv", recipe.distill, progress, restart)
+        with clock("filter"):
+            filtered = keep_taught(folder / f"source.{src}", folder / "teacher.tsv", folder, src, tgt, recipe.distill)
+            log(f"distill 3/5: {filtered.summary()}; the distilled corpus is {folder / 'distilled'}.{{{src},{tgt}}}")
     student = student_recipe(recipe, folder)
     with atomic_open(folder / "student.yaml", "w") as handle:
         handle.write(dump_recipe(student))

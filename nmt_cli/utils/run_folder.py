@@ -123,9 +123,12 @@ class RunFolder:
     # ------------------------------------------------------------------ ownership
 
     @contextlib.contextmanager
-    def locked(self, log: Callable[[str], None]) -> Iterator[None]:
-        """Hold the folder's lock; a second ``nmt train`` is refused, a dead holder's lock is taken over. A folder
-        made here and left empty (a run refused before it wrote anything) is removed again."""
+    def locked(
+        self, log: Callable[[str], None], holder: str = "nmt train", elsewhere: str = "train into another train.dir"
+    ) -> Iterator[None]:
+        """Hold the folder's lock; a second ``holder`` is refused (``elsewhere`` says where it could go instead), a
+        dead holder's lock is taken over. A folder made here and left empty (a run refused before it wrote
+        anything) is removed again."""
         made = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         mine = f"{os.getpid()} {socket.gethostname()}\n"
@@ -136,8 +139,8 @@ class RunFolder:
                 pid, host = _read_lock(self.lock_file)
                 if pid is not None and not _holder_is_dead(pid, host):
                     raise NmtError(
-                        f"{self.path}: in use by another `nmt train` (PID {pid} on {host}); wait for it "
-                        f"to finish or stop it, or train into another train.dir"
+                        f"{self.path}: in use by another `{holder}` (PID {pid} on {host}); wait for it "
+                        f"to finish or stop it, or {elsewhere}"
                     ) from None
                 log(f"{self.lock_file}: taking over the lock of a run that is no longer running (PID {pid} on {host})")
                 self.lock_file.unlink(missing_ok=True)

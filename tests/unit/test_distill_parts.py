@@ -154,3 +154,29 @@ def test_the_student_trains_on_the_distilled_corpus_and_a_teacher_is_one_thing(t
         load_recipe(path, ["distill.endpoint=http://localhost:8080"])
     with pytest.raises(RecipeError, match="is not an http"):
         load_recipe(path, ["distill.teacher=[]", "distill.endpoint=localhost:8080"])
+
+
+def test_a_corpus_inside_the_distillation_folder_is_never_written_over_and_two_runs_never_share_it(tmp_path):
+    import os
+    import socket
+
+    from nmt_cli.distill.corpus import gather_sources
+    from nmt_cli.distill.pipeline import distill
+    from nmt_cli.utils.run_folder import LOCK_FILE
+
+    (tmp_path / "source.en").write_text("Open the file.\n", encoding="utf-8")
+    (tmp_path / "source.de").write_text("Öffne die Datei.\n", encoding="utf-8")
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        f"data: {{src_lang: en, tgt_lang: de, root: {tmp_path}, train: [source]}}\ndistill: {{dir: {tmp_path}}}\n"
+    )
+    recipe = load_recipe(path)
+    with pytest.raises(NmtError, match=r"source.en: a training corpus inside distill.dir .* another folder"):
+        gather_sources(recipe, tmp_path)
+    assert (tmp_path / "source.en").read_text(encoding="utf-8") == "Open the file.\n"
+    other = tmp_path / "work"
+    other.mkdir()
+    (other / LOCK_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")  # a living distillation holds it
+    busy = load_recipe(path, [f"distill.dir={other}"])
+    with pytest.raises(NmtError, match=r"in use by another `nmt distill` .* give this one another distill.dir"):
+        distill(busy, log=lambda _m: None, teacher=Upper())
