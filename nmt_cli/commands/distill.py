@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from ..errors import NmtError
 from .common import RecipeArg, SetOption, ThreadsOption, console, device_option, recipe_from_cli, translate_hint
 
 
@@ -17,14 +18,14 @@ def run(
         [],
         "--teacher",
         metavar="MODEL",
-        help="The teacher model (repeat for an ensemble); replaces the recipe's distill.teacher.",
+        help="The teacher model (repeat for an ensemble), in place of the recipe's teacher.",
         show_default=False,
     ),
     endpoint: str = typer.Option(
         None,
         "--endpoint",
         metavar="URL",
-        help="A LibreTranslate-compatible server as the teacher (http://host:port); replaces distill.endpoint.",
+        help="A LibreTranslate-compatible server as the teacher (http://host:port), in place of the recipe's.",
         show_default=False,
     ),
     restart: bool = typer.Option(False, "--restart", help="Ask the teacher again from the first line."),
@@ -45,7 +46,11 @@ def run(
 
     check_parallelism(threads, "--threads")
     torch.set_num_threads(threads or os.cpu_count() or 1)
-    given = [f"distill.teacher=[{', '.join(teacher)}]"] * bool(teacher) + [f"distill.endpoint={endpoint}"] * bool(endpoint)
+    if teacher and endpoint:
+        raise NmtError("--teacher and --endpoint are two teachers; give one")
+    # either option names the teacher, in place of whichever the recipe names
+    given = [f"distill.teacher=[{', '.join(teacher)}]", "distill.endpoint="] if teacher else []
+    given += ["distill.endpoint=" + endpoint, "distill.teacher=[]"] if endpoint else []
     resolved = recipe_from_cli(recipe, [*overrides, *given])
     chosen = teacher_of(resolved, device)
     done = distill(
