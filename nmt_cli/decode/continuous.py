@@ -131,6 +131,7 @@ class ContinuousBeamSearch:
         self.tokens = torch.zeros(0, dtype=torch.long, device=device)  # (n * K,) last tokens
         self.history = torch.zeros((0, 1), dtype=torch.long, device=device)  # (n * K, W) PAD after each row
         self.lengths = torch.zeros(0, dtype=torch.long, device=device)  # (n,) tokens chosen so far
+        self.joined = False  # whether sentences joined since the last step
         self.max_len = torch.zeros(0, dtype=torch.long, device=device)  # (n,)
         self.first = torch.zeros(0, dtype=torch.long, device=device)  # (n,) the token each must emit first; -1: free
         self.fin_scores = torch.zeros((0, k), device=device)  # (n, K) normalised, best first
@@ -173,6 +174,7 @@ class ContinuousBeamSearch:
         self.max_len = torch.cat([self.max_len, max_len])
         firsts = first_tokens if first_tokens is not None else [-1] * m
         self.first = torch.cat([self.first, torch.tensor(firsts, dtype=torch.long, device=device)])
+        self.joined = True  # sentences at their first step: the next step masks them (a flag: no device read)
         self.fin_scores = torch.cat([self.fin_scores, torch.full((m, k), float("-inf"), device=device)])
         self.fin_tokens = torch.cat(
             [_pad_cols(self.fin_tokens, width), torch.full((m, k, width), PAD_ID, dtype=torch.long, device=device)]
@@ -192,10 +194,10 @@ class ContinuousBeamSearch:
         at_limit = (self.lengths >= self.max_len).repeat_interleave(k)
         logits = self.steps(self.tokens)
         forced = None
-        starting = self.lengths == 0
-        if bool(starting.any()):  # a sentence's first step: its first token where it has one, else never EOS
+        if self.joined:  # a sentence's first step: its first token where it has one, else never EOS
             first = torch.where(self.first >= 0, self.first, NOT_EOS)
-            forced = torch.where(starting, first, -1).repeat_interleave(k)
+            forced = torch.where(self.lengths == 0, first, -1).repeat_interleave(k)
+            self.joined = False  # every open sentence has a token after this step
         if any(search is not None for search in self.searches):
             chosen = constrained_step(
                 logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
