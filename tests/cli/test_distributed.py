@@ -81,21 +81,12 @@ def test_two_ranks_stay_identical_and_equal_one_rank_with_accumulation(recipe_pa
     assert any(not torch.equal(changed[k], first[k]) for k in changed)  # training did move the weights
 
 
-def _wait_until_gone(group: int, timeout: float = 60) -> None:
-    """Until no living process (zombies do not count) is left in process group ``group``."""
+def _wait_until_gone(pids: list[int], timeout: float = 60) -> None:
+    """Until none of ``pids`` is alive (zombies do not count)."""
     from nmt_cli.utils.process import pid_alive
 
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        members = []
-        for entry in os.listdir("/proc"):
-            try:
-                if entry.isdigit() and os.getpgid(int(entry)) == group:
-                    members.append(int(entry))
-            except OSError:  # gone meanwhile
-                continue
-        if not any(pid_alive(pid) for pid in members):
-            return
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids):
         time.sleep(0.05)
 
 
@@ -115,9 +106,12 @@ def test_killed_two_process_run_resumes_with_one_or_two(recipe_path, tmp_path):
     deadline = time.monotonic() + 180
     while not checkpoint.step_checkpoints(run_dir) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
+    # torchrun starts each rank in a session of its own: killing the launcher's group leaves the ranks to die a
+    # moment later (they follow their parent), and until then rank 0 holds the run folder's lock
+    tree = [proc.pid, *_descendants(proc.pid)]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    _wait_until_gone(proc.pid)  # the ranks die a moment after their launcher; until then they hold the run folder
+    _wait_until_gone(tree)
     saved = checkpoint.step_checkpoints(run_dir)
     assert saved, "no checkpoint was written before the kill"
     k = int(saved[-1].stem.split("_")[1])
