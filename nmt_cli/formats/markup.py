@@ -38,7 +38,7 @@ from .markup_tree import (
     parse,
 )
 from .placeholders import TEXT_PLACEHOLDER, adjacent_in_order, placeholders, repair
-from .protect import has_words, masks, protected_spans, unmask
+from .protect import has_words, masks, protected_spans, unglued, unmask
 from .segments import Aligned, Sentences, TranslateSentences, as_sentences, split_sentences
 
 WORD = re.compile(r"\S+")
@@ -544,14 +544,15 @@ def translate_fragments(
     for fragment, replacements, units in plans:
         pieces = []
         for unit in units:
-            pieces.append(_unit_markup(fragment, unit, translated[at]))
+            pieces.append(_unit_markup(fragment, unit, translated[at], replacements))
             at += 1
         out.append(unmask("".join(pieces), replacements))
     return out
 
 
-def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) -> str:
-    """One sentence of a fragment, translated, with its elements put back."""
+def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None, originals: dict[str, str]) -> str:
+    """One sentence of a fragment, translated, with its elements put back (``originals``: what each mask stands
+    for, to take off what the model glued onto it)."""
     text = fragment.text[unit.start : unit.end]
     core_start = unit.start + len(text) - len(text.lstrip())
     core = text.strip()
@@ -563,6 +564,7 @@ def _unit_markup(fragment: Fragment, unit: _Unit, translated: Aligned | None) ->
     root = Element("", "", "", unit.start, unit.end, children=_shifted(inside, core_start))
     target_text, links = translated if translated is not None else ("", [])
     mended = adjacent_in_order(core, repair(core, target_text, TEXT_PLACEHOLDER), TEXT_PLACEHOLDER)
+    mended = unglued(mended, core, TEXT_PLACEHOLDER, originals)
     if mended != target_text:
         links = _relinked(core, target_text, mended, links)
     links = _pinned(core, mended, links)

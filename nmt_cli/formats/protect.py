@@ -32,12 +32,27 @@ _EXTENSIONS = (
 # Brackets, braces and punctuation before a span are never part of a word: "[--user name]", "{--verbose}",
 # "module[^python]", "GID=-1", ".5s" and "Unknown-15" keep theirs.
 _NOT_IN_A_WORD = r"(?<![\w/\\.@$%-])"
+_NAME_WORD = r"[^\W\d_a-z](?:\.|[^\W\d_]*(?:['-][^\W\d_]+)*)"  # "Colin", "O'Neil", "Jean-Luc", "J."
+# Capitalised words that open a credit at a sentence's start ("By Jane Doe <...>"), not part of the name
+_CREDIT_OPENERS = r"(?:By|From|To|For|And|Or|See|Contact|Mail|E-?mail|Write|Send|Ask|Report|Please|Thanks|Written|Maintained)\b"
+_CREDITED = (
+    rf"(?<![\w-])(?!{_CREDIT_OPENERS}){_NAME_WORD}(?: (?:(?:van|von|de|der|da|di|du|le|la) )?{_NAME_WORD}){{1,3}}"
+    r"(?= ?[<(][\w.+-]+@[\w-]+(?:\.[\w-]+)+[>)])"
+)
 _KINDS = {
     "footnote": ("", r"\[\^[^\]\s]+\]"),  # a Markdown footnote reference "[^1]", glued to its word or not
     # a manual page's bold or code word, POD's B<ls> and C<errno>: a command, an option, a constant
     "pod": (r"(?<![\w<])", r"[BC]<[^<>\s]+>"),
     # an address in angle brackets ("<ftpmaster@ubuntu.com>", "<https://...>"): text, not a tag
     "angled": ("", r"<(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[A-Za-z][A-Za-z0-9+.-]*://[^\s<>]+)>"),
+    # a person's name written before their address, as authors, maintainers and translators are credited
+    # ("Colin Watson <cjwatson@debian.org>", "Jane Doe (jane@example.org)"): a name, which is never translated
+    "credited": ("", _CREDITED),
+    # "© 2001-2004 Colin Watson", "(C) 1999, 2003 Free Software Foundation": the sign, the years and the holder
+    "copyright": (
+        "",
+        rf"(?:©|\([Cc]\)) ?\d{{4}}(?: ?[-–,] ?\d{{4}})*,? {_NAME_WORD}(?: (?:(?:van|von|de|der|du|le) )?{_NAME_WORD}){{0,3}}",
+    ),
     "url": (_NOT_IN_A_WORD, r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)[^\s<>\"'`]+"),
     "email": (_NOT_IN_A_WORD, r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),
     # a Windows path's folders may hold spaces ("C:\Program Files\App\app.exe"); its file name, not

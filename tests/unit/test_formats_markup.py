@@ -247,3 +247,20 @@ def test_a_manual_pages_bold_words_are_kept():
 
     masked = mask_line("Run B<systemd-nspawn> with B<--boot> and I<file>.")
     assert sorted(masked.originals.values()) == ["B<--boot>", "B<systemd-nspawn>"]
+
+
+def test_what_the_model_glued_onto_a_mask_in_markup_is_taken_off_and_a_credited_name_kept():
+    seen: list[str] = []
+
+    def align(sentences):
+        seen.extend(sentences)
+        # the model glues a word onto the option's mask and repeats the name's mask's letters
+        out = [re.sub(r"(%\w)", r"\1Maschinen", s, count=1).replace("Written by", "Geschrieben von") for s in sentences]
+        return [(t, [(i, i) for i in range(len(t.split()))]) for t in out]
+
+    source = "<p>Use <b>--robot</b> or --fast. Written by Colin Watson &lt;cjwatson@debian.org&gt;.</p>"
+    out = translate_fragments([source], Sentences(lambda xs: [t for t, _ in align(xs)], align), "en")[0]
+    assert not any("Colin" in s or "--fast" in s for s in seen), seen
+    assert "--robotMaschinen" not in out and "--robot Maschinen" in out, out
+    assert "Colin Watson &lt;cjwatson@debian.org&gt;" in out, out
+    assert out.startswith("<p>") and out.endswith("</p>") and "Geschrieben von" in out

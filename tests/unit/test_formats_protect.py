@@ -229,6 +229,12 @@ def test_what_the_model_glued_onto_a_kept_span_is_taken_off(source, model_wrote,
         ("Mail <ftpmaster@ubuntu.com> or <https://x.org/a>", ["<ftpmaster@ubuntu.com>", "<https://x.org/a>"]),
         ("Open C:\\Program Files\\App\\app.exe now.", ["C:\\Program Files\\App\\app.exe"]),  # a folder with a space
         ("PKCS #11 uses 50% of RAM", ["#11", "50%"]),
+        # a name credited with its address is kept; prose before an address is not a name
+        ("Written by Colin Watson <cjwatson@debian.org>.", ["Colin Watson", "<cjwatson@debian.org>"]),
+        ("Thanks to Jean-Luc van Picard (jl@x.org)", ["Jean-Luc van Picard", "jl@x.org"]),
+        ("Report bugs to <bugs@x.org>", ["<bugs@x.org>"]),
+        ("Copyright © 2001-2004, 2007 Colin Watson. All", ["© 2001-2004, 2007 Colin Watson"]),
+        ("Copyright (C) 1999 Free Software Foundation, Inc.", ["(C) 1999 Free Software Foundation"]),
         ("and/or e-mail on-line", []),  # words of prose hold no span
     ],
 )
