@@ -64,6 +64,21 @@ class TrainConfig:
     validate_every: int = _opt(1000, "validate every N updates (0: only at the end)", ge=0, le=10**12)
     valid_bleu: bool = _opt(True, "decode the validation set and report sacreBLEU")
     valid_beam: int = _opt(1, "beam size for validation BLEU (1: greedy)", ge=1, le=1024)
+    valid_bleu_sentences: int = _opt(
+        1000,
+        "decode at most this many validation sentences for BLEU, a fixed sample spread over the set and shared "
+        "evenly by a multilingual model's directions (0: all; a document model always decodes all); the loss is "
+        "always over all",
+        ge=0,
+        le=10**9,
+    )
+    valid_share: float = _opt(
+        0.1,
+        "the most of the run's time validations may take: a scheduled validation is put off while validating "
+        "would take more than this share of the time so far (0: no limit); the final one always runs",
+        ge=0,
+        le=1,
+    )
     calibrate: bool = _opt(
         True,
         "at the end, fit the confidence of `nmt translate --confidence` on the validation set (100 pairs or more) "

@@ -45,7 +45,7 @@ from .distributed import (
 from .fit_at_end import calibrate_model_file
 from .memory import CPU_MAX_TOKENS, resolve_max_tokens
 from .precision import resolve_precision
-from .reporting import Reporter
+from .reporting import Reporter, describe_validation_time
 from .start import check_compatible, finished_reason, load_parent, start_checkpoint
 from .state import TrainState
 from .stopping import Preempted, StopRequest
@@ -91,6 +91,7 @@ class Trainer:
         self.preempted = False  # every process agreed to stop for a preemption signal: save and leave
         self._saved_step = -1  # the update of the newest checkpoint on disk (the same on every process)
         self._validated_step = -1  # the update the last finished validation saw
+        self._last_validation_seconds = 0.0  # how long the last validation took (none yet: 0)
 
     # ----------------------------------------------------------------- set-up
 
@@ -241,7 +242,7 @@ class Trainer:
             release_freed_memory()
         if state.step % config.log_every == 0:
             self.report.update(bar, self.state, self.updates.last_lr, self.updates.scaler)
-        if config.validate_every and state.step % config.validate_every == 0:
+        if config.validate_every and state.step % config.validate_every == 0 and self._validation_fits():
             if self._validate_and_track():
                 return f"no improvement in {config.patience} validations (early stopping)"
         timed = config.save_minutes and time.monotonic() - self._last_save_time >= 60 * config.save_minutes
@@ -265,10 +266,40 @@ class Trainer:
             return f"reached {config.max_steps:,} updates"
         return None
 
+    def _validation_fits(self) -> bool:
+        """Whether a scheduled validation keeps the time spent validating within ``train.valid_share`` of the
+        run's time, judged by the last validation's length (rank 0 decides; every process gets its answer)."""
+        share, state = self.config.valid_share, self.state
+        if not share or not self._last_validation_seconds:
+            return True
+        cost = self._last_validation_seconds
+        over = self.info.is_main and state.validation_seconds + cost > share * (state.elapsed + cost)
+        if not all_true_anywhere(over, self.info):
+            return True
+        if not state.validations_put_off:
+            self.log(
+                f"validation at update {state.step:,} put off: validations took {state.validation_seconds:.0f} s of "
+                f"{state.elapsed:.0f} s, more would pass train.valid_share {share:g} (later ones are put off alike)"
+            )
+        state.validations_put_off += 1
+        return False
+
     def _validate_and_track(self) -> bool:
-        """Validate on rank 0, track the best checkpoint; return True when patience ran out."""
+        """Validate on rank 0, track the best checkpoint; return True when patience ran out. The time it takes
+        counts in the run's elapsed time on every process (a time budget is spent by it too)."""
         if self.data.valid is None or (self.data.valid_refs is None and not self.data.directions):
             return False
+        began = time.monotonic()
+        try:
+            return self._validate_on_main()
+        finally:
+            took = time.monotonic() - began
+            self.state.elapsed += took  # so the budget check right after sees it: no update (and validation) after
+            self.state.validation_seconds += took
+            self._last_validation_seconds = took
+
+    def _validate_on_main(self) -> bool:
+        began = time.monotonic()
         stop = False
         self._validated_step = self.state.step  # on every process: the final validation is not repeated
         if self.info.is_main:
@@ -289,7 +320,7 @@ class Trainer:
                 return all_true_anywhere(False, self.info)
             self.state.validation_due = False
             release_freed_memory()  # the search's buffers, shaped unlike training's
-            self.report.validation(self.state.step, result, self.recipe.model.max_positions)
+            self.report.validation(self.state.step, result, self.recipe.model.max_positions, time.monotonic() - began)
             score = result.bleu if result.bleu is not None else -result.loss
             improved, stop = self.state.track_validation(score, self.config.patience)
             if improved:
@@ -332,6 +363,8 @@ class Trainer:
             self._save()
         if self.info.is_main:
             self.log(f"stopped after update {self.state.step:,}: {reason}")
+            if self.state.validation_seconds:
+                self.log(describe_validation_time(self.state))
             if not self.preempted:
                 self._write_model_file_unless_preempted()
             self.report.close()

@@ -89,10 +89,11 @@ class Reporter:
             )
         self.write(record)
 
-    def validation(self, step: int, result: ValidationResult, max_positions: int) -> None:
-        """The validation's metrics record and log line; once per run, a warning about truncated sources."""
-        self.write({"step": step, **result.as_dict()})
-        self.log(describe_validation(step, result))
+    def validation(self, step: int, result: ValidationResult, max_positions: int, seconds: float) -> None:
+        """The validation's metrics record and log line (with the ``seconds`` it took); once per run, a warning
+        about truncated sources."""
+        self.write({"step": step, **result.as_dict(), "valid_seconds": round(seconds, 1)})
+        self.log(f"{describe_validation(step, result)} | {seconds:.1f} s")
         if result.truncated and not self.warned_truncation:
             self.warned_truncation = True
             self.log(
@@ -182,6 +183,13 @@ class Window:
         }
         self.sums = {}
         return stats
+
+
+def describe_validation_time(state: TrainState) -> str:
+    """What validating cost the run: its seconds, their share of the run's time, validations put off."""
+    share = state.validation_seconds / state.elapsed if state.elapsed else 0.0
+    put_off = f"; {state.validations_put_off:,} put off to keep within train.valid_share" if state.validations_put_off else ""
+    return f"validation took {state.validation_seconds:.0f} s of the run's {state.elapsed:.0f} s ({share:.0%}){put_off}"
 
 
 def describe_validation(step: int, result: ValidationResult) -> str:

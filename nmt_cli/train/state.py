@@ -20,6 +20,8 @@ class TrainState:
     max_tokens: int = 0  # the batch size in use (train.max_tokens: auto resolves once, then resumes keep it)
     skipped_updates: int = 0  # fp16 updates skipped because the scaled gradients overflowed
     validation_due: bool = False  # the validation of this update was abandoned (preemption): resuming runs it
+    validation_seconds: float = 0.0  # wall-clock time the run's validations took (part of elapsed)
+    validations_put_off: int = 0  # scheduled validations not run, to keep within train.valid_share
 
     def track_validation(self, score: float, patience: int) -> tuple[bool, bool]:
         """Count a validation score (higher is better) at this step: (it is the best so far, patience ran out)."""

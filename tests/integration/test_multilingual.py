@@ -524,3 +524,30 @@ def test_the_commands_hints_run_as_printed_on_a_multilingual_model(multilingual,
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     ran = subprocess.run(hint, shell=True, capture_output=True, text=True, env={**os.environ, "PATH": path})
     assert ran.returncode == 0 and ran.stdout.strip(), ran.stderr
+
+
+def test_validation_scores_each_pair_once_and_decodes_a_shared_sample(multilingual, monkeypatch):
+    """The loss over all directions is the loss over every pair (each scored once, not once more per direction);
+    BLEU decodes at most train.valid_bleu_sentences, shared evenly by the directions, the same ones each time."""
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
+    from nmt_cli.train.validate import bleu_sample, validate, validation_loss
+
+    recipe = load_recipe(multilingual[0], ["train.valid_bleu_sentences=8"])
+    data = load_dataset(recipe)
+    model = load_model(multilingual[1] / "model.pt", torch.device("cpu")).model
+    decoded: list[list[int]] = []
+    original = Translator.translate_encoded
+
+    def counting(self, sources, *args, **kwargs):
+        decoded.extend(sources)
+        return original(self, sources, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate_encoded", counting)
+    result = validate(model, data.valid, data.valid_refs, data.vocabs, recipe, torch.device("cpu"), data.directions)
+    whole, _ = validation_loss(model, data.valid, recipe, torch.device("cpu"))
+    assert result.loss == pytest.approx(whole, rel=1e-5)
+    assert len(decoded) == 8  # 2 per direction
+    first = [direction.rows[i] for direction in data.directions for i in bleu_sample(len(direction.rows), 2)]
+    assert decoded == [data.valid.source(row).tolist() for row in first]
+    assert bleu_sample(10, 4) == [0, 2, 5, 7] and bleu_sample(3, 4) == bleu_sample(3, 0) == [0, 1, 2]

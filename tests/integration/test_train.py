@@ -356,3 +356,17 @@ def test_a_budget_schedule_ends_at_zero_averages_its_last_stretch_and_resumes_ex
         assert all(torch.equal(a[key], b[key]) for key in a), name
     ema, last = _state(straight / "model.ema.pt"), _state(checkpoint.step_path(straight, 8))
     assert any(not torch.equal(ema[key], last[key]) for key in last)
+
+
+@pytest.mark.parametrize("share, expected", [("0", 4), ("0.000001", 2)])
+def test_validations_are_put_off_to_keep_within_their_share_of_the_run(prepared, tmp_path, share, expected):
+    """Scheduled after every update; with a share no validation can keep to, the first runs (nothing to judge by
+    yet) and the final one always does; each record says how long it took and the run's end what they cost."""
+    messages, records = _short_run(
+        prepared, tmp_path, "train.max_steps=4", "train.validate_every=1", f"train.valid_share={share}"
+    )
+    validations = [r for r in records if "valid_loss" in r]
+    assert [r["step"] for r in validations] == ([1, 2, 3, 4] if expected == 4 else [1, 4])
+    assert all(r["valid_seconds"] >= 0 for r in validations)
+    assert any(m.startswith("validation took ") and "of the run's" in m for m in messages)
+    assert any("put off" in m for m in messages) == (expected == 2)
