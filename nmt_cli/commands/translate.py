@@ -245,7 +245,9 @@ def run(
     source: str = language_option(
         "--from",
         "The source language, for a model that reads several: checked against the directions it knows; a "
-        "direction it was never trained on goes through a pivot language (de-fr through en).",
+        "direction it was never trained on goes through a pivot language (de-fr through en). auto: each line's "
+        "language identified (plain lines; needs nmt-cli[langid]); lines already in the target language, or surely "
+        "in one the model does not read, are kept as written.",
     ),
     zero_shot: bool = typer.Option(
         False,
@@ -295,6 +297,7 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
     torch.set_num_threads(threads)
     target = resolve_device(o.device, int(os.environ.get("LOCAL_RANK", "0")) if launched else None)
     translator = open_engine(o, target, threads, plan.aligned)
+    routed = translator if o.source == "auto" else None  # --from auto: says at the end what it read and kept
     if plan.line_by_line and o.protect and not o.markup and o.prefix is None:
         translator = ProtectedEngine(translator)
     input, output, prefix, docids = o.input, o.output, o.prefix, o.docids
@@ -348,6 +351,8 @@ def translate_with(o: TranslateOptions, plan: Plan) -> None:
             for text in with_progress(texts(lines), show):
                 sink.write(text)
     report_stats(translator.stats, time.perf_counter() - started, show, translator.max_positions)
+    if routed is not None:
+        console.print(routed.summary())  # type: ignore[attr-defined]
 
 
 def _job_identity(o: TranslateOptions, translator: Engine) -> dict:

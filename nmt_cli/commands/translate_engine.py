@@ -17,10 +17,12 @@ if TYPE_CHECKING:  # imported where used: the command line starts without torch
 COMPUTE_TYPES = {None: "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
-def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Engine:
+def open_engine(o: TranslateOptions, device, threads: int, aligned: bool, loaded: Any = None) -> Engine:
     """The engine ``--engine`` names, every choice fixed: model, device, precision, decoding settings (the
-    model's recipe, then the options given)."""
-
+    model's recipe, then the options given); ``loaded``: the model, already loaded (``--from auto`` opens an
+    engine per language of one model)."""
+    if o.source == "auto":
+        return _by_language(o, device, threads, aligned)
     options, models = o.decoding, o.models
     if o.engine == "ctranslate2":
         from ..decode.ctranslate2_engine import CTranslate2Engine, CTranslate2Translator
@@ -55,7 +57,7 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
     # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs with the
     # allocator as it is, as it would on its own.
     keep_freed_memory()
-    loaded = load_ensemble(models, device, weights_dtype(o.dtype))
+    loaded = loaded or load_ensemble(models, device, weights_dtype(o.dtype))
     config = with_decoding(loaded.recipe.decode, options)
     pivot = None if o.zero_shot else pivot_language(loaded.recipe.data, o.source, o.to)
     if pivot is not None:
@@ -84,6 +86,43 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool) -> Eng
             soft_wrap=True,
         )
     return translator
+
+
+def _by_language(o: TranslateOptions, device: Any, threads: int, aligned: bool) -> Engine:
+    """``--from auto``: an engine that identifies each line's language and translates it from that language
+    (``decode/by_language.py``), with one engine per language the model reads into ``--to``, sharing one model."""
+    from dataclasses import replace
+
+    from ..decode.by_language import ByLanguageEngine
+    from ..decode.loading import load_ensemble
+    from ..languages import LanguageDetector
+
+    loaded = load_ensemble(o.models, device, weights_dtype(o.dtype))
+    data = loaded.recipe.data
+    target = languages_of(data, None, o.to)[1]
+    readers = readers_of(data, target)
+    if not readers:
+        raise NmtError(f"--from auto: {o.models[0]} translates into {target} from no language; check --to")
+
+    def open_for(language: str) -> Engine:
+        return open_engine(replace(o, source=language), device, threads, aligned, loaded)
+
+    # every language the identifier knows: a line surely in one the model does not read is kept, not misread
+    return ByLanguageEngine(open_for, readers, target, LanguageDetector(None), o.chunk_lines)
+
+
+def readers_of(data: Any, target: str) -> list[str]:
+    """The languages a model translates into ``target`` from (through a pivot included), its trained ones first."""
+    from ..config import parse_pair
+    from ..decode.targets import language, pivot_language
+
+    if not data.pairs:
+        return [data.src_lang] if language(data.src_lang) != language(target) else []
+    pairs = [parse_pair(pair) for pair in data.pairs]
+    sources = list(dict.fromkeys(a for a, _ in pairs if language(a) != language(target)))
+    direct = [a for a in sources if any(language(b) == language(target) for x, b in pairs if x == a)]
+    through = [a for a in sources if a not in direct and pivot_language(data, a, target) is not None]
+    return direct + through
 
 
 def languages_of(data: Any, source: str | None, to: str | None) -> tuple[str, str]:

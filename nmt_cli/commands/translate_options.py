@@ -97,6 +97,8 @@ class TranslateOptions:
         if self.markup:
             self._check_markup_options(chosen, LINES)
         self._check_confidence_options(chosen)
+        if self.source == "auto":
+            self._check_auto_source(chosen, LINES)
         aligned = (self.markup or needs_alignment(chosen)) and self.engine != "ctranslate2"
         return Plan(chosen, chosen == LINES, aligned, kept, chosen_shard(self.shard, self.input, self.output))
 
@@ -132,6 +134,26 @@ class TranslateOptions:
         for path in read:
             if path.exists() and target == path.resolve():
                 raise NmtError(f"{self.output}: is also what this command reads ({path}); write the output to another file")
+
+    def _check_auto_source(self, chosen: str, lines: str) -> None:
+        """``--from auto`` identifies each plain line's language; what reads lines as one text or needs one
+        language pair is refused."""
+        for given, what in (
+            (chosen != lines, f"{self.input} is a {chosen} file, in one language: give it with --from LANG"),
+            (self.markup, "--markup lines keep their tags by one language's sentence rules: give --from LANG"),
+            (self.prefix is not None, "--prefix starts each translation in one direction: give --from LANG"),
+            (self.docids is not None, "--docids reads a document in one language: give --from LANG"),
+            (bool(self.glossaries or self.keep_terms), "a glossary is for one language pair: give --from LANG"),
+            (self.zero_shot, "--zero-shot names one direction: give --from LANG"),
+            (self.engine != "nmt", "--engine ctranslate2 would load the model once per language: drop --engine"),
+        ):
+            if given:
+                raise NmtError(f"--from auto: {what}")
+        from ..languages import LanguageDetector
+
+        unavailable = LanguageDetector([]).unavailable
+        if unavailable:
+            raise NmtError(f"--from auto: {unavailable}")
 
     def _check_glossary_options(self) -> None:
         if self.glossary_mode not in ("hard", "soft"):

@@ -32,10 +32,17 @@ class Translation(NamedTuple):
     alignment: str | None = None
     assessment: Assessment | None = None
     missing_terms: tuple[str, ...] | None = None
+    source_language: str | None = None  # --from auto: the language its line was identified as
+    passed: str | None = None  # --from auto: why its line is kept as written, not translated (None: translated)
 
     def record(self, index: int, rank: int, alignments: bool, confidence: bool) -> dict[str, Any]:
         """``--format jsonl``'s object for this hypothesis of input line ``index``."""
         record: dict[str, Any] = {"line": index, "rank": rank, "translation": self.text, "score": round(self.score, 4)}
+        if self.source_language is not None:
+            record["source_language"] = self.source_language
+        if self.passed is not None:
+            record["kept"] = self.passed
+            return record  # nothing was translated: no confidence, alignment or terms to report
         if confidence:
             assessment = self.assessment
             assert assessment is not None  # --confidence: the translator assessed every hypothesis
@@ -59,6 +66,8 @@ class Translation(NamedTuple):
 
     def _judged(self) -> list[str]:
         """The confidence (uncalibrated: marked with a ~) and the flags, as text columns."""
+        if self.passed is not None:  # kept as written (--from auto): nothing the model could be trusted for
+            return ["", "kept"]
         assert self.assessment is not None
         mark = "" if self.assessment.confidence is not None else "~"
         return [f"{mark}{self.assessment.shown_confidence:.3f}", ",".join(self.assessment.flags)]

@@ -34,7 +34,9 @@ _EXTENSIONS = (
 _NOT_IN_A_WORD = r"(?<![\w/\\.@$%-])"
 _NAME_WORD = r"[^\W\d_a-z](?:\.|[^\W\d_]*(?:['-][^\W\d_]+)*)"  # "Colin", "O'Neil", "Jean-Luc", "J."
 # Capitalised words that open a credit at a sentence's start ("By Jane Doe <...>"), not part of the name
-_CREDIT_OPENERS = r"(?:By|From|To|For|And|Or|See|Contact|Mail|E-?mail|Write|Send|Ask|Report|Please|Thanks|Written|Maintained)\b"
+_CREDIT_OPENERS = (
+    r"(?:By|From|To|For|And|Or|See|Contact|Mail|E-?mail|Write|Send|Ask|Report|Please|Thanks|Written|Maintained)\b"
+)
 _CREDITED = (
     rf"(?<![\w-])(?!{_CREDIT_OPENERS}){_NAME_WORD}(?: (?:(?:van|von|de|der|da|di|du|le|la) )?{_NAME_WORD}){{1,3}}"
     r"(?= ?[<(][\w.+-]+@[\w-]+(?:\.[\w-]+)+[>)])"
@@ -51,7 +53,8 @@ _KINDS = {
     # "© 2001-2004 Colin Watson", "(C) 1999, 2003 Free Software Foundation": the sign, the years and the holder
     "copyright": (
         "",
-        rf"(?:©|\([Cc]\)) ?\d{{4}}(?: ?[-–,] ?\d{{4}})*,? {_NAME_WORD}(?: (?:(?:van|von|de|der|du|le) )?{_NAME_WORD}){{0,3}}",
+        rf"(?:©|\([Cc]\)) ?\d{{4}}(?: ?[-–,] ?\d{{4}})*,? {_NAME_WORD}"
+        rf"(?: (?:(?:van|von|de|der|du|le) )?{_NAME_WORD}){{0,3}}",
     ),
     "url": (_NOT_IN_A_WORD, r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)[^\s<>\"'`]+"),
     "email": (_NOT_IN_A_WORD, r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),

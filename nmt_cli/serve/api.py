@@ -42,12 +42,12 @@ from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, DocumentRequest, Sentences, translate_document
 from ..formats.protect import Masked, mask_line
 from ..formats.segments import through_pivot
+from ..languages import LanguageDetector, language_name
 from ..terms.glossary import Glossary
 from ..terms.matching import compiled
 from ..utils.text import as_one_line
 from ..version import __version__
 from .body import read_fields
-from .languages import LanguageDetector, language_name
 from .loop import Job, QueueFull, ShuttingDown
 from .metrics import ServerMetrics
 from .requests import (

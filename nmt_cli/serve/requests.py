@@ -21,6 +21,7 @@ from ..decode.glossary_search import check_term_lengths
 from ..decode.loading import LoadedModel
 from ..errors import DataError, NmtError
 from ..formats.unpack import UnpackLimits
+from ..languages import SURE, read_as
 from ..terms.glossary import Glossary, glossary_from_pairs
 from ..utils.text import replace_control_characters
 from .loop import DecodingLoop
@@ -245,22 +246,20 @@ def pick_model(
     raise BadRequest(400, f"several models fit ({pairs}); name the source and target languages")
 
 
-SURE = 90.0  # the identifier's confidence (0-100) above which its first answer is taken even where no model reads it
-
-
 def _detected_source(
     ranked: list[tuple[str, float]], models: list[ServedModel], target: str | None
 ) -> tuple[str, float] | None:
-    """ "source": "auto": the language /detect ranks first, when a served model reads it into ``target``. Text
-    surely (``SURE`` %) in the target language already, or in a language no model reads, is refused naming what was
-    detected (a runner-up at 0.15% is no answer: English text was translated "from French"); where the identifier
-    is unsure (a word: "Hi"), the likeliest language a model reads."""
+    """ "source": "auto": the language /detect ranks first, when a served model reads it into ``target``
+    (``languages.read_as``). Text surely in the target language already, or in a language no model reads, is
+    refused naming what was detected; where the identifier is unsure (a word: "Hi"), the likeliest language a model
+    reads."""
     readers = sorted({m.source for m in models if target in (None, m.target)})
-    if not ranked:
+    reading = read_as(ranked, readers)
+    if reading is None:
         return None
-    language, confidence = ranked[0]
-    if language in readers or confidence < SURE:
-        return next((pair for pair in ranked if pair[0] in readers), None)
+    if reading.source is not None or reading.sure < SURE:
+        return (reading.source, reading.confidence) if reading.source is not None else None
+    language, confidence = reading.identified, reading.sure
     if language == target:
         raise BadRequest(
             400, f'the text is in {language} already (detected, {confidence:g}% sure); give "source" if it is not'

@@ -299,6 +299,7 @@ class Trainer:
             self._last_validation_seconds = took
 
     def _validate_on_main(self) -> bool:
+        assert self.data.valid is not None  # checked by the caller
         began = time.monotonic()
         stop = False
         self._validated_step = self.state.step  # on every process: the final validation is not repeated

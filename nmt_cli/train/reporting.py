@@ -188,8 +188,9 @@ class Window:
 def describe_validation_time(state: TrainState) -> str:
     """What validating cost the run: its seconds, their share of the run's time, validations put off."""
     share = state.validation_seconds / state.elapsed if state.elapsed else 0.0
-    put_off = f"; {state.validations_put_off:,} put off to keep within train.valid_share" if state.validations_put_off else ""
-    return f"validation took {state.validation_seconds:.0f} s of the run's {state.elapsed:.0f} s ({share:.0%}){put_off}"
+    put_off = state.validations_put_off
+    kept = f"; {put_off:,} put off to keep within train.valid_share" if put_off else ""
+    return f"validation took {state.validation_seconds:.0f} s of the run's {state.elapsed:.0f} s ({share:.0%}){kept}"
 
 
 def describe_validation(step: int, result: ValidationResult) -> str:

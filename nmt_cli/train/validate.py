@@ -78,6 +78,7 @@ class _LossSums:
         return self.loss / self.tokens, self.nll / self.tokens
 
     @staticmethod
+    @torch.inference_mode()
     def over(
         model: Transformer, data: ParallelData, recipe: Recipe, device: torch.device, rows: range | None = None
     ) -> _LossSums:

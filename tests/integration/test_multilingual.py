@@ -551,3 +551,41 @@ def test_validation_scores_each_pair_once_and_decodes_a_shared_sample(multilingu
     first = [direction.rows[i] for direction in data.directions for i in bleu_sample(len(direction.rows), 2)]
     assert decoded == [data.valid.source(row).tolist() for row in first]
     assert bleu_sample(10, 4) == [0, 2, 5, 7] and bleu_sample(3, 4) == bleu_sample(3, 0) == [0, 1, 2]
+
+
+def test_from_auto_translates_each_line_from_its_language_and_keeps_the_rest(multilingual, m30k_slice):
+    """A file mixing German, French, English and Spanish lines into English: each German and French line as
+    ``--from de``/``--from fr`` translates it alone, English lines (the target) and the Spanish one (no model reads
+    it) kept as written, each marked in jsonl; what needs one language pair refused in one line."""
+    pytest.importorskip("py3langid", reason="--from auto needs the langid extra")
+    run = multilingual[1]
+    german = (m30k_slice / "val.de").read_text(encoding="utf-8").splitlines()[:3]
+    french = (m30k_slice / "val.fr").read_text(encoding="utf-8").splitlines()[:3]
+    english = (m30k_slice / "val.en").read_text(encoding="utf-8").splitlines()[:2]
+    spanish = "¿Dónde está la biblioteca municipal? Me gustaría leer un libro esta tarde con mis amigos."
+    mixed = [german[0], french[0], english[0], german[1], spanish, french[1], "", german[2], english[1], french[2]]
+    done = nmt_in_process(
+        "translate", "-m", run, "--from", "auto", "--to", "en", "--beam", "1", "--format", "jsonl",
+        stdin="\n".join(mixed) + "\n",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["line"] for r in records] == list(range(len(mixed)))
+    by_language = {}
+    for language, lines in (("de", german), ("fr", french)):
+        alone = nmt_in_process(
+            "translate", "-m", run, "--from", language, "--to", "en", "--beam", "1", stdin="\n".join(lines) + "\n"
+        )
+        by_language.update(zip(lines, alone.stdout.splitlines()))
+    for record, line in zip(records, mixed):
+        if line in by_language:
+            assert record["source_language"] == ("de" if line in german else "fr") and "kept" not in record
+            assert record["translation"] == by_language[line]
+        elif line:
+            assert record["translation"] == line and record["kept"]
+    assert records[4]["source_language"] == "es" and "does not read" in records[4]["kept"]
+    assert records[2]["source_language"] == "en" and "target language" in records[2]["kept"]
+    assert "--from auto: translated from de 3, fr 3" in " ".join(done.stderr.split())
+    for args in (["--prefix", str(m30k_slice / "val.de")], ["--zero-shot"], ["--glossary", str(m30k_slice / "val.de")]):
+        refused = nmt_in_process("translate", "-m", run, "--from", "auto", "--to", "en", *args, stdin="Ein Hund.\n")
+        assert refused.returncode == 1 and "--from auto:" in refused.stderr, refused.stderr

@@ -1,8 +1,8 @@
 """The import layers of docs/architecture.md: every import between two parts of the package goes down.
 
 cli -> commands -> pipeline -> distill -> train / export / convert / serve / attention_figure -> decode -> quality ->
-inference -> terms -> data / model / score / curves / formats -> config -> utils -> errors -> version. Imports inside
-functions count too.
+inference -> terms -> data / model / score / curves / formats / languages -> config -> utils -> errors -> version.
+Imports inside functions count too.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ LAYER = {
     "score": 3,
     "curves": 3,
     "formats": 3,
+    "languages": 3,
     "terms": 3.1,
     "quality": 3.5,
     "inference": 3.2,

@@ -33,7 +33,7 @@ def test_a_direction_served_directly_wins_over_the_same_one_through_a_pivot():
 
 
 class RankedDetector:
-    """A language identifier that ranks as told (``serve/languages.py``'s is trained; this one is the test's)."""
+    """A language identifier that ranks as told (``languages.py``'s is trained; this one is the test's)."""
 
     unavailable = None
 
