@@ -97,3 +97,25 @@ def read_as(ranked: list[tuple[str, float]], readers: list[str]) -> Reading | No
         return Reading(language, confidence, None, 0.0)
     found = next((pair for pair in ranked if pair[0] in readers), None)
     return Reading(language, confidence, found[0] if found else None, found[1] if found else 0.0)
+
+
+class LineIdentifier:
+    """Which language each line is translated from into ``target`` (``nmt translate --from auto``), in two steps:
+    a line the identifier, over every language it knows, is sure (``SURE``) is in none of ``readers`` and not in
+    ``target`` is in another language; any other line is in whichever of ``readers`` and ``target`` it ranks first
+    among those alone. Deciding among the few languages in play is what keeps short lines right (chosen on Multi30k
+    validation: docs/benchmarks.md)."""
+
+    def __init__(self, readers: list[str], target: str) -> None:
+        self.readers, self.target = readers, target
+        self.anywhere = LanguageDetector(None)
+        self.among = LanguageDetector([*readers, target])
+        self.unavailable = self.anywhere.unavailable
+
+    def identify(self, line: str) -> str:
+        """The line's language: one of ``readers``, ``target``, or another the identifier is sure of."""
+        ranked = self.anywhere.detect(line)
+        if ranked and ranked[0][0] not in (*self.readers, self.target) and ranked[0][1] >= SURE:
+            return ranked[0][0]
+        among = self.among.detect(line)
+        return among[0][0] if among else self.readers[0]

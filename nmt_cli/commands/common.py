@@ -139,7 +139,8 @@ def resolve_device(name: str, local_rank: int | None = None) -> Any:
 
 
 # --dtype: the torch dtype of the weights and the arithmetic (int8 is CTranslate2's alone)
-WEIGHT_DTYPES = {None: "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# int8: the weights stay in fp32 and the linear layers compute in int8 (decode/loading.py, on the CPU)
+WEIGHT_DTYPES = {None: "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "float32"}
 
 
 def weights_dtype(name: str | None) -> Any:
@@ -147,5 +148,5 @@ def weights_dtype(name: str | None) -> Any:
     import torch
 
     if name not in WEIGHT_DTYPES:
-        raise NmtError(f"--dtype: '{name}' is not fp32, bf16 or fp16")
+        raise NmtError(f"--dtype: '{name}' is not fp32, bf16, fp16 or int8")
     return getattr(torch, WEIGHT_DTYPES[name])

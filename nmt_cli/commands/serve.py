@@ -26,8 +26,8 @@ def run(
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on."),
     device: str = device_option(),
     threads: int = ThreadsOption,
-    dtype: Literal["fp32", "bf16", "fp16"] = typer.Option(
-        "fp32", "--dtype", help="Weights and arithmetic: fp32, bf16 or fp16."
+    dtype: Literal["fp32", "bf16", "fp16", "int8"] = typer.Option(
+        "fp32", "--dtype", help="Weights and arithmetic: fp32, bf16 or fp16; int8 on the CPU (linear layers in 8 bits)."
     ),
     batching: bool = typer.Option(
         True,
@@ -100,7 +100,10 @@ def run(
     # uvicorn drains the requests in flight on SIGTERM, then raises it again under the handler it found:
     # the default one, so that a supervisor sees the server ended by SIGTERM (not an error exit).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    serve(models, host, port, resolve_device(device), weights, limits, batch_tokens, max_queue, batching, log_level)
+    target = resolve_device(device)
+    if dtype == "int8" and target.type != "cpu":
+        raise NmtError(f"--dtype int8: computed on the CPU, not on {target}; use --dtype bf16 there")
+    serve(models, host, port, target, weights, limits, batch_tokens, max_queue, batching, log_level, dtype == "int8")
 
 
 def _served_glossaries(given: list[str], models: list[Path]) -> dict:  # type: ignore[type-arg]

@@ -76,7 +76,8 @@ def run(
         None,
         "--dtype",
         help="Weights and arithmetic: fp32, or bf16/fp16 (faster "
-        "on GPUs and on CPUs with native bf16; outputs can differ slightly from fp32's). With "
+        "on GPUs and on CPUs with native bf16; outputs can differ slightly from fp32's), or int8 on the CPU (linear "
+        "layers in 8 bits, weights and inputs: faster, outputs a little different). With "
         "--engine ctranslate2: its compute type float32, bfloat16, float16, or int8 (8-bit weights, "
         "CTranslate2's fastest on most CPUs).  [default: fp32; with ctranslate2, the type the model was exported with]",
         show_default=False,

@@ -57,7 +57,7 @@ def open_engine(o: TranslateOptions, device, threads: int, aligned: bool, loaded
     # Each step's buffers reused, not faulted in anew (utils/allocator.py); CTranslate2 above runs with the
     # allocator as it is, as it would on its own.
     keep_freed_memory()
-    loaded = loaded or load_ensemble(models, device, weights_dtype(o.dtype))
+    loaded = loaded or load_ensemble(models, device, weights_dtype(o.dtype), int8_on(o, device))
     config = with_decoding(loaded.recipe.decode, options)
     pivot = None if o.zero_shot else pivot_language(loaded.recipe.data, o.source, o.to)
     if pivot is not None:
@@ -95,9 +95,9 @@ def _by_language(o: TranslateOptions, device: Any, threads: int, aligned: bool) 
 
     from ..decode.by_language import ByLanguageEngine
     from ..decode.loading import load_ensemble
-    from ..languages import LanguageDetector
+    from ..languages import LineIdentifier
 
-    loaded = load_ensemble(o.models, device, weights_dtype(o.dtype))
+    loaded = load_ensemble(o.models, device, weights_dtype(o.dtype), int8_on(o, device))
     data = loaded.recipe.data
     target = languages_of(data, None, o.to)[1]
     readers = readers_of(data, target)
@@ -107,8 +107,19 @@ def _by_language(o: TranslateOptions, device: Any, threads: int, aligned: bool) 
     def open_for(language: str) -> Engine:
         return open_engine(replace(o, source=language), device, threads, aligned, loaded)
 
-    # every language the identifier knows: a line surely in one the model does not read is kept, not misread
-    return ByLanguageEngine(open_for, readers, target, LanguageDetector(None), o.chunk_lines)
+    return ByLanguageEngine(open_for, readers, target, LineIdentifier(readers, target), o.chunk_lines)
+
+
+def int8_on(o: TranslateOptions, device: Any) -> bool:
+    """``--dtype int8`` with our engine: its int8 products run on the CPU only."""
+    if o.dtype != "int8":
+        return False
+    if device.type != "cpu":
+        raise NmtError(
+            f"--dtype int8: our engine computes int8 on the CPU, not on {device}; add --engine ctranslate2 or use "
+            "--dtype bf16"
+        )
+    return True
 
 
 def readers_of(data: Any, target: str) -> list[str]:

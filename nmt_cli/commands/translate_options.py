@@ -112,7 +112,6 @@ class TranslateOptions:
             "sampling": self.sampling,
             "gnmt": self.decoding.get("length_penalty") == "gnmt",
             "stop": stop not in (None, "beam"),
-            "int8": self.dtype == "int8",
             "confidence": self.confidence,
             "glossary": bool(self.glossaries or self.keep_terms),
         }
@@ -243,11 +242,6 @@ ONLY = {
         "nmt",
         "--stop {stop}: CTranslate2 always stops once a sentence has BEAM finished hypotheses; use --stop beam "
         "or leave --stop out",
-    ),
-    "int8": (
-        "ctranslate2",
-        "--dtype int8: only with --engine ctranslate2 (our engine computes in fp32, bf16 or fp16); add --engine "
-        "ctranslate2 or choose another --dtype",
     ),
 }
 

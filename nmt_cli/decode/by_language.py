@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
 
 from ..config import DecodeConfig
-from ..languages import SURE, LanguageDetector, read_as
+from ..languages import LineIdentifier
 from .translation import EMPTY, Engine, Translation, TranslationStats
 
 IN_TARGET = "in the target language already"
@@ -34,10 +34,10 @@ class ByLanguageEngine:
         open_for: Callable[[str], Engine],
         readers: list[str],
         target: str,
-        detector: LanguageDetector,
+        identifier: LineIdentifier,
         chunk_lines: int,
     ) -> None:
-        self.open_for, self.readers, self.target, self.detector = open_for, readers, target, detector
+        self.open_for, self.readers, self.target, self.identifier = open_for, readers, target, identifier
         self.chunk_lines = max(chunk_lines, 1)
         self.engines: dict[str, Engine] = {readers[0]: open_for(readers[0])}
         first = self.engines[readers[0]]
@@ -66,12 +66,8 @@ class ByLanguageEngine:
 
     def read_as(self, line: str) -> tuple[str | None, str]:
         """(the language to translate ``line`` from, or None to keep it; the language identified)."""
-        reading = read_as(self.detector.detect(line), self.readers)
-        if reading is None or (reading.source is None and reading.sure < SURE):
-            return self.readers[0], ""  # nothing to go by: the model's first language
-        if reading.source is None:  # surely the target language, or one the model does not read
-            return None, reading.identified
-        return reading.source, reading.source
+        language = self.identifier.identify(line)
+        return (language if language in self.readers else None), language
 
     def translate(
         self,

@@ -17,7 +17,7 @@ import torch
 from ..config import Recipe, recipe_from_dict
 from ..data.vocab import PAD_ID, load_vocab_bytes
 from ..errors import CheckpointError, NmtError, reason
-from ..inference.cpu_linear import prepare_for_cpu_inference
+from ..inference.cpu_linear import int8_usable, prepare_for_cpu_inference, quantize_linears
 from ..model.transformer import Transformer, build_model
 from ..quality.confidence_map import Calibration
 from ..utils import torchfile
@@ -51,22 +51,28 @@ class LoadedModel:
         return replace(self, calibration=self.calibrations[found[0]] if len(found) == 1 else None)
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Load a model folder (its ``model.pt``) or any checkpoint file written by nmt."""
+def load_model(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, int8: bool = False
+) -> LoadedModel:
+    """Load a model folder (its ``model.pt``) or any checkpoint file written by nmt; ``int8``: its linear layers
+    compute in int8 (the CPU only)."""
     payload = torchfile.load(Path(path), map_location="cpu")
     loaded = model_from_payload(payload, Path(path), device, dtype, for_inference=False)
     # The weights are the model's now: the file's copy goes before the inference copies are made, so
     # the two never take memory at once (docs/choices.md, "Memory").
     del payload
-    prepare_for_inference(loaded.model, dtype)
+    prepare_for_inference(loaded.model, dtype, int8)
     return loaded
 
 
 def load_ensemble(
-    paths: Sequence[str | Path], device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    paths: Sequence[str | Path],
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    int8: bool = False,
 ) -> LoadedModel:
     """One model, or several sharing one vocabulary decoded as an :class:`.ensemble.Ensemble`."""
-    loaded = [load_model(path, device, dtype) for path in paths]
+    loaded = [load_model(path, device, dtype, int8) for path in paths]
     if len(loaded) == 1:
         return loaded[0]
     first = loaded[0]
@@ -138,10 +144,20 @@ def model_from_payload(
     return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin, calibration, calibrations)
 
 
-def prepare_for_inference(model: Transformer, dtype: torch.dtype) -> None:
-    """Faster products on the CPU in fp32 and bf16 (inference/cpu_linear.py); a loaded model is for inference."""
-    if model.output.weight.device.type == "cpu":
-        prepare_for_cpu_inference(model, model.output, dtype)
+def prepare_for_inference(model: Transformer, dtype: torch.dtype, int8: bool = False) -> None:
+    """Faster products on the CPU in fp32 and bf16, or in int8 where asked (inference/cpu_linear.py); a loaded
+    model is for inference."""
+    if model.output.weight.device.type != "cpu":
+        return
+    if int8:
+        if not int8_usable():
+            raise NmtError(
+                "--dtype int8: this PyTorch lacks the fbgemm int8 operators our engine runs on; add --engine "
+                "ctranslate2 or choose another --dtype"
+            )
+        quantize_linears(model)
+        return
+    prepare_for_cpu_inference(model, model.output, dtype)
 
 
 def _check_shapes(weights: dict[str, torch.Tensor], recipe: Recipe, sizes: tuple[int, int], origin: Path) -> None:

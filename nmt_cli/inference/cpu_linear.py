@@ -321,6 +321,69 @@ def swapped_operands_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> T
     return product.t().contiguous().view(*x.shape[:-1], weight.size(0))
 
 
+@functools.cache
+def int8_usable() -> bool:
+    """Whether this PyTorch has the fbgemm int8 operators :class:`Int8Linear` runs on (PyTorch marks its quantized
+    tensors deprecated; their absence is a one-line refusal, not a crash) and they compute ``F.linear``
+    within int8 rounding. Checked once per process, as :func:`onednn_usable`."""
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias = (torch.randn(shape, generator=generator) for shape in ((3, 2, 16), (24, 16), (24,)))
+    try:
+        with torch.inference_mode():
+            product = int8_product(weight, bias)
+            expected = F.linear(x, weight, bias)
+            return bool((product(x) - expected).abs().max() <= 0.1 * expected.abs().max())
+    except (RuntimeError, AttributeError, TypeError, NotImplementedError):
+        return False
+
+
+def int8_product(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tensor]:
+    """``F.linear(x, weight, bias)`` with the weight in int8 (one scale per output row) and each input quantized
+    to int8 as it comes (dynamic quantization: fbgemm, what ``torch.ao.quantization.quantize_dynamic`` runs,
+    CTranslate2's int8 on the CPU alike). At a decoder step's few rows it is 1.3x fp32's product for a 128x128
+    weight and about 3x for a 256x8000 output layer (docs/cpu-decoding.md)."""
+    import warnings
+
+    w = weight.detach().float()
+    scales = (w.abs().amax(dim=1) / 127).clamp_min(1e-12).double()
+    with warnings.catch_warnings():  # PyTorch's notice that quantized tensors will move to torchao
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_channel(w, scales, torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
+    # reduce_range: 7-bit activations, so that AVX2's 16-bit accumulation of two products cannot saturate
+    return lambda x: torch.ops.quantized.linear_dynamic(x, packed, True)
+
+
+class Int8Linear(InferenceLinear):
+    """An ``nn.Linear`` whose products run in int8 (:func:`int8_product`), for ``--dtype int8`` on the CPU; its
+    float parameters stay (the state dict, tied embeddings and anything reading the weight see them unchanged)."""
+
+    @classmethod
+    def of(cls, linear: nn.Linear) -> Int8Linear:
+        fast = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+        fast.weight, fast.bias = linear.weight, linear.bias
+        fast.packed_weight = None
+        return fast
+
+    def _make_product(self) -> Callable[[Tensor], Tensor]:
+        weight, bias, int8 = self.weight, self.bias, int8_product(self.weight, self.bias)
+
+        def product(x: Tensor) -> Tensor:
+            if torch.is_grad_enabled() and weight.requires_grad:
+                return F.linear(x, weight, bias)
+            return int8(x)
+
+        return product
+
+
+def quantize_linears(model: nn.Module) -> None:
+    """Every linear layer of an inference model on the CPU computes in int8 (:class:`Int8Linear`)."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear) and not isinstance(child, Int8Linear):
+                setattr(parent, name, Int8Linear.of(child))
+
+
 def prepare_for_cpu_inference(model: nn.Module, output: nn.Linear, dtype: torch.dtype = torch.float32) -> None:
     """Give ``model``'s linear layers the products chosen by the number of rows. For a model on the
     CPU that only runs inference, its weights in ``dtype``: in fp32 where :func:`use_onednn`, else

@@ -32,14 +32,16 @@ def load_served_models(
     batch_tokens: int | None,
     max_queue: int,
     batching: bool,
+    int8: bool = False,
 ) -> list[ServedModel]:
     """One decoding loop per model, named after its language pair (``en-de``; ``en-de.2`` if repeated). A
     multilingual model (target tags, ``decode/targets.py``) serves each of its directions (``en-fr``, ``en-de``...)
     through its one loop, so that requests of every direction share its batches. A direction none serves that
-    two others join up to is served through their pivot language (:func:`pivots`)."""
+    two others join up to is served through their pivot language (:func:`pivots`). ``int8``: linear layers compute
+    in int8 (the CPU only)."""
     served: list[ServedModel] = []
     for path in paths:
-        loaded = load_model(path, device, dtype)
+        loaded = load_model(path, device, dtype, int8)
         loop = None
         for source, target, way in _directions(loaded):
             name = f"{source}-{target}"
@@ -117,10 +119,11 @@ def serve(
     max_queue: int,
     batching: bool,
     log_level: str,
+    int8: bool = False,
 ) -> None:
     check_port(host, port)
     metrics = ServerMetrics()
-    models = load_served_models(paths, device, dtype, metrics, batch_tokens, max_queue, batching)
+    models = load_served_models(paths, device, dtype, metrics, batch_tokens, max_queue, batching, int8)
     app = create_app(models, limits, metrics)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
     for model in models:

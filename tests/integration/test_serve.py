@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import start_server
+from conftest import nmt_in_process, start_server
 
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batches import pad_rows
@@ -147,8 +147,6 @@ def test_libretranslate_shape(client, loaded, overfit):
 
 
 def test_text_requests_keep_paths_urls_and_numbers_as_the_command_line_does(client, overfit):
-    from conftest import nmt_in_process
-
     run_dir, src, _ = overfit
     lines = [f"{src[0]} /etc/passwd", f"{src[1]} https://example.org/a.tar.gz 1,024"]
     answer = client.post("/translate", json={"q": "\n".join(lines), "source": "en", "target": "de"}).json()
@@ -550,3 +548,27 @@ def test_a_glossary_named_or_sent_steers_the_translation(overfit):
         lone = b'{"text": "a man", "glossary": [["man", "K\\ud800"]]}'
         answer = client.post("/translate", content=lone, headers={"Content-Type": "application/json"})
         assert answer.status_code == 400 and "U+D800" in answer.json()["error"], answer.text
+
+
+def test_a_server_with_int8_layers_answers_as_nmt_translate_with_dtype_int8(overfit):
+    """``nmt serve --dtype int8``: the model's linear layers in int8, as ``nmt translate --dtype int8`` loads it."""
+    from fastapi.testclient import TestClient
+
+    from nmt_cli.inference.cpu_linear import Int8Linear, int8_usable
+    from nmt_cli.serve.api import create_app
+    from nmt_cli.serve.metrics import ServerMetrics
+    from nmt_cli.serve.requests import Limits
+    from nmt_cli.serve.server import load_served_models
+
+    if not int8_usable():
+        pytest.skip("this PyTorch lacks the fbgemm int8 operators")
+    run_dir, src, _ = overfit
+    metrics = ServerMetrics()
+    models = load_served_models([run_dir], torch.device("cpu"), torch.float32, metrics, None, 64, True, int8=True)
+    assert isinstance(models[0].loaded.model.output, Int8Linear)
+    lines = src[:3]
+    offline = nmt_in_process("translate", "-m", run_dir, "--dtype", "int8", stdin="".join(f"{s}\n" for s in lines))
+    assert offline.returncode == 0, offline.stderr
+    with TestClient(create_app(models, Limits(), metrics)) as client:
+        answers = [client.post("/translate", json={"text": s}).json()["translations"][0]["text"] for s in lines]
+    assert answers == offline.stdout.splitlines()

@@ -531,6 +531,36 @@ def test_inference_linears_give_the_same_model(monkeypatch):
     assert layer.ffn.w1.weight.grad is not None and layer.ffn.w1.weight.grad.abs().sum() > 0
 
 
+def test_int8_linears_keep_the_model_and_its_outputs_within_int8_rounding():
+    """``--dtype int8``: every linear layer computes in int8; names, values and tying are the model's, its
+    log-probabilities within int8's rounding of fp32's and its best tokens mostly the same; gradients (none are
+    asked in inference) still flow through the float weights."""
+    from nmt_cli.inference import cpu_linear
+
+    if not cpu_linear.int8_usable():
+        pytest.skip("this PyTorch lacks the fbgemm int8 operators")
+    torch.manual_seed(0)
+    model = tiny("sinusoidal", "pre").eval()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    src, tgt = torch.randint(4, 40, (3, 9)), torch.randint(4, 40, (3, 7))
+    with torch.inference_mode():
+        expected = model.logits(model.decode(tgt, *model.encode(src))).log_softmax(-1)
+    cpu_linear.quantize_linears(model)
+    cpu_linear.quantize_linears(model)  # a second call changes nothing
+    assert isinstance(model.output, cpu_linear.Int8Linear)
+    assert isinstance(model.decoder_layers[0].ffn.w1, cpu_linear.Int8Linear)
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+    assert model.output.weight is model.tgt_embed.weight
+    with torch.inference_mode():
+        got = model.logits(model.decode(tgt, *model.encode(src))).log_softmax(-1)
+    assert (got - expected).abs().max() < 0.1
+    assert (got.argmax(-1) == expected.argmax(-1)).float().mean() > 0.9
+    loss, _, _ = model.loss(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7, 8]]), torch.tensor([[7, 8, 3]]), 0.1)
+    loss.backward()
+    assert model.decoder_layers[0].ffn.w1.weight.grad is not None
+
+
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch is built without oneDNN")
 def test_inference_linear_kernel_by_rows(monkeypatch):
     """2-7 input rows: W x^T through the BLAS; 0-1 rows or 8 and more: oneDNN; each equal to F.linear,
