@@ -102,6 +102,12 @@ def main() -> None:
         corpus_chrf = sacrebleu.corpus_chrf(outputs, [references]).score
         found, kept, glued = spans_kept(sources, outputs)
         changes = Counter((c > p) - (c < p) for c, p in zip(chrf, plain_chrf)) if chrf is not None else Counter()
+        # a line with nothing to protect reads the same; it changes only with its batch's neighbours (padding and
+        # batch order move its floating-point sums): that count is the measure's noise floor
+        spanned = set(with_spans)
+        by_spans = Counter(
+            ((c > p) - (c < p), i in spanned) for i, (c, p) in enumerate(zip(chrf or [], plain_chrf)) if c != p
+        )
         row = {
             "run": name,
             "bleu": round(bleu, 2),
@@ -110,6 +116,9 @@ def main() -> None:
             "glued": glued,
             "lines_better": changes[1],
             "lines_worse": changes[-1],
+            "better_with_spans": by_spans[(1, True)],
+            "worse_with_spans": by_spans[(-1, True)],
+            "changed_without_spans": by_spans[(1, False)] + by_spans[(-1, False)],
         }
         print(json.dumps(row))
 

@@ -7,16 +7,27 @@ it and every hypothesis gets its spans back, byte for byte (``Masked.restore``: 
 at its place, one it invented removed; the line's own placeholders, ``%s`` or ``{name}``, are kept exactly
 too). A span never holds a space, so word positions, and with them
 alignments, are those of the original line.
+
+Masks cost words: a model reads ``%s`` where it would have read ``15`` or ``--force`` and translates the words
+beside it less well ("Rotate the view 15 degrees" came back as "Die Sicht »15« wird ..."). So a line is first
+translated as it is, and only a line whose translation lost, changed, repeated or glued onto one of its spans is
+translated again with masks (``protect.keeps_spans``): every span still comes back exactly, and a line the model
+handled well keeps its unmasked translation. Lines with nothing to protect are translated once, as before; where
+the engine reads context, a prefix or a glossary (whose names must be masked to be kept), lines are masked at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
 
 from ..config import DecodeConfig
-from ..formats.protect import Masked, mask_line
+from ..formats.protect import Masked, keeps_spans, mask_line, protected_spans
 from .translation import Engine, Translation, TranslationStats
+
+CHUNK_LINES = 10_000  # lines translated before the ones that need masks go again (an engine's own chunk otherwise)
 
 
 class ProtectedEngine:
@@ -45,6 +56,39 @@ class ProtectedEngine:
         return mask_line(line, keep=keep, free=[(m.start, m.end) for m in found if not m.term.kept])
 
     def translate(
+        self,
+        lines: Iterable[str],
+        prefixes: Iterable[str] | None = None,
+        first_line: int = 0,
+        documents: Iterable[str] | None = None,
+    ) -> Iterator[list[Translation]]:
+        if prefixes is None and documents is None and not self.context_sentences and self.terms is None:
+            source = iter(lines)
+            size = getattr(self.engine, "chunk_lines", CHUNK_LINES)
+            while chunk := list(itertools.islice(source, size)):
+                yield from self._unmasked_first(chunk, first_line)
+                first_line += len(chunk)
+            return
+        yield from self._masked(lines, prefixes, first_line, documents)
+
+    def _unmasked_first(self, chunk: list[str], first_line: int) -> list[list[Translation]]:
+        """The chunk translated as it is; the lines whose translation did not keep their spans, again masked."""
+        found: list[list[Translation]] = []
+        again: list[int] = []
+        for i, (line, hyps) in enumerate(zip(chunk, self.engine.translate(chunk, None, first_line))):
+            plain = Masked(line, {})  # its placeholders repaired as a masked line's are
+            found.append([hyp._replace(text=plain.restore(hyp.text)) for hyp in hyps])
+            if protected_spans(line) and not all(keeps_spans(line, hyp.text) for hyp in found[-1]):
+                again.append(i)
+        if again:
+            counted = dataclasses.replace(self.engine.stats, truncated_lines=list(self.engine.stats.truncated_lines))
+            for i, hyps in zip(again, self._masked([chunk[i] for i in again])):
+                found[i] = hyps
+            tokens = self.engine.stats.output_tokens  # the work done; the lines were counted once already
+            vars(self.engine.stats).update(vars(counted), output_tokens=tokens)
+        return found
+
+    def _masked(
         self,
         lines: Iterable[str],
         prefixes: Iterable[str] | None = None,

@@ -160,6 +160,28 @@ def unglued(translation: str, source: str, pattern: re.Pattern[str], originals: 
     return "".join(out) + translation[at:]
 
 
+def keeps_spans(source: str, translation: str) -> bool:
+    """Whether ``translation`` holds each protected span of ``source`` exactly as often as ``source`` does, and
+    none with a word glued on that ``source`` stands apart: a translation that needed no masks."""
+    spans = {source[start:end] for start, end in protected_spans(source)}
+    for span in spans:
+        if translation.count(span) != source.count(span):
+            return False
+        if span.isspace():
+            continue
+        apart = all(not _GLUE.match(source, at + len(span)) for at in _occurrences(source, span))
+        if apart and any(_GLUE.match(translation, at + len(span)) for at in _occurrences(translation, span)):
+            return False
+    return True
+
+
+def _occurrences(text: str, span: str) -> Iterable[int]:
+    at = text.find(span)
+    while at != -1:
+        yield at
+        at = text.find(span, at + 1)
+
+
 def _echoes(run: str, span: str) -> bool:
     """Whether ``run`` is mostly the span's own character pairs (the model repeating what it copied)."""
     pairs = [run[i : i + 2].lower() for i in range(len(run) - 1)]

@@ -40,7 +40,7 @@ from ..decode.search import Hypothesis
 from ..decode.translator import Translator
 from ..errors import NmtError, TooLarge
 from ..formats import EXTENSIONS, DocumentRequest, Sentences, translate_document
-from ..formats.protect import Masked, mask_line
+from ..formats.protect import Masked, keeps_spans, mask_line
 from ..formats.segments import through_pivot
 from ..languages import LanguageDetector, language_name
 from ..terms.glossary import Glossary
@@ -364,11 +364,61 @@ async def _decode_by_route(request: Request, parsed: TranslationRequest) -> Deco
 
 
 async def _decode(request: Request, parsed: TranslationRequest) -> Decoded | None:
-    """Queue the request's non-empty lines and wait for them; None if the client disconnected."""
-    loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
+    """Queue the request's non-empty lines and wait for them; None if the client disconnected. As with nmt
+    translate's lines (``decode/protected.py``): each line first as it is, then the lines whose translation did not
+    keep their paths, URLs, numbers... exactly again, masked (a glossary or a context model: masked at once)."""
     lines = [text.split("\n") for text in parsed.texts]
-    # The model never reads what must come back unchanged (formats/protect.py), as with nmt translate's lines.
-    shown = [mask_line(line.strip()) for text_lines in lines for line in text_lines]
+    plain = [line.strip() for text_lines in lines for line in text_lines]
+    masked = [mask_line(line) for line in plain]
+    model = parsed.model.loaded.recipe.model
+    if parsed.glossary is not None or model.concat or model.recurrence:
+        return await _decode_shown(request, parsed, lines, masked)
+    first = await _decode_shown(request, parsed, lines, [Masked(line, {}) for line in plain])
+    if first is None:
+        return None
+    vocab = parsed.model.loaded.tgt_vocab
+    hypotheses = [hyps for text in first.hypotheses for hyps in text]
+    again = [
+        i
+        for i, (line, hyps) in enumerate(zip(plain, hypotheses))
+        if masked[i].originals
+        and not all(keeps_spans(line, Masked(line, {}).restore(as_one_line(vocab.decode(h.tokens)))) for h in hyps)
+    ]
+    if not again:
+        return first
+    second = await _decode_shown(request, replace(parsed, texts=[plain[i] for i in again]), None, [masked[i] for i in again])
+    return None if second is None else _merged(first, second, again)
+
+
+def _merged(first: Decoded, second: Decoded, again: list[int]) -> Decoded:
+    """``first`` with the lines ``again`` (flat indices) taken from ``second`` (one text per line, in that order)."""
+
+    def flat(per_text: list[list[Any]]) -> list[Any]:
+        return [item for text in per_text for item in text]
+
+    hypotheses, truncated, shown = flat(first.hypotheses), flat(first.truncated), flat(first.masked or [])
+    assessments = flat(first.assessments) if first.assessments is not None else None
+    for n, i in enumerate(again):
+        hypotheses[i], truncated[i] = second.hypotheses[n][0], second.truncated[n][0]
+        shown[i] = (second.masked or [])[n][0]
+        if assessments is not None and second.assessments is not None:
+            assessments[i] = second.assessments[n][0]
+    lines = first.lines
+    return replace(
+        first,
+        hypotheses=_regroup(hypotheses, lines),
+        truncated=_regroup(truncated, lines),
+        assessments=_regroup(assessments, lines) if assessments is not None else None,
+        masked=_regroup(shown, lines),
+    )
+
+
+async def _decode_shown(
+    request: Request, parsed: TranslationRequest, lines: list[list[str]] | None, shown: list[Masked]
+) -> Decoded | None:
+    """The lines (per text; None: each text one line) decoded as ``shown`` (one per line, masked or not)."""
+    loaded, max_src = parsed.model.loaded, parsed.model.loaded.recipe.model.max_positions - 1
+    lines = lines if lines is not None else [[text] for text in parsed.texts]
     flat = [line.text for line in shown]
     if loaded.recipe.model.concat or loaded.recipe.model.recurrence:  # no glossary here (parse_request)
         decoded = await asyncio.to_thread(_decode_with_translator, parsed, lines, flat)

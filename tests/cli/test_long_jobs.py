@@ -178,13 +178,14 @@ def test_signal_inside_an_update_abandons_it_and_the_resume_redoes_it_exactly(re
 
 def test_signal_during_validation_abandons_it_and_resuming_validates_first(recipe, tmp_path):
     run = tmp_path / "run"
-    stopped = nmt(*train_args(recipe, run, 8, "train.validate_every=3"), env={"NMT_SIGNAL_AT": "validation"})
+    every = ("train.validate_every=3", "train.valid_share=0")  # each as planned, however long validating takes
+    stopped = nmt(*train_args(recipe, run, 8, *every), env={"NMT_SIGNAL_AT": "validation"})
     assert stopped.returncode == 143, stopped.stderr
     assert "validation at update 3 abandoned at SIGTERM" in " ".join(stopped.stderr.split())
     assert not any("valid_loss" in r for r in metrics(run))
     state = checkpoint.load(checkpoint.step_path(run, 3))["train_state"]
     assert state["validation_due"] is True
-    resumed = nmt(*train_args(recipe, run, 8, "train.validate_every=3"))
+    resumed = nmt(*train_args(recipe, run, 8, *every))
     assert resumed.returncode == 0, resumed.stderr
     validations = [r["step"] for r in metrics(run) if "valid_loss" in r]
     assert validations == [3, 6, 8]  # the abandoned one first, then as planned

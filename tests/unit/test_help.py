@@ -111,7 +111,7 @@ def test_translate_lists_its_options_under_titles():
     "path, shown",
     [
         (["translate"], ["[hard|soft]", "[text|jsonl|tsv]", "[gnmt|average]", "[beam|top|bound]", "FORMAT", "docx"]),
-        (["serve"], ["[fp32|bf16|fp16]", "[critical|error|warning|info|debug]"]),
+        (["serve"], ["[fp32|bf16|fp16|int8]", "[critical|error|warning|info|debug]"]),
         (["export"], ["[ctranslate2|hf]"]),
         (["score"], ["[jsonl|tsv]"]),
         (["prepare"], ["[strict|replace]"]),

@@ -1,4 +1,5 @@
-"""Plain lines keep their paths, URLs, numbers and names: the engine never reads them (decode/protected.py)."""
+"""Plain lines keep their paths, URLs, numbers and names: a line whose translation lost one is translated again
+with them masked, so the engine never reads them then (decode/protected.py)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class Garbling:
     ) -> Iterator[list[Translation]]:
         for line in lines:
             self.read.append(line)
+            self.stats.sentences += 1
             words = [w if w.startswith("%") else w[::-1] + "x" for w in line.split()]
             masks = [i for i, w in enumerate(words) if w.startswith("%")]
             if len(masks) > 1:
@@ -51,25 +53,49 @@ class Garbling:
             yield [Translation(" ".join(words), -1.0), Translation(" ".join(reversed(words)), -2.0)]
 
 
-def test_spans_are_hidden_from_the_engine_and_come_back_byte_for_byte():
+def test_spans_come_back_byte_for_byte_whatever_the_model_does():
+    """The garbling engine loses spans: each such line goes again masked (the engine never sees its spans then),
+    and every hypothesis of its n-best list has each span back as often as the line has it."""
     inner = Garbling()
     engine = ProtectedEngine(inner)
     outputs = list(engine.translate(iter(LINES)))
     assert len(outputs) == len(LINES)
-    for (line, spans), read, hyps in zip(LINES.items(), inner.read, outputs):
+    spanned = [line for line, spans in LINES.items() if spans]
+    assert inner.read[: len(LINES)] == list(LINES)  # first as written
+    masked_reads = inner.read[len(LINES) :]
+    assert len(masked_reads) == len(spanned)  # then again, masked, only the lines that have spans
+    for (line, spans), hyps in zip(LINES.items(), outputs):
         for span in spans:
-            assert span not in read  # the model never saw it
-            for hyp in hyps:  # every hypothesis of the n-best list has it back, once
+            assert not any(span in read for read in masked_reads)
+            for hyp in hyps:
                 assert hyp.text.count(span) == line.count(span), (span, hyp.text)
-    assert inner.read[-1] == "A dog runs in the park."  # prose is read as written
+    assert inner.stats.sentences == len(LINES)  # a line translated again is counted once
+
+
+class Copying(Garbling):
+    """An engine that keeps every word but the first (a model that handles codes well)."""
+
+    def translate(self, lines, prefixes=None, first_line=0, documents=None):
+        for line in lines:
+            self.read.append(line)
+            words = line.split()
+            yield [Translation(" ".join([words[0].upper(), *words[1:]]), -1.0)]
+
+
+def test_a_line_whose_translation_keeps_its_spans_is_read_once_as_written():
+    inner = Copying()
+    outputs = list(ProtectedEngine(inner).translate(list(LINES)))
+    assert inner.read == list(LINES)
+    assert [hyps[0].text for hyps in outputs] == [f"{line.split()[0].upper()} {line.split(' ', 1)[1]}" for line in LINES]
 
 
 def test_a_stream_is_read_as_the_engine_asks_for_it():
     inner = Garbling()
+    inner.chunk_lines = 1  # the lines an engine reads before it translates
     engine = ProtectedEngine(inner)
     results = engine.translate(iter(["See /tmp/a.", "See /tmp/b."]))
     first = next(results)
-    assert len(inner.read) == 1 and "/tmp/a" in first[0].text
+    assert inner.read == ["See /tmp/a.", "See %s."] and "/tmp/a" in first[0].text
     assert "/tmp/b" in next(results)[0].text
 
 
@@ -77,8 +103,7 @@ def test_what_it_reports_is_the_engines():
     inner = Garbling()
     engine = ProtectedEngine(inner)
     assert engine.config is inner.config and engine.languages == ("en", "de") and engine.max_positions == 64
-    list(engine.translate(["See /tmp/a."]))
-    inner.stats.sentences += 1
+    list(engine.translate(["See /tmp/a."]))  # read twice (garbled, then masked), counted once
     assert engine.stats is inner.stats and engine.stats.sentences == 1
 
 
