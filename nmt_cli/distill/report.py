@@ -1,9 +1,9 @@
 """The distillation's report: teacher and student on the recipe's test sets, how fast each translates, how big.
 
 Quality: BLEU and chrF (sacreBLEU) of each on every ``data.test`` set, both translating as ``nmt translate``
-does. Speed: sentences a second on the first test set in this process (its threads), one sentence at a time and
-with the default batches; a server teacher's speed is the server's and is not measured here. Size: the model
-files on disk, and the weights' bytes in memory.
+does, and the student also as ``--dtype int8`` runs it. Speed: sentences a second on the first test set in this
+process (its threads), one sentence at a time and with the default batches; a server teacher's speed is the
+server's and is not measured here. Size: the model files on disk, and the weights' bytes in memory.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def report(student: Recipe, teacher: Teacher, folder: Path, seconds: dict[str, f
         file_bytes=(student.run_dir / "model.pt").stat().st_size,
         parameter_bytes=_parameter_bytes(loaded.model),
     )
+    student_int8 = _int8_side(student, tests)
     teacher_side = _side(lambda lines: [text for text, _ in teacher.translate(iter(lines))], tests)
     if isinstance(teacher, ModelTeacher):
         translator = teacher.engine.engine
@@ -65,9 +66,28 @@ def report(student: Recipe, teacher: Teacher, folder: Path, seconds: dict[str, f
             parameter_bytes=_parameter_bytes(translator.loaded.model),
         )
     found = {"teacher": asdict(teacher_side), "student": asdict(student_side), "seconds": seconds}
+    if student_int8 is not None:
+        found["student_int8"] = asdict(student_int8)
     with atomic_open(folder / "report.json", "w") as handle:
         json.dump(found, handle, indent=2)
     return found
+
+
+def _int8_side(student: Recipe, tests: dict[str, tuple[list[str], list[str]]]) -> Side | None:
+    """The student as ``nmt translate --dtype int8`` runs it (what a CPU deployment would): its scores and speeds;
+    None where this PyTorch has no int8 products."""
+    from ..decode.loading import load_model
+    from ..decode.protected import ProtectedEngine
+    from ..decode.translator import Translator
+    from ..inference.cpu_linear import int8_usable
+
+    if not int8_usable():
+        return None
+    loaded = load_model(student.run_dir, int8=True)
+    engine = ProtectedEngine(Translator(loaded, loaded.recipe.decode))
+    side = _side(lambda lines: [h[0].text for h in engine.translate(lines)], tests)
+    batch1, default = _speeds(lambda config: ProtectedEngine(Translator(loaded, config)), loaded.recipe.decode, tests)
+    return replace(side, per_second_batch1=batch1, per_second_default=default)
 
 
 def replace_config(translator: Any, config: Any) -> Any:
@@ -120,15 +140,16 @@ def _parameter_bytes(model: Any) -> int:
 
 def table(found: dict[str, Any]) -> list[str]:
     """The report as lines to print."""
-    teacher, student = found["teacher"], found["student"]
-    lines = ["test set | teacher BLEU / chrF | student BLEU / chrF"]
+    teacher, student, int8 = found["teacher"], found["student"], found.get("student_int8")
+    lines = ["test set | teacher BLEU / chrF | student BLEU / chrF" + (" | student int8" if int8 else "")]
     for name in student["scores"]:
         t, s = teacher["scores"].get(name, (None, None)), student["scores"][name]
-        lines.append(f"{name} | {_pair(t)} | {_pair(s)}")
+        lines.append(f"{name} | {_pair(t)} | {_pair(s)}" + (f" | {_pair(int8['scores'].get(name))}" if int8 else ""))
     for label, key in (("sentences/s, batch 1", "per_second_batch1"), ("sentences/s, default", "per_second_default")):
-        lines.append(f"{label} | {_value(teacher[key])} | {_value(student[key])}")
+        extra = f" | {_value(int8[key])}" if int8 else ""
+        lines.append(f"{label} | {_value(teacher[key])} | {_value(student[key])}{extra}")
     for label, key in (("model file", "file_bytes"), ("weights in memory", "parameter_bytes")):
-        lines.append(f"{label} | {_size(teacher[key])} | {_size(student[key])}")
+        lines.append(f"{label} | {_size(teacher[key])} | {_size(student[key])}" + (" |" if int8 else ""))
     spent = ", ".join(f"{stage} {s / 60:.1f} min" for stage, s in found["seconds"].items())
     return lines + [f"time: {spent}"]
 

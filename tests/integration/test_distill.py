@@ -3,6 +3,8 @@ translates the training sources, the student trains on what it kept, and the rep
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import nmt_in_process, start_server, tiny_recipe_yaml
 
@@ -32,6 +34,10 @@ def test_the_student_is_trained_on_the_teachers_translations_and_compared_with_i
     assert (folder / "run" / "model.pt").exists() and (work / "student.yaml").exists()
     for words in ("distill 1/5", "teacher:", "distill 5/5", "teacher BLEU / chrF", "sentences/s, batch 1", "model file"):
         assert words in done.stderr, words
+    report = json.loads((work / "report.json").read_text())
+    if "student_int8" in report:  # where PyTorch has int8 products: the student as --dtype int8 deploys it
+        assert report["student_int8"]["scores"].keys() == report["student"]["scores"].keys()
+        assert report["student_int8"]["per_second_batch1"] > 0 and "student int8" in done.stderr
     again = nmt_in_process("distill", folder / "student.yaml", "--teacher", overfit[0], "--set", "train.max_steps=2",
                            "--no-report")  # fmt: skip
     assert again.returncode == 0 and "teacher:" not in again.stderr  # nothing asked of the teacher again
