@@ -11,8 +11,8 @@ model does not read is kept too, never "translated" from a wrong language; both 
 
 from __future__ import annotations
 
+import copy
 import itertools
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
 
@@ -46,20 +46,7 @@ class ByLanguageEngine:
         self.terms = first.terms
         self.context_sentences = 0
         self.languages = ("", target)
-        self.identified: Counter[str] = Counter()  # lines by the language they were translated from
-        self.kept: Counter[str] = Counter()  # lines kept as written, by the language identified
-        self._passed_stats = TranslationStats()
-
-    @property
-    def stats(self) -> TranslationStats:
-        """Every engine's counts together, and the lines kept as written."""
-        total = TranslationStats()
-        for stats in [self._passed_stats, *(engine.stats for engine in self.engines.values())]:
-            for f in fields(TranslationStats):
-                setattr(total, f.name, getattr(total, f.name) + getattr(stats, f.name))
-        total.truncated_lines.sort()
-        total.term_failures.sort()
-        return total
+        self.stats = TranslationStats()  # every engine's counts added up, and the lines kept as written
 
     def new_document(self) -> None:
         pass
@@ -86,39 +73,50 @@ class ByLanguageEngine:
     def _chunk(self, chunk: list[str], first: int) -> list[list[Translation]]:
         found: list[list[Translation] | None] = [None] * len(chunk)
         groups: dict[str, list[int]] = {}
+        stats = self.stats
         for i, line in enumerate(chunk):
             if not line.strip():
                 found[i] = [EMPTY]
                 continue
             language, identified = self.read_as(line)
             if language is None:
-                self.kept[identified] += 1
-                self._passed_stats.sentences += 1
+                stats.kept_as_written[identified] = stats.kept_as_written.get(identified, 0) + 1
+                stats.sentences += 1
                 why = IN_TARGET if identified == self.target else NOT_READ
                 found[i] = [Translation(line.rstrip("\r\n"), 0.0, source_language=identified, passed=why)]
             else:
-                self.identified[language] += 1
+                stats.translated_from[language] = stats.translated_from.get(language, 0) + 1
                 groups.setdefault(language, []).append(i)
         for language, rows in groups.items():
             engine = self.engines.get(language) or self.engines.setdefault(language, self.open_for(language))
-            stats = engine.stats
-            known = len(stats.truncated_lines), len(stats.term_failures)
+            before = copy.deepcopy(engine.stats)
             hyps = list(engine.translate([chunk[i] for i in rows]))
-            # the engine numbers this group's lines from 0: give them back their places in the input
-            stats.truncated_lines[known[0] :] = [first + rows[j] for j in stats.truncated_lines[known[0] :]]
-            stats.term_failures[known[1] :] = [first + rows[j] for j in stats.term_failures[known[1] :]]
+            self._add(before, engine.stats, [first + i for i in rows])
             for i, hyp in zip(rows, hyps):
                 found[i] = [h._replace(source_language=language) for h in hyp]
         return [hyps for hyps in found if hyps is not None]
 
+    def _add(self, before: TranslationStats, after: TranslationStats, places: list[int]) -> None:
+        """What an engine counted for one group of lines, added to this engine's counts; the engine numbers the
+        group's lines from 0, ``places`` gives them back their places in the input."""
+        for f in fields(TranslationStats):
+            old, new = getattr(before, f.name), getattr(after, f.name)
+            if isinstance(new, int):
+                setattr(self.stats, f.name, getattr(self.stats, f.name) + new - old)
+            elif isinstance(new, list):
+                getattr(self.stats, f.name).extend(places[j] for j in new[len(old) :])
+
     def summary(self) -> str:
         """One line: how many lines were read in which language, and how many kept as written, and why."""
-        read = ", ".join(f"{language} {count:,}" for language, count in self.identified.most_common())
-        kept = ", ".join(f"{language} {count:,}" for language, count in self.kept.most_common())
+        read, kept = (_most_first(counts) for counts in (self.stats.translated_from, self.stats.kept_as_written))
         line = f"--from auto: translated from {read or 'no language'}"
-        if self.kept:
+        if kept:
             line += (
-                f"; kept as written {sum(self.kept.values()):,} line(s) ({kept}): {IN_TARGET} ({self.target}) "
-                f"or {NOT_READ} ({', '.join(self.readers)})"
+                f"; kept as written {sum(self.stats.kept_as_written.values()):,} line(s) ({kept}): {IN_TARGET} "
+                f"({self.target}) or {NOT_READ} ({', '.join(self.readers)})"
             )
         return line
+
+
+def _most_first(counts: dict[str, int]) -> str:
+    return ", ".join(f"{language} {count:,}" for language, count in sorted(counts.items(), key=lambda item: -item[1]))

@@ -18,7 +18,7 @@ the engine reads context, a prefix or a glossary (whose names must be masked to 
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -81,7 +81,7 @@ class ProtectedEngine:
             if protected_spans(line) and not all(keeps_spans(line, hyp.text) for hyp in found[-1]):
                 again.append(i)
         if again:
-            counted = dataclasses.replace(self.engine.stats, truncated_lines=list(self.engine.stats.truncated_lines))
+            counted = copy.deepcopy(self.engine.stats)
             for i, hyps in zip(again, self._masked([chunk[i] for i in again])):
                 found[i] = hyps
             tokens = self.engine.stats.output_tokens  # the work done; the lines were counted once already

@@ -108,6 +108,8 @@ class TranslationStats:
     control_lines: int = 0  # lines with control characters, each replaced by a space
     term_lines: int = 0  # lines holding glossary terms
     term_failures: list[int] = field(default_factory=list)  # lines whose best translation lacks one of them
+    translated_from: dict[str, int] = field(default_factory=dict)  # --from auto: lines by the language read
+    kept_as_written: dict[str, int] = field(default_factory=dict)  # --from auto: lines kept, by language identified
 
 
 class Engine(Protocol):

@@ -563,7 +563,9 @@ def test_from_auto_translates_each_line_from_its_language_and_keeps_the_rest(mul
     french = (m30k_slice / "val.fr").read_text(encoding="utf-8").splitlines()[:3]
     english = (m30k_slice / "val.en").read_text(encoding="utf-8").splitlines()[:2]
     spanish = "¿Dónde está la biblioteca municipal? Me gustaría leer un libro esta tarde con mis amigos."
+    german.append("Öffnen Sie die Datei /etc/hosts mit einem Editor und speichern Sie sie danach.")  # a span: may go twice
     mixed = [german[0], french[0], english[0], german[1], spanish, french[1], "", german[2], english[1], french[2]]
+    mixed.append(german[3])
     done = nmt_in_process(
         "translate", "-m", run, "--from", "auto", "--to", "en", "--beam", "1", "--format", "jsonl",
         stdin="\n".join(mixed) + "\n",
@@ -585,7 +587,8 @@ def test_from_auto_translates_each_line_from_its_language_and_keeps_the_rest(mul
             assert record["translation"] == line and record["kept"]
     assert records[4]["source_language"] == "es" and "does not read" in records[4]["kept"]
     assert records[2]["source_language"] == "en" and "target language" in records[2]["kept"]
-    assert "--from auto: translated from de 3, fr 3" in " ".join(done.stderr.split())
+    assert "--from auto: translated from de 4, fr 3" in " ".join(done.stderr.split())  # each line counted once
+    assert "/etc/hosts" in records[-1]["translation"]
     for args in (["--prefix", str(m30k_slice / "val.de")], ["--zero-shot"], ["--glossary", str(m30k_slice / "val.de")]):
         refused = nmt_in_process("translate", "-m", run, "--from", "auto", "--to", "en", *args, stdin="Ein Hund.\n")
         assert refused.returncode == 1 and "--from auto:" in refused.stderr, refused.stderr
