@@ -240,3 +240,20 @@ def test_what_the_model_glued_onto_a_kept_span_is_taken_off(source, model_wrote,
 )
 def test_a_span_is_found_wherever_it_stands(text, spans):
     assert [text[a:b] for a, b in protected_spans(text)] == spans
+
+
+@pytest.mark.parametrize(
+    "translation, kept",
+    [
+        ("Öffne /etc/hosts mit 2 Editoren.", True),
+        ("Öffne /etc/host mit 2 Editoren.", False),  # changed
+        ("Öffne /etc/hosts /etc/hosts mit 2 Editoren.", False),  # repeated
+        ("Öffne /etc/hostsdatei mit 2 Editoren.", False),  # a word glued on
+        ("Öffne mit 2 Editoren.", False),  # lost
+        ("Öffne /etc/hosts mit zwei Editoren.", False),  # the number written out
+    ],
+)
+def test_a_translation_keeps_its_spans_only_when_each_is_there_as_often_and_unglued(translation, kept):
+    from nmt_cli.formats.protect import keeps_spans
+
+    assert keeps_spans("Open /etc/hosts with 2 editors.", translation) is kept
