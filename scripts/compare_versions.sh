@@ -8,7 +8,8 @@
 # MODEL_DIR is a trained run folder (its model.pt); the short training run is recipes/multi30k_ende.yaml
 # on ../shared/data, 30 updates in fp32. Exits 1 if anything differs. Optional run folders add their cases:
 # RECURRENCE_MODEL and CONCAT_MODEL (manpages_ende_recurrence/_concat.yaml, a few updates: documents in context
-# with --docids), MULTI_MODEL (a data.pairs model with en-de among its directions: --to de).
+# with --docids), MULTI_MODEL (a data.pairs model with en-de among its directions: --to de). With the serve extra,
+# the server's answers too (scripts/server_answers.py: text, HTML, files, multilingual, pivoted, context).
 set -euo pipefail
 before=$(realpath "$1") after=$(realpath "$2") model=$(realpath "$3") out=${4:-/tmp/nmt_compare}
 shared=$(realpath "$after/../shared/data/multi30k")
@@ -62,6 +63,10 @@ for side in before after; do
             --set train.dir="$dir/model" --set train.max_steps=30 --set train.log_every=5 --set train.precision=fp32 --set train.threads=2 \
             > /dev/null 2>&1
         grep -o '"loss": [0-9.]*' "$dir/model/metrics.jsonl" > train_losses.txt
+        if "$python" -c 'import fastapi' 2> /dev/null; then  # the server's answers (the serve extra)
+            PYTHONPATH="$code" "$python" "$after/scripts/server_answers.py" --model "$model" -o server.json \
+                ${MULTI_MODEL:+--multi "$MULTI_MODEL"} ${RECURRENCE_MODEL:+--context "$RECURRENCE_MODEL"} 2> /dev/null
+        fi
     )
 done
 status=0

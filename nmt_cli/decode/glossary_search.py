@@ -16,7 +16,7 @@ from ..data.batches import pad_rows
 from ..data.vocab import EOS_ID
 from ..errors import NmtError
 from ..terms.glossary import Glossary
-from ..terms.matching import TermMatcher
+from ..terms.matching import compiled
 from .constrained import CONSTRAINED_MIN_BEAM, Constraint, GlossaryMode, constrained_beam_search, term_constraints
 from .loading import LoadedModel
 from .search import Hypothesis
@@ -53,7 +53,7 @@ class GlossarySearch:
             )
         check_term_lengths(glossary, loaded)
         self.loaded, self.config, self.mode = loaded, config, mode
-        self.matcher = TermMatcher(glossary)
+        self.matcher = compiled(glossary)  # a server's glossaries are compiled once, at its start
 
     def constraints_of(self, text: str) -> tuple[Constraint, ...]:
         """The constraints of one source sentence: each glossary term it holds (:func:`.constrained.term_constraints`)."""

@@ -12,7 +12,7 @@ reads the names.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from ..config import DecodeConfig
     from ..terms.matching import TermMatcher
     from .assess import Assessment
+    from .constrained import Constraint
+    from .search import Hypothesis
 
 
 class Translation(NamedTuple):
@@ -140,4 +142,29 @@ class Engine(Protocol):
 
     def new_document(self) -> None:
         """The next line begins a document (each file a format hands over is one)."""
+        ...
+
+
+# Sentences' sources and their n-best hypotheses -> their translations (alignments and assessments made).
+Finish = Callable[[list[list[int]], list[list["Hypothesis"]]], list[list[Translation]]]
+
+
+class SearchService(Protocol):
+    """Where a :class:`~.translator.Translator` sends its searches instead of running them itself: the server's
+    decoding loop (``serve/loop.py``, ``LoopSearch``), which batches every request's sentences together, joining
+    and leaving between steps. ``nmt serve`` thus translates a request with the very engines ``nmt translate``
+    builds; only the batching differs."""
+
+    def search(
+        self,
+        sources: list[list[int]],
+        config: DecodeConfig,
+        nbest: int,
+        constraints: list[tuple[Constraint, ...]] | None,
+        first_token: int | None,
+        finish: Finish,
+    ) -> list[list[Translation]]:
+        """Each source's n-best list (``constraints``: per source, what its output must hold; ``first_token``: the
+        token every output starts with, left out of it), passed through ``finish`` where the model is free to
+        run (alignments and assessments read the model too)."""
         ...

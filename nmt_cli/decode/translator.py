@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 import torch
 
@@ -26,7 +27,7 @@ from ..terms.matching import TermMatcher
 from ..utils.text import as_one_line, has_control_characters, replace_control_characters
 from .aligner import Aligner
 from .assess import Assessment, Assessor
-from .constrained import Constraint, GlossaryMode
+from .constrained import CONSTRAINED_MIN_BEAM, Constraint, GlossaryMode
 from .context import DocumentStarts, document_reader, search_with_pasts
 from .ensemble import Ensemble
 from .glossary_search import GlossarySearch
@@ -35,7 +36,7 @@ from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
 from .sentences import sentences_of
-from .translation import EMPTY, Translation, TranslationStats
+from .translation import EMPTY, SearchService, Translation, TranslationStats
 
 Found = tuple[list[list[Hypothesis]], "tuple[torch.Tensor, torch.Tensor] | None", "list[SentencePast] | None"]
 
@@ -72,9 +73,15 @@ class Translator:
         glossary_mode: GlossaryMode = "hard",
         source_prefix: tuple[int, ...] = (),
         target_tag: int | None = None,
+        service: SearchService | None = None,
     ) -> None:
         if nbest > config.beam and not config.sampling:
             raise NmtError(f"--nbest {nbest} is larger than the beam ({config.beam}); raise --beam or lower --nbest")
+        if service is not None:
+            _check_servable(loaded, config, glossary_mode)
+        # where the searches run: here, in this thread (None), or a service shared with other callers (the server's
+        # decoding loop), which the rest of this class does not see
+        self.service = service
         self.loaded, self.config, self.device, self.nbest = loaded, config, torch.device(device), nbest
         self.chunk_lines = chunk_lines
         self.max_positions = loaded.recipe.model.max_positions
@@ -195,6 +202,10 @@ class Translator:
         previous sentences left; :attr:`last_pasts` then holds what each leaves (None: empty). ``counted[i]``
         False: sentence i is not a line of the input (a document segment's lead) and is left out of :attr:`stats`."""
         encoded = list(encoded)
+        if self.service is not None:
+            if prefixes is not None or contexts is not None or pasts is not None:
+                raise NmtError("target prefixes and document context are not searched by a shared decoding loop")
+            return self._served(encoded, constraints)
         contexts = list(contexts) if contexts is not None else None
         if self.target_tag is not None:  # forced as the output's first token, left out as context is
             prefixes = [[self.target_tag, *(prefixes[i] if prefixes else [])] for i in range(len(encoded))]
@@ -220,6 +231,32 @@ class Translator:
             for i, hyps in zip(batch, self._finished(batch, found, read, memory)):
                 results[i] = hyps
         return results
+
+    def _served(self, encoded: list[list[int]], constraints: list[tuple[Constraint, ...]] | None) -> list[list[Translation]]:
+        """:meth:`translate_encoded` through :attr:`service`: the sentences searched there, finished (aligned,
+        assessed) where the service runs the model. With a glossary under greedy search, as ``GlossarySearch``
+        searches offline: the sentences without terms greedily, those with terms with a beam of at least
+        ``CONSTRAINED_MIN_BEAM``."""
+        assert self.service is not None
+        results: list[list[Translation]] = [[self._nothing(empty=True)] for _ in encoded]
+        todo = [i for i in range(len(encoded)) if self._counted(encoded, i)]
+        groups = [(todo, self.config)]
+        if constraints is not None and self.config.beam < CONSTRAINED_MIN_BEAM:
+            bound = replace(self.config, beam=CONSTRAINED_MIN_BEAM)
+            groups = [([i for i in todo if not constraints[i]], self.config), ([i for i in todo if constraints[i]], bound)]
+        for rows, config in groups:
+            if not rows:
+                continue
+            wanted = [constraints[i] for i in rows] if constraints is not None else None
+            found = self.service.search(
+                [encoded[i] for i in rows], config, self.nbest, wanted, self.target_tag, self._finish_served
+            )
+            for i, hyps in zip(rows, found):
+                results[i] = hyps
+        return results
+
+    def _finish_served(self, sources: list[list[int]], found: list[list[Hypothesis]]) -> list[list[Translation]]:
+        return self._finished(list(range(len(sources))), found, sources, None)
 
     def _counted(self, encoded: list[list[int]], i: int, count: bool = True) -> bool:
         """Count sentence ``i`` (empty, truncated to the model's length) unless told not to, and say whether it is
@@ -321,3 +358,13 @@ class Translator:
         if empty and self.assessor is not None:
             text = text._replace(assessment=self.assessor.nothing())
         return text
+
+
+def _check_servable(loaded: LoadedModel, config: DecodeConfig, glossary_mode: GlossaryMode) -> None:
+    """What a shared decoding loop (``SearchService``) searches: beam search, hard constraints, sentence by sentence."""
+    if config.sampling:
+        raise NmtError("a shared decoding loop runs beam search, not sampling")
+    if glossary_mode != "hard":
+        raise NmtError("a shared decoding loop applies glossaries as hard constraints only")
+    if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
+        raise NmtError(f"{loaded.path} reads document context, which a shared decoding loop does not")

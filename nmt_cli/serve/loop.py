@@ -15,22 +15,26 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config import DecodeConfig
 from ..decode.constrained import Constraint
 from ..decode.continuous import ContinuousBeamSearch
 from ..decode.search import Hypothesis
-from ..errors import reason
+from ..decode.translation import Finish, SearchService, Translation
+from ..errors import NmtError, reason
 from ..model.transformer import Transformer
 from .metrics import ServerMetrics
 
 log = logging.getLogger("nmt.serve")
 
 SentenceKey = tuple[int, int]  # (job id, sentence index)
+T = TypeVar("T")
 
 
 class QueueFull(Exception):
@@ -39,6 +43,10 @@ class QueueFull(Exception):
 
 class ShuttingDown(Exception):
     """The server is draining (HTTP 503)."""
+
+
+class Cancelled(Exception):
+    """The searches were called off (their client went away)."""
 
 
 @dataclass(eq=False)
@@ -54,10 +62,10 @@ class Job:
     nbest: int
     on_done: Callable[[Job], None]
     results: list[list[Hypothesis]] = field(default_factory=list)
-    # "confidence": true: called in the loop's thread once every sentence has its n-best list (the model is
-    # the loop's alone), with the sources and their results; returns what ``assessments`` keeps
-    assess: Callable[[list[list[int]], list[list[Hypothesis]]], list[list[Any]]] | None = None
-    assessments: list[list[Any]] = field(default_factory=list)
+    # called in the loop's thread once every sentence has its n-best list (the model is the loop's alone: word
+    # alignments and assessments read it), with the sources and their results; returns what ``finished`` keeps
+    finish: Callable[[list[list[int]], list[list[Hypothesis]]], list[list[Any]]] | None = None
+    finished: list[list[Any]] = field(default_factory=list)
     # "glossary": per sentence, the terms its translation must hold (decode/constrained.py); None: no glossary
     constraints: list[tuple[Constraint, ...]] | None = None
     # a multilingual model whose decoder reads the target tag: the token every output starts with (left out)
@@ -91,6 +99,7 @@ class DecodingLoop:
         self._jobs: dict[int, Job] = {}  # jobs with sentences waiting or running
         self._source_tokens: dict[SentenceKey, int] = {}  # running sentences' budget share
         self._ids = itertools.count(1)
+        self._tasks: deque[tuple[Callable[[], Any], Future[Any]]] = deque()  # run alone, between two steps
         self._wake = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"decode-{name}", daemon=True)
@@ -113,6 +122,18 @@ class DecodingLoop:
             self._waiting.extend((job, i) for i in range(len(job.sentences)))
             self.metrics.queue_length.labels(self.name).set(len(self._waiting))
             self._wake.notify()
+
+    def run_alone(self, task: Callable[[], T]) -> T:
+        """Run ``task`` in the loop's thread between two steps, the running batch waiting meanwhile, and return
+        what it returns: a search the loop cannot batch (sampling draws from one generator in sequence) on the
+        model that is the loop's alone."""
+        done: Future[T] = Future()
+        with self._wake:
+            if self._stopping:
+                raise ShuttingDown("the server is shutting down")
+            self._tasks.append((task, done))
+            self._wake.notify()
+        return done.result()
 
     def cancel(self, job: Job) -> None:
         """The client went away: its waiting sentences are dropped, its running rows leave at the next step."""
@@ -141,12 +162,16 @@ class DecodingLoop:
         while True:
             with self._wake:
                 self._drop_cancelled_waiting()
-                if not self._lanes and not self._waiting:
+                tasks = list(self._tasks)
+                self._tasks.clear()
+                if not self._lanes and not self._waiting and not tasks:
                     if self._stopping:
                         return
                     self._wake.wait()
                     continue
                 admitted = self._admit()
+            for task, done in tasks:
+                _run_task(task, done)
             for settings, sentences in admitted.items():
                 self._join(settings, sentences)
             for settings in list(self._lanes):
@@ -234,12 +259,12 @@ class DecodingLoop:
             del self._lanes[settings]
 
     def _finish_assessed(self, job: Job) -> None:
-        if job.assess is not None:
+        if job.finish is not None:
             try:
-                job.assessments = job.assess(job.sentences, job.results)
+                job.finished = job.finish(job.sentences, job.results)
             except (RuntimeError, ValueError) as err:  # e.g. out of memory: this job fails, the loop goes on
-                log.exception("assessing failed")
-                self._fail(job, f"assessing the translations failed: {reason(err)}")
+                log.exception("finishing failed")
+                self._fail(job, f"aligning or assessing the translations failed: {reason(err)}")
                 return
         self._finish(job, "ok")
 
@@ -255,3 +280,84 @@ class DecodingLoop:
             job.on_done(job)
         except Exception:  # a broken callback must not stop the loop
             log.exception("request callback failed")
+
+
+def _run_task(task: Callable[[], Any], done: Future[Any]) -> None:
+    try:
+        done.set_result(task())
+    except BaseException as err:  # the caller's to handle; the loop goes on
+        done.set_exception(err)
+
+
+class LoopSearches:
+    """One request's searches, sent to decoding loops and waited for in the request's worker thread; called off
+    together (:meth:`cancel`) when its client goes away. ``wait_for_room``: a full queue is waited out (a
+    document's sentences, in blocks) rather than refused with :class:`QueueFull` (a text request's 429)."""
+
+    def __init__(self, wait_for_room: bool = False) -> None:
+        self.wait_for_room = wait_for_room
+        self._lock = threading.Lock()
+        self._running: list[tuple[DecodingLoop, Job]] = []
+        self._cancelled = False
+
+    def on(self, loop: DecodingLoop) -> SearchService:
+        """These searches on ``loop`` (a pivoted request's two steps may run on two models' loops)."""
+        return _OnLoop(self, loop)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            for loop, job in self._running:
+                loop.cancel(job)
+
+    def run(self, loop: DecodingLoop, job: Job) -> list[list[Translation]]:
+        """Queue ``job`` on ``loop`` and wait for it; its ``finished`` translations."""
+        done = threading.Event()
+        job.on_done = lambda _job: done.set()
+        self._submit(loop, job)
+        done.wait()
+        with self._lock:
+            self._running.remove((loop, job))
+        if job.cancelled:
+            raise Cancelled()
+        if job.error:
+            raise NmtError(job.error)
+        return job.finished
+
+    def _submit(self, loop: DecodingLoop, job: Job) -> None:
+        while True:
+            with self._lock:
+                if self._cancelled:
+                    raise Cancelled()
+                try:
+                    loop.submit(job)
+                    self._running.append((loop, job))
+                    return
+                except QueueFull:
+                    if not self.wait_for_room:
+                        raise
+            time.sleep(0.05)  # the queue is full of requests: wait for room
+
+
+@dataclass
+class _OnLoop:
+    """:class:`LoopSearches` on one loop, as a Translator's :class:`~nmt_cli.decode.translation.SearchService`."""
+
+    searches: LoopSearches
+    loop: DecodingLoop
+
+    def search(
+        self,
+        sources: list[list[int]],
+        config: DecodeConfig,
+        nbest: int,
+        constraints: list[tuple[Constraint, ...]] | None,
+        first_token: int | None,
+        finish: Finish,
+    ) -> list[list[Translation]]:
+        job = Job(sources, config, nbest, _nobody, finish=finish, constraints=constraints, first_token=first_token)
+        return self.searches.run(self.loop, job)
+
+
+def _nobody(_job: Job) -> None:
+    """A job's ``on_done`` until :meth:`LoopSearches.run` sets its own."""

@@ -83,9 +83,14 @@ class TranslationRequest:
 
 # The fields each request shape reads; others are ignored and named in the answer ("ignored").
 # LibreTranslate's api_key and secret are taken and ignored: this server asks for no key.
-LIBRE_FIELDS = frozenset({"q", "source", "target", "format", "alternatives", "api_key", "secret", "confidence", "glossary"})
+LIBRE_FIELDS = frozenset(
+    {"q", "source", "target", "format", "alternatives", "api_key", "secret", "confidence", "glossary", "keep_terms"}
+)
+SAMPLING_FIELDS = frozenset({"sampling", "top_k", "top_p", "temperature", "seed"})
 OUR_FIELDS = frozenset(
     {"text", "model", "source", "target", "beam", "nbest", "alpha", "format", "api_key", "confidence", "glossary"}
+    | {"keep_terms"}
+    | SAMPLING_FIELDS
 )
 STRING_FIELDS = ("source", "target", "model", "format")
 
@@ -115,13 +120,22 @@ def parse_request(
         nbest = alternatives + 1
         beam = max(defaults.beam, nbest)
         alpha = defaults.alpha
+        sampling = False
     else:
         beam = _integer(fields, "beam", defaults.beam, 1, limits.max_beam, from_form)
-        nbest = _integer(fields, "nbest", 1, 1, beam, from_form)
+        sampling = _boolean(fields, "sampling", from_form)
+        nbest = _integer(fields, "nbest", 1, 1, limits.max_beam if sampling else beam, from_form)
         alpha = _number(fields, "alpha", defaults.alpha, 0.0, 10.0, from_form)
     config = replace(defaults, beam=beam, alpha=alpha, sampling=False)
+    if not libre and sampling:
+        config = _sampling(fields, config, from_form)
     ignored = sorted(set(fields) - (LIBRE_FIELDS if libre else OUR_FIELDS))
     html = fields.get("format") == "html"
+    if config.sampling and model.pivot is not None and model.pivot.loop is not model.loop:
+        raise BadRequest(400, f'"sampling": {model.name} goes through two models; translate each step on its own')
+    if config.sampling and (html or "glossary" in fields or "keep_terms" in fields):
+        given = '"format": "html"' if html else '"glossary"' if "glossary" in fields else '"keep_terms"'
+        raise BadRequest(400, f'"sampling" draws plain text translations; leave out {given} or "sampling"')
     confidence = _boolean(fields, "confidence", from_form)
     if confidence and html:
         raise BadRequest(400, '"confidence" is given for "format": "text" only; leave it out for HTML')
@@ -148,33 +162,69 @@ def parse_request(
 
 
 def request_glossary(fields: dict[str, Any], limits: Limits, model: ServedModel) -> Glossary | None:
-    """A request's "glossary" (None without one): the name of one loaded at start-up, or its own list of pairs;
-    in a form (``/translate_file``'s upload) that list comes as JSON text."""
-    if "glossary" not in fields:
+    """A request's "glossary" (the name of one loaded at start-up, or its own list of pairs) and "keep_terms"
+    (names to copy as written, as ``nmt translate --keep-terms``) as one glossary; None without either. In a form
+    (``/translate_file``'s upload) a list comes as JSON text."""
+    given = [name for name in ("glossary", "keep_terms") if name in fields]
+    if not given:
         return None
     if model.pivot is not None:
         raise BadRequest(
             400,
-            f'"glossary": {model.source}-{model.target} goes through {model.pivot.target}, and a glossary is for one '
-            "language pair; translate each step with its own glossary, or leave it out",
+            f'"{given[0]}": {model.source}-{model.target} goes through {model.pivot.target}, and terms are for one '
+            "language pair; translate each step with its own terms, or leave them out",
         )
-    value = fields["glossary"]
-    if isinstance(value, str) and value.lstrip().startswith("["):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as err:
-            raise BadRequest(
-                400, f'"glossary" is not valid JSON ({err.msg}); send a served glossary\'s name or a list of pairs'
-            ) from None
-    glossary = _glossary(value, limits)
     if model.loaded.recipe.model.concat or model.loaded.recipe.model.recurrence:
-        raise BadRequest(400, '"glossary" is applied by sentence-level models only so far; leave it out')
+        raise BadRequest(400, f'"{given[0]}" is applied by sentence-level models only so far; leave it out')
+    value = _listed(fields, "glossary") if "glossary" in fields else None
+    glossary = _glossary(value, limits) if value is not None else None
+    if "keep_terms" in fields:
+        glossary = _with_kept(glossary, _listed(fields, "keep_terms"), limits)
+    assert glossary is not None
     if glossary is not limits.glossaries.get(value if isinstance(value, str) else ""):  # served ones: at start-up
         try:
             check_term_lengths(glossary, model.loaded)  # the command line's own check
         except NmtError as err:
             raise BadRequest(400, str(err)) from None
     return glossary
+
+
+def _listed(fields: dict[str, Any], name: str) -> Any:
+    """A field that may hold a list, which a form sends as JSON text."""
+    value = fields[name]
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as err:
+            raise BadRequest(
+                400, f'"{name}" is not valid JSON ({err.msg}); send a served glossary\'s name or a list'
+            ) from None
+    return value
+
+
+def _with_kept(glossary: Glossary | None, names: Any, limits: Limits) -> Glossary:
+    """``glossary`` and the names a request keeps as written (each a term translated as itself)."""
+    if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+        raise BadRequest(400, '"keep_terms" must be a list of names (strings) to copy as written')
+    if len(names) > limits.max_glossary_terms:
+        raise BadRequest(413, f'"keep_terms" holds more than {limits.max_glossary_terms} names; send fewer')
+    try:
+        kept = glossary_from_pairs([[name, name] for name in names], '"keep_terms"')
+        return Glossary.join(glossary, kept) if glossary is not None else kept
+    except DataError as err:
+        raise BadRequest(400, str(err)) from None
+
+
+def _sampling(fields: dict[str, Any], config: DecodeConfig, from_form: bool) -> DecodeConfig:
+    """Our shape's "sampling": true with its settings, as ``nmt translate --sampling`` takes them."""
+    return replace(
+        config,
+        sampling=True,
+        top_k=_integer(fields, "top_k", config.top_k, 0, 1_000_000, from_form),
+        top_p=_number(fields, "top_p", config.top_p, 1e-6, 1.0, from_form),
+        temperature=_number(fields, "temperature", config.temperature, 0.01, 100.0, from_form),
+        seed=_integer(fields, "seed", config.seed, 0, 2**31 - 1, from_form),
+    )
 
 
 def _glossary(value: Any, limits: Limits) -> Glossary:

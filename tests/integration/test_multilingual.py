@@ -200,8 +200,16 @@ def test_the_server_serves_every_direction_and_pivots_through_english(multilingu
         # confidence is for a trained direction, as nmt translate --confidence says
         refused = client.post("/translate", json={"q": text, "source": "de", "target": "fr", "confidence": True})
         assert refused.status_code == 400 and "goes through en" in refused.json()["error"], refused.json()
+        sampled = client.post("/translate", json={"text": text, "source": "de", "target": "fr", "sampling": True})
+        assert sampled.status_code == 200 and sampled.json()["pivot"] == "en"  # both steps on the model's one loop
         refused = client.post("/translate", json={"q": text, "source": "de", "target": "es"})
         assert refused.status_code == 400 and "de-fr" in refused.json()["error"]
+        # a document through the pivot too: its sentence translated as the text request's
+        pair = {"source": "de", "target": "fr"}
+        upload = client.post("/translate_file", files={"file": ("page.md", f"{text}\n".encode())}, data=pair)
+        assert upload.status_code == 200, upload.json()
+        document = client.get(upload.json()["translatedFileUrl"].split("testserver", 1)[1]).text
+        assert document.strip() == pivoted["translatedText"]
 
 
 def test_the_hf_export_keeps_the_tags_and_imports_back_multilingual(multilingual, tmp_path):

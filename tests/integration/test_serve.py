@@ -26,6 +26,7 @@ from nmt_cli.data.batches import pad_rows
 from nmt_cli.data.vocab import EOS_ID
 from nmt_cli.decode.continuous import ContinuousBeamSearch
 from nmt_cli.decode.loading import load_model
+from nmt_cli.decode.protected import ProtectedEngine
 from nmt_cli.decode.search import search
 from nmt_cli.decode.translator import Translator
 from nmt_cli.model.transformer import build_model
@@ -127,8 +128,6 @@ def client(overfit):
 
 def translated(loaded, lines, **settings):
     """Offline translation as the server's text requests get it: protected spans masked (decode/protected.py)."""
-    from nmt_cli.decode.protected import ProtectedEngine
-
     config = replace(loaded.recipe.decode, **{k: v for k, v in settings.items() if k != "nbest"})
     return list(ProtectedEngine(Translator(loaded, config, nbest=settings.get("nbest", 1))).translate(lines))
 
@@ -216,6 +215,52 @@ def test_confidence_and_flags_are_given_when_asked(client, loaded, overfit):
     for refused, words in (({"confidence": "yes"}, "true or false"), ({"confidence": True, "format": "html"}, "HTML")):
         answer = client.post("/translate", json={"text": "Hi", **refused})
         assert answer.status_code == 400 and words in answer.json()["error"]
+
+
+def test_sampling_draws_what_nmt_translate_draws_with_the_same_seed(client, loaded, overfit):
+    """One pipeline: "sampling" with its settings gives the samples ``nmt translate --sampling`` gives."""
+    _, src, _ = overfit
+    lines = [src[7], UNSEEN[2], f"{src[8]} /etc/hosts"]
+    settings = {"sampling": True, "top_k": 10, "temperature": 1.5, "seed": 3}
+    body = client.post("/translate", json={"text": lines, "nbest": 3, "beam": 1, **settings}).json()
+    expected = translated(loaded, lines, nbest=3, beam=1, **settings)
+    assert [[a["text"] for a in t["nbest"]] for t in body["translations"]] == [[h.text for h in hyps] for hyps in expected]
+    assert "/etc/hosts" in body["translations"][2]["text"]  # protected as every text request is
+    again = client.post("/translate", json={"text": lines, "nbest": 3, "beam": 1, **settings}).json()
+    assert again["translations"] == body["translations"]  # the same seed, the same samples
+    for refused, words in (
+        ({"format": "html"}, '"format": "html"'),
+        ({"glossary": [["man", "Kerl"]]}, '"glossary"'),
+        ({"top_p": 0}, '"top_p"'),
+    ):
+        answer = client.post("/translate", json={"text": "Hi", "sampling": True, **refused})
+        assert answer.status_code == 400 and words in answer.json()["error"], answer.json()
+
+
+def test_keep_terms_and_a_greedy_glossary_answer_as_the_command_line(client, loaded, overfit, tmp_path):
+    """ "keep_terms" copies names as ``--keep-terms`` does; a glossary under greedy search searches the lines with
+    terms with a beam and the others greedily, as ``nmt translate --beam 1 --glossary`` does."""
+    from nmt_cli.terms.glossary import glossary_from_pairs
+
+    run_dir, src, _ = overfit
+    lines = [f"{src[0]} Zorblax", f"Zorblax {src[1]}"]
+    names = tmp_path / "names.txt"
+    names.write_text("Zorblax\n", encoding="utf-8")
+    command_line = nmt_in_process("translate", "-m", run_dir, "--keep-terms", names, stdin="\n".join(lines) + "\n")
+    answer = client.post(
+        "/translate", json={"q": "\n".join(lines), "source": "en", "target": "de", "keep_terms": ["Zorblax"]}
+    )
+    assert answer.json()["translatedText"].split("\n") == command_line.stdout.splitlines()
+    assert all(line.count("Zorblax") == 1 for line in command_line.stdout.splitlines())
+    with_terms = [next(s for s in src if " man " in f" {s.lower()} "), src[2], UNSEEN[1]]
+    glossary = glossary_from_pairs([["man", "Kerl"]], "test")
+    config = replace(loaded.recipe.decode, beam=1)
+    expected = ProtectedEngine(Translator(loaded, config, glossary=glossary)).translate(with_terms)
+    body = client.post("/translate", json={"text": with_terms, "beam": 1, "glossary": [["man", "Kerl"]]}).json()
+    assert [t["text"] for t in body["translations"]] == [hyps[0].text for hyps in expected]
+    assert "Kerl" in body["translations"][0]["text"] and body["translations"][0]["missing_terms"] == []
+    refused = client.post("/translate", json={"text": "Hi", "keep_terms": "Zorblax"})
+    assert refused.status_code == 400 and "list of names" in refused.json()["error"]
 
 
 @pytest.mark.parametrize(
