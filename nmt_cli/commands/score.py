@@ -61,8 +61,10 @@ def run(
         None,
         "--docids",
         metavar="FILE",
-        help="With --model and a model trained with model.concat: document ids, one per line; each pair is "
-        "scored after the earlier pairs of its document (its context), as translation reads them.",
+        help="With --model and a model that reads document context (model.concat, model.recurrence): document "
+        "ids, one per line; each pair is scored after the earlier pairs of its document (its context), as "
+        'translation reads them, and alone ("alone" in jsonl); CXMI, the mean gain per token from the context, '
+        "is printed with its bootstrap interval.",
         show_default=False,
     ),
     to: str = language_option("--to", "With --model, a model that translates into several: the hypotheses' language."),
@@ -178,7 +180,7 @@ def _forced(
         )
     )
     skips = None
-    results = None
+    results = alone = None
     way = route(loaded.recipe.data, loaded.src_vocab, direction[1], str(models[0]), direction[0])
     if never_trained(loaded.recipe.data, *direction):
         _note(
@@ -196,13 +198,8 @@ def _forced(
                 f"--docids {docids}: {len(ids):,} document ids for the {len(sources):,} lines of {files[0]}; "
                 "give one id per line"
             )
-        if loaded.recipe.model.recurrence:
-            from ..decode.forced import forced_scores_with_pasts
-
-            starts = [i == 0 or ids[i].strip() != ids[i - 1].strip() for i in range(len(ids))]
-            results = forced_scores_with_pasts(loaded.model, pairs, starts, loaded.recipe.decode, target)
-        else:
-            pairs, skips = _in_context(loaded, pairs, ids, docids)
+        results = _in_documents(loaded, pairs, ids, docids, target)
+        alone = _in_documents(loaded, pairs, [str(i) for i in range(len(ids))], docids, target)
     if results is None:
         results = forced_scores(loaded.model, pairs, loaded.recipe.decode, target, skips)
     for number, result in enumerate(results):  # from 0, as nmt translate numbers its lines
@@ -210,17 +207,32 @@ def _forced(
             values = (result.total, result.per_token, result.normalised)
             typer.echo("\t".join("nan" if v is None else f"{v:.4f}" for v in values))
         else:
-            typer.echo(
-                json.dumps(
-                    {
-                        "line": number,
-                        "total": _rounded(result.total),
-                        "tokens": result.tokens,
-                        "per_token": _rounded(result.per_token),
-                        "normalised": _rounded(result.normalised),
-                    }
-                )
-            )
+            record = {
+                "line": number,
+                "total": _rounded(result.total),
+                "tokens": result.tokens,
+                "per_token": _rounded(result.per_token),
+                "normalised": _rounded(result.normalised),
+            }
+            if alone is not None:  # the same pair read without its context: CXMI's other half
+                record["alone"] = _rounded(alone[number].total)
+            typer.echo(json.dumps(record))
+    if alone is not None:
+        from ..score.cxmi import cxmi
+
+        _note(cxmi(results, alone).summary())
+
+
+def _in_documents(loaded, pairs, ids: list[str], name: str, device) -> list:
+    """Forced scores of the pairs, each read after its document's earlier ones (``ids``: one per pair; a line
+    whose id differs from the one before starts a document)."""
+    from ..decode.forced import forced_scores, forced_scores_with_pasts
+
+    starts = [i == 0 or ids[i].strip() != ids[i - 1].strip() for i in range(len(ids))]
+    if loaded.recipe.model.recurrence:
+        return forced_scores_with_pasts(loaded.model, pairs, starts, loaded.recipe.decode, device)
+    in_context, context_skips = _in_context(loaded, pairs, ids, name)
+    return forced_scores(loaded.model, in_context, loaded.recipe.decode, device, context_skips)
 
 
 def _in_context(loaded, pairs, ids: list[str], name: str):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -138,19 +139,31 @@ def test_recurrence_scores_its_own_translation_in_context_as_the_search_did(recu
     assert any(abs(a.total - f.total) > 1e-3 for a, f in zip(alone[1:], forced[1:]))  # the past is read
 
 
-def test_scores_in_context_differ_only_after_the_first_sentence(concat_model, corpus):
+@pytest.mark.parametrize("which", ["concat_model", "recurrent_model"])
+def test_scores_in_context_differ_only_after_the_first_sentence_and_give_cxmi(which, request, corpus):
+    """--docids scores each pair in context and alone; the first sentence of a document has no context, so the
+    two agree there; CXMI is the mean gain a token, with a bootstrap interval around it."""
+    model = request.getfixturevalue(which)
     source, reference, ids = corpus / "test.en", corpus / "test.de", corpus / "test.docids"
-    in_context = runner.invoke(
-        app, ["score", "--model", str(concat_model), str(source), str(reference), "--docids", str(ids)]
-    )
-    alone = runner.invoke(app, ["score", "--model", str(concat_model), str(source), str(reference)])
+    in_context = runner.invoke(app, ["score", "--model", str(model), str(source), str(reference), "--docids", str(ids)])
+    alone = runner.invoke(app, ["score", "--model", str(model), str(source), str(reference)])
     assert in_context.exit_code == 0 and alone.exit_code == 0, in_context.output + alone.output
     names = ids.read_text().splitlines()
-    for i, (a, b) in enumerate(zip(in_context.output.splitlines(), alone.output.splitlines())):
-        a, b = json.loads(a), json.loads(b)
+    records = [json.loads(line) for line in in_context.stdout.splitlines()]
+    for i, (a, b) in enumerate(zip(records, alone.stdout.splitlines())):
+        b = json.loads(b)
         assert a["tokens"] == b["tokens"]  # the context is read, never scored
+        assert a["alone"] == pytest.approx(b["total"], abs=1e-3)  # "alone" is the score without --docids
         if i == 0 or names[i] != names[i - 1]:
-            assert a["total"] == pytest.approx(b["total"], abs=1e-3)
+            assert a["total"] == pytest.approx(a["alone"], abs=1e-3)
+    assert any(abs(r["total"] - r["alone"]) > 1e-3 for r in records)  # the context is read
+    found = re.search(r"CXMI ([-+][\d.]+) nats a token over ([\d,]+) sentences .* interval ([-+][\d.]+) to ([-+][\d.]+)",
+                      in_context.stderr)  # fmt: skip
+    assert found, in_context.stderr
+    value, low, high = float(found[1]), float(found[3]), float(found[4])
+    expected = sum(r["total"] - r["alone"] for r in records) / sum(r["tokens"] for r in records)
+    assert value == pytest.approx(expected, abs=2e-3) and low <= value <= high and low < high
+    assert int(found[2].replace(",", "")) == len(records)
 
 
 def test_context_options_refused_where_they_cannot_apply(concat_model, corpus, overfit):
