@@ -9,6 +9,7 @@ that model.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Protocol
 
@@ -24,6 +25,11 @@ class Ensemble:
     def __init__(self, models: list[Transformer]) -> None:
         self.models = models
         self.config = replace(models[0].config, max_positions=min(m.config.max_positions for m in models))
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """Every model's parameters (their device, their size), as a module's."""
+        for model in self.models:
+            yield from model.parameters()
 
     def encode(self, src: Tensor) -> tuple[list[Tensor], Tensor]:
         """Each model's encoder output, and the source key mask (the same for all)."""

@@ -61,3 +61,19 @@ def test_the_same_model_behind_nmt_serve_teaches_the_same_translations(distilled
     served = [row.split("\t", 1)[1] for row in (tmp_path / "served.tsv").read_text(encoding="utf-8").splitlines()]
     local = [row.split("\t", 1)[1] for row in (work / "teacher.tsv").read_text(encoding="utf-8").splitlines()]
     assert served == local
+
+
+def test_an_ensemble_teacher_is_measured_as_its_models_together(overfit, tmp_path):
+    """Two teachers (an ensemble): the report counts both models' files and weights."""
+    from nmt_cli.decode.loading import load_model
+
+    run = overfit[0]
+    recipe = tmp_path / "student.yaml"
+    recipe.write_text(tiny_recipe_yaml(run.parent / "c", tmp_path / "data", tmp_path / "run"))
+    done = nmt_in_process(
+        "distill", recipe, "--teacher", run, "--teacher", run, "--set", "train.max_steps=2", "--threads", "1"
+    )
+    assert done.returncode == 0, done.stderr
+    teacher = json.loads((tmp_path / "run" / "distill" / "report.json").read_text())["teacher"]
+    one = sum(p.numel() * p.element_size() for p in load_model(run).model.parameters())
+    assert teacher["parameter_bytes"] == 2 * one and teacher["file_bytes"] == 2 * (run / "model.pt").stat().st_size
