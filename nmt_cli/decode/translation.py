@@ -145,13 +145,13 @@ class Engine(Protocol):
         ...
 
 
-# Sentences' sources and their n-best hypotheses -> their translations (alignments and assessments made).
-Finish = Callable[[list[list[int]], list[list["Hypothesis"]]], list[list[Translation]]]
+# Sentences' sources and their n-best hypotheses -> what finishing them asks of the model (alignments, assessments).
+Finish = Callable[[list[list[int]], list[list["Hypothesis"]]], Any]
 
 
 class SearchService(Protocol):
     """Where a :class:`~.translator.Translator` sends its searches instead of running them itself: the server's
-    decoding loop (``serve/loop.py``, ``LoopSearch``), which batches every request's sentences together, joining
+    decoding loop (``serve/loop.py``, ``LoopSearches``), which batches every request's sentences together, joining
     and leaving between steps. ``nmt serve`` thus translates a request with the very engines ``nmt translate``
     builds; only the batching differs."""
 
@@ -162,9 +162,9 @@ class SearchService(Protocol):
         nbest: int,
         constraints: list[tuple[Constraint, ...]] | None,
         first_token: int | None,
-        finish: Finish,
-    ) -> list[list[Translation]]:
-        """Each source's n-best list (``constraints``: per source, what its output must hold; ``first_token``: the
-        token every output starts with, left out of it), passed through ``finish`` where the model is free to
-        run (alignments and assessments read the model too)."""
+        finish: Finish | None,
+    ) -> tuple[list[list[Hypothesis]], Any]:
+        """Each source's n-best hypotheses (``constraints``: per source, what its output must hold;
+        ``first_token``: the token every output starts with, left out of it), and what ``finish`` made of them
+        where the model is free to run (None without ``finish``)."""
         ...

@@ -39,6 +39,7 @@ from .sentences import sentences_of
 from .translation import EMPTY, SearchService, Translation, TranslationStats
 
 Found = tuple[list[list[Hypothesis]], "tuple[torch.Tensor, torch.Tensor] | None", "list[SentencePast] | None"]
+Finishing = tuple["list[list[str]] | None", "list[list[Assessment]] | None"]  # alignments, assessments
 
 
 def chunk_seed(seed: int, chunk_number: int) -> int:
@@ -233,8 +234,8 @@ class Translator:
         return results
 
     def _served(self, encoded: list[list[int]], constraints: list[tuple[Constraint, ...]] | None) -> list[list[Translation]]:
-        """:meth:`translate_encoded` through :attr:`service`: the sentences searched there, finished (aligned,
-        assessed) where the service runs the model. With a glossary under greedy search, as ``GlossarySearch``
+        """:meth:`translate_encoded` through :attr:`service`: the sentences searched there, aligned and assessed
+        where the service runs the model. With a glossary under greedy search, as ``GlossarySearch``
         searches offline: the sentences without terms greedily, those with terms with a beam of at least
         ``CONSTRAINED_MIN_BEAM``."""
         assert self.service is not None
@@ -248,15 +249,13 @@ class Translator:
             if not rows:
                 continue
             wanted = [constraints[i] for i in rows] if constraints is not None else None
-            found = self.service.search(
-                [encoded[i] for i in rows], config, self.nbest, wanted, self.target_tag, self._finish_served
-            )
-            for i, hyps in zip(rows, found):
+            # only what reads the model runs where the service runs it; the text is made here, off its thread
+            model_work = self._model_work if self.aligner is not None or self.assessor is not None else None
+            sources = [encoded[i] for i in rows]
+            found, finishing = self.service.search(sources, config, self.nbest, wanted, self.target_tag, model_work)
+            for i, hyps in zip(rows, self._as_translations(found, finishing or (None, None))):
                 results[i] = hyps
         return results
-
-    def _finish_served(self, sources: list[list[int]], found: list[list[Hypothesis]]) -> list[list[Translation]]:
-        return self._finished(list(range(len(sources))), found, sources, None)
 
     def _counted(self, encoded: list[list[int]], i: int, count: bool = True) -> bool:
         """Count sentence ``i`` (empty, truncated to the model's length) unless told not to, and say whether it is
@@ -279,9 +278,21 @@ class Translator:
     ) -> list[list[Translation]]:
         """One batch's hypotheses as translations, with their alignments and assessments where asked for: one
         teacher-forced pass over them all, on the search's encoder output when it has it (``memory``)."""
-        sources = [read[i] for i in batch]
+        return self._as_translations(found, self._model_work([read[i] for i in batch], found, memory))
+
+    def _model_work(
+        self,
+        sources: list[list[int]],
+        found: list[list[Hypothesis]],
+        memory: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> Finishing:
+        """What finishing the hypotheses asks of the model: their word alignments and assessments, where asked for."""
         links = self.aligner.align(sources, found, memory) if self.aligner is not None else None
         assessed = self.assessor.assess(sources, found, memory) if self.assessor is not None else None
+        return links, assessed
+
+    def _as_translations(self, found: list[list[Hypothesis]], finishing: Finishing) -> list[list[Translation]]:
+        links, assessed = finishing
         return [
             [
                 self._detokenize(h, links[n][k] if links else None, assessed[n][k] if assessed else None)

@@ -26,7 +26,7 @@ from ..config import DecodeConfig
 from ..decode.constrained import Constraint
 from ..decode.continuous import ContinuousBeamSearch
 from ..decode.search import Hypothesis
-from ..decode.translation import Finish, SearchService, Translation
+from ..decode.translation import Finish, SearchService
 from ..errors import NmtError, reason
 from ..model.transformer import Transformer
 from .metrics import ServerMetrics
@@ -64,8 +64,8 @@ class Job:
     results: list[list[Hypothesis]] = field(default_factory=list)
     # called in the loop's thread once every sentence has its n-best list (the model is the loop's alone: word
     # alignments and assessments read it), with the sources and their results; returns what ``finished`` keeps
-    finish: Callable[[list[list[int]], list[list[Hypothesis]]], list[list[Any]]] | None = None
-    finished: list[list[Any]] = field(default_factory=list)
+    finish: Callable[[list[list[int]], list[list[Hypothesis]]], Any] | None = None
+    finished: Any = None
     # "glossary": per sentence, the terms its translation must hold (decode/constrained.py); None: no glossary
     constraints: list[tuple[Constraint, ...]] | None = None
     # a multilingual model whose decoder reads the target tag: the token every output starts with (left out)
@@ -310,8 +310,8 @@ class LoopSearches:
             for loop, job in self._running:
                 loop.cancel(job)
 
-    def run(self, loop: DecodingLoop, job: Job) -> list[list[Translation]]:
-        """Queue ``job`` on ``loop`` and wait for it; its ``finished`` translations."""
+    def run(self, loop: DecodingLoop, job: Job) -> tuple[list[list[Hypothesis]], Any]:
+        """Queue ``job`` on ``loop`` and wait for it; its hypotheses and what its ``finish`` made of them."""
         done = threading.Event()
         job.on_done = lambda _job: done.set()
         self._submit(loop, job)
@@ -322,7 +322,7 @@ class LoopSearches:
             raise Cancelled()
         if job.error:
             raise NmtError(job.error)
-        return job.finished
+        return job.results, job.finished
 
     def _submit(self, loop: DecodingLoop, job: Job) -> None:
         while True:
@@ -353,8 +353,8 @@ class _OnLoop:
         nbest: int,
         constraints: list[tuple[Constraint, ...]] | None,
         first_token: int | None,
-        finish: Finish,
-    ) -> list[list[Translation]]:
+        finish: Finish | None,
+    ) -> tuple[list[list[Hypothesis]], Any]:
         job = Job(sources, config, nbest, _nobody, finish=finish, constraints=constraints, first_token=first_token)
         return self.searches.run(self.loop, job)
 
