@@ -54,6 +54,7 @@ def text_answer(parsed: TranslationRequest, decoded: Decoded, seconds: float) ->
         **pivot,
         "beam": parsed.config.beam,
         "alpha": parsed.config.alpha,
+        **({"sampling": True} if parsed.config.sampling else {}),  # drawn, not searched: beam and alpha unused
         "translations": [
             {
                 **alternatives[0],

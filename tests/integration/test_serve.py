@@ -226,6 +226,7 @@ def test_sampling_draws_what_nmt_translate_draws_with_the_same_seed(client, load
     expected = translated(loaded, lines, nbest=3, beam=1, **settings)
     assert [[a["text"] for a in t["nbest"]] for t in body["translations"]] == [[h.text for h in hyps] for hyps in expected]
     assert "/etc/hosts" in body["translations"][2]["text"]  # protected as every text request is
+    assert body["sampling"] is True and "sampling" not in client.post("/translate", json={"text": "Hi"}).json()
     again = client.post("/translate", json={"text": lines, "nbest": 3, "beam": 1, **settings}).json()
     assert again["translations"] == body["translations"]  # the same seed, the same samples
     for refused, words in (
