@@ -31,8 +31,8 @@ SPLITS = {"test": ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"), 
 BILINGUAL_RECIPES = {
     ("en", "de"): ("multi30k_ende.yaml", ["model.dropout=0"]),  # the races' budgets are short: as multi30k_multi
     ("de", "en"): ("multi30k_deen.yaml", ["model.dropout=0"]),
-    ("en", "fr"): ("multi30k_enfr.yaml", []),
-    ("fr", "en"): ("multi30k_enfr.yaml", ["data.src_lang=fr", "data.tgt_lang=en"]),
+    ("en", "fr"): ("multi30k_enfr.yaml", ["model.dropout=0"]),
+    ("fr", "en"): ("multi30k_enfr.yaml", ["data.src_lang=fr", "data.tgt_lang=en", "model.dropout=0"]),
 }
 
 

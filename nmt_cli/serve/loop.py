@@ -254,11 +254,11 @@ class DecodingLoop:
                 job.results[done.key[1]] = done.hypotheses
                 job.remaining -= 1
                 if job.remaining == 0:
-                    self._finish_assessed(job)
+                    self._finish_with_model_work(job)
         if not len(lane):
             del self._lanes[settings]
 
-    def _finish_assessed(self, job: Job) -> None:
+    def _finish_with_model_work(self, job: Job) -> None:
         if job.finish is not None:
             try:
                 job.finished = job.finish(job.sentences, job.results)
