@@ -35,7 +35,7 @@ def run(
     if not source:
         raise NmtError("the sentence is empty; give the text to translate")
     config = with_decoding(loaded.recipe.decode, {"beam": beam})
-    hypothesis = search(loaded.model, pad_rows([source + [EOS_ID]]), config)[0][0]
+    hypothesis = search(loaded.model, pad_rows([source + [EOS_ID]]), config, rules=loaded.rules())[0][0]
     maps = attention_maps(loaded.model, source, hypothesis.tokens)
     draw_attention(
         maps,

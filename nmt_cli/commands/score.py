@@ -201,7 +201,7 @@ def _forced(
         results = _in_documents(loaded, pairs, ids, docids, target)
         alone = _in_documents(loaded, pairs, [str(i) for i in range(len(ids))], docids, target)
     if results is None:
-        results = forced_scores(loaded.model, pairs, loaded.recipe.decode, target, skips)
+        results = forced_scores(loaded.model, pairs, loaded.recipe.decode, target, skips, loaded.unwritten)
     for number, result in enumerate(results):  # from 0, as nmt translate numbers its lines
         if output_format == "tsv":
             values = (result.total, result.per_token, result.normalised)
@@ -232,7 +232,7 @@ def _in_documents(loaded, pairs, ids: list[str], name: str, device) -> list:
     if loaded.recipe.model.recurrence:
         return forced_scores_with_pasts(loaded.model, pairs, starts, loaded.recipe.decode, device)
     in_context, context_skips = _in_context(loaded, pairs, ids, name)
-    return forced_scores(loaded.model, in_context, loaded.recipe.decode, device, context_skips)
+    return forced_scores(loaded.model, in_context, loaded.recipe.decode, device, context_skips, loaded.unwritten)
 
 
 def _in_context(loaded, pairs, ids: list[str], name: str):

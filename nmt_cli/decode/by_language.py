@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 
 from ..config import DecodeConfig
 from ..languages import LineIdentifier
-from .translation import EMPTY, Engine, Translation, TranslationStats
+from .translation import EMPTY, Engine, Lines, Translation, TranslationStats
 
 IN_TARGET = "in the target language already"
 NOT_READ = "in a language the model does not read"
 
 
-class ByLanguageEngine:
+class ByLanguageEngine(Engine):
     """Lines routed by their identified language to ``open_for(language)``'s engine, one per language of
     ``readers`` (the languages the model translates into ``target`` from); the first reader's is opened at once
     (what the caller reads of an engine, its settings and limits, is that one's)."""
@@ -56,16 +56,10 @@ class ByLanguageEngine:
         language = self.identifier.identify(line)
         return (language if language in self.readers else None), language
 
-    def translate(
-        self,
-        lines: Iterable[str],
-        prefixes: Iterable[str] | None = None,
-        first_line: int = 0,
-        documents: Iterable[str] | None = None,
-    ) -> Iterator[list[Translation]]:
-        assert prefixes is None and documents is None  # refused with --from auto before a model is loaded
-        source = iter(lines)
-        at = first_line
+    def translate_lines(self, given: Lines) -> Iterator[list[Translation]]:
+        assert given.prefixes is None and given.documents is None  # refused with --from auto before a model is loaded
+        source = iter(given.text)
+        at = given.first_line
         while chunk := list(itertools.islice(source, self.chunk_lines)):
             yield from self._chunk(chunk, at)
             at += len(chunk)

@@ -20,6 +20,7 @@ logits, so their outputs are those of unconstrained decoding.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,10 +41,10 @@ from .search import (
     beam_step,
     length_limits,
     length_penalty,
-    mask_specials,
     one_sentence_done,
     run_search,
 )
+from .steering import Steering, StepProcessor
 from .steppers import RowLogits
 from .top_k import top_k_rows
 
@@ -221,16 +222,11 @@ class Constrained:
         self.rows = beam.rows
         self.searches = searches_for(constraints)  # by original sentence
 
-    def choose(
-        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
-        forced: Tensor | None,
-    ) -> BeamStep:  # fmt: skip
+    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
         beam = self.beam
-        if at_limit is None:  # no row at its limit yet
-            at_limit = torch.zeros(beam.history.size(0), dtype=torch.bool, device=max_len.device)
         return constrained_step(
             logits, beam.scores, beam.history, t, max_len, beam.fin_scores, beam.fin_tokens, sentences,
-            [self.searches[i] for i in sentences.tolist()], beam.config, beam.nbest, at_limit, self.mode, forced,
+            [self.searches[i] for i in sentences.tolist()], beam.config, beam.nbest, steering, self.mode,
         )  # fmt: skip
 
     def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
@@ -249,14 +245,17 @@ def constrained_beam_search(
     mode: GlossaryMode = "hard",
     encoded: tuple[Tensor, Tensor] | tuple[list[Tensor], Tensor] | None = None,
     prefix: Tensor | None = None,
+    rules: Sequence[StepProcessor] = (),
 ) -> list[list[Hypothesis]]:
     """Beam search whose outputs meet each sentence's ``constraints`` (one tuple per row of ``src``; empty:
     none) and start with its ``prefix`` where given ((n, P) target ids, PAD-padded; a term the prefix holds is
-    met by it). Returns each sentence's ``nbest`` best finished hypotheses, as :func:`.search.beam_search` does."""
+    met by it). Returns each sentence's ``nbest`` best finished hypotheses, as :func:`.search.beam_search` does;
+    ``rules`` as it takes them."""
     max_positions = model.config.max_positions
     max_len = length_limits(src, config, max_positions, prefix, constraint_room(constraints, src.device))
     beam = Beam(src.size(0), int(max_len.max()) + 1, config, nbest, src.device)
-    return run_search(model, src, config, Constrained(beam, constraints, mode), max_len, True, prefix, encoded)
+    strategy = Constrained(beam, constraints, mode)
+    return run_search(model, src, config, strategy, max_len, True, prefix, encoded, rules=rules)
 
 
 def searches_for(constraints: list[tuple[Constraint, ...]], rows: int = 1) -> list[_Sentence | None]:
@@ -283,16 +282,14 @@ def constrained_step(
     searches: list[_Sentence | None],
     config: DecodeConfig,
     nbest: int,
-    at_limit: Tensor,
+    steering: Steering,
     mode: GlossaryMode = "hard",
-    forced: Tensor | None = None,
 ) -> BeamStep:
     """One step of beam search over n open sentences, some of them constrained (``searches``, one per open
     sentence; None: free): what :func:`.search.beam_step` is to the plain search, with the same arguments and
-    answer (``forced``: a target prefix's token per row, -1: free), for the offline search and the continuous one
-    alike. Free sentences go through ``beam_step`` on the same logits; the others' survivors are dealt from their
-    banks, and their finished hypotheses (those with every constraint first) are written into their rows of
-    ``fin_scores``/``fin_tokens``."""
+    answer, for the offline search and the continuous one alike. Free sentences go through ``beam_step`` on the
+    same logits; the others' survivors are dealt from their banks, and their finished hypotheses (those with every
+    constraint first) are written into their rows of ``fin_scores``/``fin_tokens``."""
     k = config.beam
     n, rows_per_sent = scores.shape
     device = scores.device
@@ -310,8 +307,7 @@ def constrained_step(
         rows = (at[:, None] * rows_per_sent + torch.arange(rows_per_sent, device=device)).flatten()
         chosen = beam_step(
             whole[rows], scores[at], history[rows], lengths if isinstance(lengths, int) else lengths[at], max_len[at],
-            fin_scores, fin_tokens, fin_rows[at], config, nbest, at_limit[rows] if bool(at_limit[rows].any()) else None,
-            forced[rows] if forced is not None else None,
+            fin_scores, fin_tokens, fin_rows[at], config, nbest, steering.of_rows(rows),
         )  # fmt: skip
         assert chosen.scores is not None and chosen.parents is not None  # a beam's step names both
         width_k = chosen.scores.size(1)
@@ -320,7 +316,7 @@ def constrained_step(
         done[at] = chosen.done
     if bound:
         limits = max_len.tolist()
-        dealt = _deal_banks(whole, scores, bound, rows_per_sent, searches, ended_at, limits, at_limit, config, mode, forced)
+        dealt = _deal_banks(whole, scores, bound, rows_per_sent, searches, ended_at, limits, steering, config, mode)
         rows_out: list[list[tuple[float, int, int]]] = []
         ended_out: list[bool] = []
         for p, candidates in zip(bound, dealt):
@@ -378,10 +374,9 @@ def _deal_banks(
     searches: list[_Sentence | None],
     lengths: list[int],
     max_len: list[int],
-    at_limit: Tensor,
+    steering: Steering,
     config: DecodeConfig,
     mode: GlossaryMode,
-    forced: Tensor | None = None,
 ) -> list[list[Candidate]]:
     """The constrained sentences' candidates dealt from their banks, for all of them at once in tensors (Hu et
     al. 2019): per sentence (positions ``bound`` among the open ones), up to 2K candidates in the order dealt.
@@ -391,7 +386,7 @@ def _deal_banks(
     device = logits.device
     open_searches = [s for s in (searches[p] for p in bound) if s is not None]
     rows = torch.tensor([p * rows_per_sent + r for p in bound for r in range(rows_per_sent)], device=device)
-    log_probs = mask_specials(logits[rows].log_softmax(dim=-1), at_limit[rows], forced[rows] if forced is not None else None)
+    log_probs = steering(logits[rows], rows)
     states = [state for search in open_searches for state in search.states]
     progress_now = [search.progress[state] for search in open_searches for state in search.states]
     if mode == "hard":  # no ending before every constraint is met, except at the length limit

@@ -19,6 +19,7 @@ ranking, finished lists and stopping rule, shared from that module); what change
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,8 @@ from ..inference.caches import DecoderState, JoinableKeysValues
 from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
 from .constrained import Constraint, constrained_step, constraint_room, searches_for
-from .search import NOT_EOS, Hypothesis, beam_step, best_finished, length_limits
+from .search import Hypothesis, beam_step, best_finished, length_limits
+from .steering import ForcedTokens, LengthLimit, NoEmptyOutput, Specials, Steering, StepProcessor, StepRows
 
 
 class JoinableSteps:
@@ -113,11 +115,16 @@ class Finished:
 class ContinuousBeamSearch:
     """Beam search over a batch that grows between steps (see the module docstring).
 
-    All sentences share one ``config`` and ``nbest``; a server keeps one instance per setting.
+    All sentences share one ``config``, ``nbest`` and the model's ``rules`` (step processors, ``steering.py``,
+    kept with those every search keeps); a server keeps one instance per setting.
     """
 
-    def __init__(self, model: Transformer, config: DecodeConfig, nbest: int = 1) -> None:
+    def __init__(
+        self, model: Transformer, config: DecodeConfig, nbest: int = 1, rules: Sequence[StepProcessor] = ()
+    ) -> None:
         self.model, self.config, self.nbest = model, config, nbest
+        self.rules: list[StepProcessor] = [Specials(), LengthLimit(), *rules]
+        self.first_rules: list[StepProcessor] = [NoEmptyOutput()]  # while sentences are at their first step
         self.k = config.beam
         self.device = next(model.parameters()).device
         self.steps = JoinableSteps(model, self.k)
@@ -191,22 +198,22 @@ class ContinuousBeamSearch:
         if not self.keys:
             return []
         k, n, device = self.k, len(self.keys), self.device
-        at_limit = (self.lengths >= self.max_len).repeat_interleave(k)
         logits = self.steps(self.tokens)
-        forced = None
+        rules = self.rules
         if self.joined:  # a sentence's first step: its first token where it has one, else never EOS
-            first = torch.where(self.first >= 0, self.first, NOT_EOS)
-            forced = torch.where(self.lengths == 0, first, -1).repeat_interleave(k)
+            first = torch.where(self.first >= 0, self.first, PAD_ID)[:, None]  # (n, 1): PAD, free
+            rules = [*rules, *self.first_rules, ForcedTokens(first)]
             self.joined = False  # every open sentence has a token after this step
+        steering = Steering(rules, StepRows(self.lengths, torch.arange(n, device=device), k, self.max_len))
         if any(search is not None for search in self.searches):
             chosen = constrained_step(
                 logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
-                self.searches, self.config, self.nbest, at_limit, forced=forced,
+                self.searches, self.config, self.nbest, steering,
             )  # fmt: skip
         else:
             chosen = beam_step(
                 logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
-                self.config, self.nbest, at_limit, forced,
+                self.config, self.nbest, steering,
             )  # fmt: skip
         open_scores, parent, new_tokens, done = chosen.scores, chosen.parents, chosen.tokens, chosen.done
         assert open_scores is not None and parent is not None  # a beam's step names both

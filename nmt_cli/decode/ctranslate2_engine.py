@@ -7,7 +7,7 @@ CTranslate2 is optional: ``pip install 'nmt-cli[ct2]'``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -16,7 +16,7 @@ from ..data.batches import decoding_batches
 from ..errors import NmtError, reason
 from ..terms.matching import TermMatcher
 from ..utils.text import as_one_line
-from .translation import EMPTY, Translation, TranslationStats
+from .translation import EMPTY, Engine, Lines, Translation, TranslationStats
 from .translator import clean_source_line
 
 # An exported folder: CTranslate2's model.bin, and beside it our SentencePiece models and the recipe.
@@ -120,7 +120,7 @@ class CTranslate2Engine:
         return results
 
 
-class CTranslate2Translator:
+class CTranslate2Translator(Engine):
     """The :class:`..decode.translation.Engine` of ``nmt translate --engine ctranslate2``: lines in chunks of
     ``chunk_lines`` through a :class:`CTranslate2Engine` with one decoding config, counted as our
     ``Translator`` counts them. No target prefixes (the command refuses them for this engine)."""
@@ -136,18 +136,12 @@ class CTranslate2Translator:
     def new_document(self) -> None:
         pass  # every line is read alone
 
-    def translate(
-        self,
-        lines: Iterable[str],
-        prefixes: Iterable[str] | None = None,
-        first_line: int = 0,
-        documents: Iterable[str] | None = None,
-    ) -> Iterator[list[Translation]]:
-        if prefixes is not None:
+    def translate_lines(self, given: Lines) -> Iterator[list[Translation]]:
+        if given.prefixes is not None:
             raise NmtError("target prefixes run with --engine nmt only; drop --engine ctranslate2")
-        if documents is not None:
+        if given.documents is not None:
             raise NmtError("document context runs with --engine nmt only; drop --engine ctranslate2")
-        source = iter(lines)
+        source = iter(given.text)
         while block := [clean_source_line(line, self.stats) for line in itertools.islice(source, self.chunk_lines)]:
             for hyps in self.engine.translate(block, self.config, self.nbest):
                 self.stats.sentences += 1

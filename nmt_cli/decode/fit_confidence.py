@@ -116,7 +116,8 @@ def _paired(loaded: LoadedModel, translator: Translator, sources: list[str], out
     pairs = [(s[:limit], o[:limit]) for s, o in zip(source_ids, output_ids)]
     assert translator.assessor is not None
     first = translator.assessor.model
-    totals = forced_scores(first, pairs, loaded.recipe.decode, next(first.parameters()).device)
+    device = next(first.parameters()).device
+    totals = forced_scores(first, pairs, loaded.recipe.decode, device, unwritten=loaded.unwritten)
     attention = cross_attention(first, [s for s, _ in pairs], [o for _, o in pairs], translator.assessor.layer)
     return [
         features(total.total if total.total is not None else -1e9, weights, s, o)

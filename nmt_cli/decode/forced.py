@@ -9,7 +9,7 @@ scoring the model's own output gives back the search's score). Batched like tran
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +21,7 @@ from ..model.recurrence import SentencePast, batch_pasts, sentence_pasts
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
 from .search import length_penalty
+from .steering import NeverWritten
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,12 @@ def forced_scores(
     config: DecodeConfig,
     device: torch.device,
     skips: list[int] | None = None,
+    unwritten: Sequence[int] = (),
 ) -> list[PairScore]:
     """Scores of ``pairs`` of (source ids, target ids), both without EOS, in order; with ``skips``, the first
     that many target tokens of each pair are context (document context, ``data/context.py``): read, not scored.
+    ``unwritten``: ids out of the output vocabulary (``LoadedModel.unwritten``), as the searches leave them out,
+    so a translation's score here is the search's.
 
     A source longer than the model allows is truncated as translation does; a target that does not
     fit the model's positions gets ``total=None``.
@@ -53,6 +57,7 @@ def forced_scores(
     skipped = skips if skips is not None else [0] * len(pairs)
     limit = model.config.max_positions - 1  # room for the EOS (source) and the BOS (target)
     results: list[PairScore | None] = [None] * len(pairs)
+    never = NeverWritten(unwritten) if unwritten else None
     scorable = []
     for i, (_, target) in enumerate(pairs):
         if len(target) > limit:
@@ -67,10 +72,12 @@ def forced_scores(
         if isinstance(model, Ensemble):
             assert isinstance(memory, list)
             log_probs = model.log_probs(tgt_in, memory, src_mask)  # (B, T, V)
+            if never is not None:  # renormalised without them, as the search's steps are
+                log_probs = never.edit(log_probs).log_softmax(dim=-1)
             chosen = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1).masked_fill(tgt_out == PAD_ID, 0.0)
         else:
             assert isinstance(memory, torch.Tensor)
-            chosen = _target_log_probs(model, model.decode(tgt_in, memory, src_mask), tgt_out)
+            chosen = _target_log_probs(model, model.decode(tgt_in, memory, src_mask), tgt_out, never)
         for i, total in zip(batch, chosen.sum(dim=1).tolist()):
             tokens = len(pairs[i][1]) + 1 - skipped[i]
             results[i] = PairScore(
@@ -129,7 +136,7 @@ def _scores_with_pasts(
     tgt_out = pad_rows([t[1:] + [EOS_ID] for t in targets]).to(device)
     decoder_past = batch_pasts(pasts, "decoder", len(model.decoder), like)
     hidden, kept_decoder = model.decode_kept(tgt_in, memory, src_mask, decoder_past)
-    totals = _target_log_probs(model, hidden, tgt_out).sum(dim=1).tolist()
+    totals = _target_log_probs(model, hidden, tgt_out, None).sum(dim=1).tolist()
     left = sentence_pasts(kept_encoder, kept_decoder, [len(s) for s in sources], [len(t) for t in targets])
     out = []
     for (_, i), total, past in zip(part, totals, left):
@@ -146,16 +153,19 @@ def _scores_with_pasts(
 ROWS_PER_BLOCK = 512
 
 
-def _target_log_probs(model: Transformer, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _target_log_probs(
+    model: Transformer, hidden: torch.Tensor, targets: torch.Tensor, never: NeverWritten | None
+) -> torch.Tensor:
     """Each target token's log-probability (B, T), 0 at padding: only the non-padding rows of ``hidden`` are
-    projected to the vocabulary, a block of rows at a time."""
+    projected to the vocabulary (without the ids ``never`` names), a block of rows at a time."""
     keep = targets != PAD_ID
     rows, wanted = hidden[keep], targets[keep]
     chosen = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
     picked = torch.empty(wanted.shape, dtype=torch.float32, device=hidden.device)
     for start in range(0, rows.shape[0], ROWS_PER_BLOCK):
         block = slice(start, start + ROWS_PER_BLOCK)
-        log_probs = model.logits(rows[block]).float().log_softmax(dim=-1)
+        logits = model.logits(rows[block]).float()
+        log_probs = (logits if never is None else never.edit(logits)).log_softmax(dim=-1)
         picked[block] = log_probs.gather(-1, wanted[block, None]).squeeze(-1)
     chosen[keep] = picked
     return chosen

@@ -83,7 +83,9 @@ class GlossarySearch:
             config = replace(config, beam=CONSTRAINED_MIN_BEAM)
         src = pad_rows([encoded[i] + [EOS_ID] for i in bound]).to(device)
         wanted = [constraints[i] for i in bound]
-        hyps = constrained_beam_search(self.loaded.model, src, config, wanted, nbest, self.mode, prefix=prefix_of(bound))
+        hyps = constrained_beam_search(
+            self.loaded.model, src, config, wanted, nbest, self.mode, prefix=prefix_of(bound), rules=self.loaded.rules()
+        )
         found.update(zip(bound, hyps))
         return [found[i] for i in rows]
 

@@ -22,6 +22,7 @@ from ..model.transformer import Transformer, build_model
 from ..quality.confidence_map import Calibration
 from ..utils import torchfile
 from .ensemble import Ensemble
+from .steering import StepProcessor, model_rules
 
 
 @dataclass
@@ -36,6 +37,12 @@ class LoadedModel:
     calibration: Calibration | None = None  # the confidence map fitted for this model (nmt calibrate), if any
     # a multilingual model's maps, one per direction ("en-de"): translations of each read alike only per direction
     calibrations: dict[str, Calibration] = field(default_factory=dict)
+    # ids the model reads and never writes (a multilingual model's target tags read from the source: unwritten_tags)
+    unwritten: tuple[int, ...] = ()
+
+    def rules(self) -> list[StepProcessor]:
+        """The model's own rules of what a search step may write (``steering.py``), given to every search."""
+        return model_rules(self.unwritten)
 
     def for_direction(self, source: str | None, target: str | None) -> LoadedModel:
         """This model with the calibration of one direction of a multilingual model (the only direction into
@@ -91,16 +98,19 @@ def load_ensemble(
                 )
     ensemble = Ensemble([m.model for m in loaded])
     recipe = replace(first.recipe, model=replace(first.recipe.model, max_positions=ensemble.config.max_positions))
-    return LoadedModel(ensemble, recipe, first.src_vocab, first.tgt_vocab, first.path, first.calibration)  # type: ignore[arg-type]
+    return LoadedModel(
+        ensemble, recipe, first.src_vocab, first.tgt_vocab, first.path, first.calibration,  # type: ignore[arg-type]
+        unwritten=first.unwritten,
+    )  # fmt: skip
 
 
-def suppress_tags(model: Transformer, recipe: Recipe, vocab: Any) -> None:
+def unwritten_tags(recipe: Recipe, vocab: Any) -> tuple[int, ...]:
     """A multilingual model whose tags are read from the source (``decode/targets.py``) never writes one."""
     from .targets import target_tags
 
-    tags = target_tags(vocab)
-    if tags and recipe.data.language_tag == "source":
-        model.suppressed = torch.tensor(sorted(tags.values()), device=next(model.parameters()).device)
+    if recipe.data.language_tag != "source":
+        return ()
+    return tuple(sorted(target_tags(vocab).values()))
 
 
 def model_from_payload(
@@ -132,7 +142,6 @@ def model_from_payload(
     model.to(device=device, dtype=dtype).eval()  # the search scores in fp32 whatever the weights' dtype
     if for_inference:
         prepare_for_inference(model, dtype)
-    suppress_tags(model, recipe, src_vocab)
     stored = payload.get("calibration")
     calibration = Calibration.from_dict(stored, str(origin)) if isinstance(stored, dict) else None
     per_direction = payload.get("calibrations")
@@ -141,7 +150,8 @@ def model_from_payload(
         if isinstance(per_direction, dict)
         else {}
     )
-    return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin, calibration, calibrations)
+    unwritten = unwritten_tags(recipe, src_vocab)
+    return LoadedModel(model, recipe, src_vocab, tgt_vocab, origin, calibration, calibrations, unwritten)
 
 
 def prepare_for_inference(model: Transformer, dtype: torch.dtype, int8: bool = False) -> None:

@@ -13,14 +13,14 @@ prefixes, scores and assessments are the answer, and word alignments are joined 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from ..formats.segments import joined_links
 from .attention_maps import parse_pharaoh, pharaoh
-from .translation import Engine, Translation, TranslationStats
+from .translation import Engine, Lines, Translation
 
 
-class PivotEngine:
+class PivotEngine(Engine):
     """``first`` into the pivot language, then ``second`` out of it; its settings and counts are ``second``'s."""
 
     def __init__(self, first: Engine, second: Engine, languages: tuple[str, str], chunk_lines: int = 10_000) -> None:
@@ -29,20 +29,11 @@ class PivotEngine:
         self.chunk_lines = chunk_lines
         self.config, self.max_positions, self.terms = second.config, second.max_positions, second.terms
         self.context_sentences = 0  # a pivot reads every line alone
+        self.stats = second.stats  # its counts are the second step's (one object, counted in place)
 
-    @property
-    def stats(self) -> TranslationStats:
-        return self.second.stats
-
-    def translate(
-        self,
-        lines: Iterable[str],
-        prefixes: Iterable[str] | None = None,
-        first_line: int = 0,
-        documents: Iterable[str] | None = None,
-    ) -> Iterator[list[Translation]]:
-        source = iter(lines)
-        starts = iter(prefixes) if prefixes is not None else None
+    def translate_lines(self, given: Lines) -> Iterator[list[Translation]]:
+        source, first_line = iter(given.text), given.first_line
+        starts = iter(given.prefixes) if given.prefixes is not None else None
         while chunk := list(itertools.islice(source, self.chunk_lines)):
             middle = [hyps[0] for hyps in self.first.translate(chunk, None, first_line)]
             chunk_starts = list(itertools.islice(starts, len(chunk))) if starts is not None else None

@@ -25,12 +25,12 @@ from collections.abc import Iterable, Iterator
 
 from ..config import DecodeConfig
 from ..formats.protect import Masked, keeps_spans, mask_line, protected_spans
-from .translation import Engine, Translation, TranslationStats
+from .translation import Engine, Lines, Translation
 
 CHUNK_LINES = 10_000  # lines translated before the ones that need masks go again (an engine's own chunk otherwise)
 
 
-class ProtectedEngine:
+class ProtectedEngine(Engine):
     """``engine`` with every line's protected spans masked on the way in and restored on the way out; what it
     reports is the engine's own. With ``terms`` (``--keep-terms``, ``--glossary``): a name to keep is
     masked too, so it comes back as written and ends where it ends (no "Ubuntuu"); a glossary term is never
@@ -42,10 +42,7 @@ class ProtectedEngine:
         self.config: DecodeConfig = engine.config
         self.languages, self.max_positions = engine.languages, engine.max_positions
         self.context_sentences = engine.context_sentences
-
-    @property
-    def stats(self) -> TranslationStats:
-        return self.engine.stats
+        self.stats = engine.stats  # its counts are the engine's (one object, counted in place)
 
     def new_document(self) -> None:
         self.engine.new_document()
@@ -55,21 +52,15 @@ class ProtectedEngine:
         keep = [(m.start, m.end) for m in found if m.term.kept]
         return mask_line(line, keep=keep, free=[(m.start, m.end) for m in found if not m.term.kept])
 
-    def translate(
-        self,
-        lines: Iterable[str],
-        prefixes: Iterable[str] | None = None,
-        first_line: int = 0,
-        documents: Iterable[str] | None = None,
-    ) -> Iterator[list[Translation]]:
-        if prefixes is None and documents is None and not self.context_sentences and self.terms is None:
-            source = iter(lines)
+    def translate_lines(self, given: Lines) -> Iterator[list[Translation]]:
+        if given.prefixes is None and given.documents is None and not self.context_sentences and self.terms is None:
+            source, first_line = iter(given.text), given.first_line
             size = getattr(self.engine, "chunk_lines", CHUNK_LINES)
             while chunk := list(itertools.islice(source, size)):
                 yield from self._unmasked_first(chunk, first_line)
                 first_line += len(chunk)
             return
-        yield from self._masked(lines, prefixes, first_line, documents)
+        yield from self._masked(given)
 
     def _unmasked_first(self, chunk: list[str], first_line: int) -> list[list[Translation]]:
         """The chunk translated as it is; the lines whose translation did not keep their spans, again masked."""
@@ -82,19 +73,13 @@ class ProtectedEngine:
                 again.append(i)
         if again:
             counted = copy.deepcopy(self.engine.stats)
-            for i, hyps in zip(again, self._masked([chunk[i] for i in again])):
+            for i, hyps in zip(again, self._masked(Lines([chunk[i] for i in again]))):
                 found[i] = hyps
             tokens = self.engine.stats.output_tokens  # the work done; the lines were counted once already
             vars(self.engine.stats).update(vars(counted), output_tokens=tokens)
         return found
 
-    def _masked(
-        self,
-        lines: Iterable[str],
-        prefixes: Iterable[str] | None = None,
-        first_line: int = 0,
-        documents: Iterable[str] | None = None,
-    ) -> Iterator[list[Translation]]:
+    def _masked(self, given: Lines) -> Iterator[list[Translation]]:
         pending: deque[Masked] = deque()
 
         def masked(source: Iterable[str]) -> Iterator[str]:
@@ -103,6 +88,6 @@ class ProtectedEngine:
                 pending.append(self.mask(line))
                 yield pending[-1].text
 
-        for hyps in self.engine.translate(masked(lines), prefixes, first_line, documents):
+        for hyps in self.engine.translate(masked(given.text), given.prefixes, given.first_line, given.documents):
             line = pending.popleft()  # the engine answers in order, each line after reading it
             yield [hyp._replace(text=line.restore(hyp.text)) for hyp in hyps]

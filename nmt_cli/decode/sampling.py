@@ -12,6 +12,8 @@ what ``nmt score --model`` computes for the same output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -19,7 +21,8 @@ from ..config import DecodeConfig
 from ..data.vocab import EOS_ID, PAD_ID
 from ..model.recurrence import Past
 from ..model.transformer import Transformer
-from .search import BeamStep, Hypothesis, length_limits, length_penalty, mask_specials, run_search
+from .search import BeamStep, Hypothesis, length_limits, length_penalty, run_search
+from .steering import Steering, StepProcessor
 from .steppers import RowLogits
 
 OVERSAMPLE = 2  # rows per requested sample: duplicates are dropped, so draw more than asked
@@ -39,14 +42,11 @@ class Sampling:
         self.lengths = torch.full((n_sent * rows,), -1, dtype=torch.long, device=device)  # tokens before EOS; -1: open
         self.scores = torch.zeros(n_sent * rows, device=device)
 
-    def choose(
-        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
-        forced: Tensor | None,
-    ) -> BeamStep:  # fmt: skip
+    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
         r = self.rows
         alive = (sentences[:, None] * r + torch.arange(r, device=sentences.device)).flatten()  # original row of each
         whole = logits[0 : logits.size(0)] if isinstance(logits, RowLogits) else logits  # one product for all rows
-        log_probs = mask_specials(whole.log_softmax(dim=-1), at_limit, forced)  # (n_alive, V)
+        log_probs = steering(whole)  # (n_alive, V)
         drawn = torch.multinomial(_reshaped(log_probs, self.config).exp(), 1, generator=self.generator).squeeze(1)
         still_open = self.lengths[alive] < 0
         tokens = torch.where(still_open, drawn, EOS_ID)  # ended rows keep feeding EOS, and are not scored
@@ -74,13 +74,14 @@ def sample(
     prefix: Tensor | None = None,
     encoded: tuple[Tensor, Tensor] | None = None,
     past: list[Past] | None = None,
+    rules: Sequence[StepProcessor] = (),
 ) -> list[list[Hypothesis]]:
-    """Up to ``nbest`` distinct samples per sentence of ``src``, best score first (``encoded`` and ``past``
-    as :func:`.search.run_search` takes them)."""
+    """Up to ``nbest`` distinct samples per sentence of ``src``, best score first (``encoded``, ``past`` and
+    ``rules`` as :func:`.search.run_search` takes them)."""
     rows = nbest * OVERSAMPLE if nbest > 1 else 1
     max_len = length_limits(src, config, model.config.max_positions, prefix)
     sampling = Sampling(src.size(0), int(max_len.max()) + 1, rows, config, generator, src.device)
-    return [hyps[:nbest] for hyps in run_search(model, src, config, sampling, max_len, True, prefix, encoded, past)]
+    return [hyps[:nbest] for hyps in run_search(model, src, config, sampling, max_len, True, prefix, encoded, past, rules)]
 
 
 def _reshaped(log_probs: Tensor, config: DecodeConfig) -> Tensor:

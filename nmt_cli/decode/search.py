@@ -1,9 +1,11 @@
 """The search: one loop over a batch of source sentences, read top to bottom, and the strategies it runs.
 
 Every step the loop (:func:`run_search`) asks the decoder for the next token's logits of every open row
-(``steppers.py``), masks what no row may emit (PAD, BOS; only EOS at a sentence's length limit; only the prefix's
-token where a target prefix is forced), and hands them to the *strategy*, which chooses each row's token and the
-rows that go on, keeps the finished outputs and says which sentences are done; done sentences leave the batch. The
+(``steppers.py``), binds the search's rules to the step (``steering.py``: PAD and BOS never, no empty output, only
+EOS at a sentence's length limit, only the prefix's token where a target prefix is forced, and the caller's rules,
+a multilingual model's tags never written), and hands both to the *strategy*, which turns the logits into
+log-probabilities through the rules, chooses each row's token and the rows that go on, keeps the finished outputs
+and says which sentences are done; done sentences leave the batch. The
 strategies: :class:`Greedy` (the best token), :class:`Beam` (beam search, :func:`beam_step`), sampling
 (``sampling.py``) and lexically constrained beam search (``constrained.py``). The server's continuous batching
 (``continuous.py``) runs the same steps over a batch that sentences join while it runs. :func:`reference_beam_search`,
@@ -16,7 +18,8 @@ counts the EOS. When a sentence stops is ``decode.stop`` (:func:`sentence_done`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol, overload
 
 import torch
@@ -27,6 +30,7 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.recurrence import Past
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
+from .steering import Steering, StepProcessor, StepRows, search_rules
 from .steppers import RowLogits, search_steps, step_logits
 from .top_k import top_k_rows
 
@@ -55,12 +59,9 @@ class Strategy(Protocol):
     first_rows: int  # rows per sentence at the first step (a beam fans out from one BOS row)
     rows: int  # rows per sentence after it
 
-    def choose(
-        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
-        forced: Tensor | None,
-    ) -> BeamStep:  # fmt: skip
+    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
         """Step ``t``'s choice for the open ``sentences`` (original indices; ``max_len`` their limits) from their
-        rows' ``logits``; ``at_limit`` and ``forced`` per row as :func:`mask_specials` takes them."""
+        rows' ``logits``, made log-probabilities by ``steering`` (the search's rules at this step)."""
         ...
 
     def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
@@ -86,14 +87,17 @@ def run_search(
     prefix: Tensor | None = None,
     encoded: tuple[Tensor, Tensor] | tuple[list[Tensor], Tensor] | None = None,
     past: list[Past] | None = None,
+    rules: Sequence[StepProcessor] = (),
 ) -> list[list[Hypothesis]]:
     """Search ``src`` (n, S) with ``strategy`` until every sentence is done or at its length limit ``max_len``
     (n,) (:func:`length_limits`); outputs start with ``prefix`` (n, P) where given. ``encoded`` is
-    ``model.encode(src)`` when the caller has it already; ``past`` the decoder's past (``model.recurrence``).
+    ``model.encode(src)`` when the caller has it already; ``past`` the decoder's past (``model.recurrence``);
+    ``rules`` the caller's step processors (``steering.py``), kept with those every search keeps.
 
     At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable share of the
-    step, so the calls that change nothing in most steps are skipped: the length-limit mask before any sentence
-    reaches its limit, and the selection of the sentences that go on while all do."""
+    step, so the calls that change nothing in most steps are skipped: a rule's edit at the steps it changes
+    nothing (the length limit before any sentence reaches it), and the selection of the sentences that go on
+    while all do."""
     device = src.device
     memory, src_mask = encoded if encoded is not None else model.encode(src)
     width = int(max_len.max()) + 1  # room for the tokens and the EOS
@@ -103,12 +107,11 @@ def run_search(
     if rows_per_sent > 1:
         steps.select(sent.repeat_interleave(rows_per_sent), None)
     tokens = torch.full((src.size(0) * rows_per_sent,), BOS_ID, dtype=torch.long, device=device)
-    first_limit = int(max_len.min())  # before this step no sentence is at its length limit
     open_max_len = max_len  # the open sentences' limits (max_len[sent])
+    every_rule = [*search_rules(prefix), *rules]
     for t in range(width):
-        at_limit = (t >= open_max_len).repeat_interleave(rows_per_sent) if t >= first_limit else None
-        forced = prefix_tokens(prefix, t, sent, rows_per_sent)  # a target prefix: one allowed token
-        chosen = strategy.choose(step_logits(steps, tokens), t, sent, open_max_len, at_limit, forced)
+        steering = Steering(every_rule, StepRows(t, sent, rows_per_sent, open_max_len))
+        chosen = strategy.choose(step_logits(steps, tokens), t, sent, open_max_len, steering)
         keep = (~chosen.done).nonzero().flatten()
         if len(keep) == 0:
             break
@@ -138,25 +141,6 @@ def max_output_lengths(src: Tensor, config: DecodeConfig, max_positions: int) ->
     return limit.clamp(min=1, max=max_positions - 1)
 
 
-# A row at its first step may emit anything but EOS: an empty translation of a sentence is never right, and beam
-# search finds one where every long hypothesis scores worse than stopping at once (1.4% of Multi30k's training
-# captions with a 10-minute model at beam 4); fairseq's min_len 1 and CTranslate2's min_decoding_length 1 do this.
-NOT_EOS = -2
-
-
-def prefix_tokens(prefix: Tensor | None, t: int, sentences: Tensor, rows_per_sentence: int) -> Tensor | None:
-    """The token each row must emit at step ``t`` to follow its sentence's target prefix (-1: free; ``NOT_EOS``
-    at the first step, where no prefix says otherwise), or None when nothing constrains step ``t``. ``prefix`` is
-    (n_sent, P), padded with PAD."""
-    if t == 0 and (prefix is None or prefix.size(1) == 0):
-        return torch.full((len(sentences) * rows_per_sentence,), NOT_EOS, dtype=torch.long, device=sentences.device)
-    if prefix is None or t >= prefix.size(1):
-        return None
-    forced = prefix[sentences, t]
-    free = NOT_EOS if t == 0 else -1
-    return torch.where(forced == PAD_ID, free, forced).repeat_interleave(rows_per_sentence)
-
-
 def length_limits(
     src: Tensor, config: DecodeConfig, max_positions: int, prefix: Tensor | None = None, room: Tensor | None = None
 ) -> Tensor:
@@ -182,45 +166,14 @@ def length_penalty(length: Tensor | float, config: DecodeConfig) -> Tensor | flo
     return length**config.alpha
 
 
-_NEVER_EMITTED: dict[torch.device, Tensor] = {}
-
-
-def _never_emitted(device: torch.device) -> Tensor:
-    """The ids no output may contain (PAD, BOS), as an index tensor made once per device."""
-    ids = _NEVER_EMITTED.get(device)
-    if ids is None:
-        ids = _NEVER_EMITTED.setdefault(device, torch.tensor([PAD_ID, BOS_ID], device=device))
-    return ids
-
-
-def mask_specials(log_probs: Tensor, at_limit: Tensor | None, forced: Tensor | None = None) -> Tensor:
-    """Never emit PAD or BOS; rows at their length limit (``at_limit``; None: no row is) may only emit
-    EOS; rows with a ``forced`` token (a target prefix; -1: free) may only emit it, and rows at their first step
-    (``NOT_EOS``) anything but EOS (in place)."""
-    log_probs.index_fill_(1, _never_emitted(log_probs.device), float("-inf"))  # one call for both columns
-    if forced is not None:
-        rows = (forced >= 0).nonzero().flatten()
-        if len(rows):
-            kept = log_probs[rows, forced[rows]].clone()
-            log_probs[rows] = float("-inf")
-            log_probs[rows, forced[rows]] = kept
-        log_probs[:, EOS_ID].masked_fill_(forced == NOT_EOS, float("-inf"))
-    if at_limit is not None and at_limit.any():
-        eos = log_probs[at_limit, EOS_ID].clone()
-        log_probs[at_limit] = float("-inf")
-        log_probs[at_limit, EOS_ID] = eos
-    return log_probs
-
-
 ROW_BLOCK = 128  # rows of (rows x vocabulary) scores handled at once, so they stay in the CPU cache
 
 
-def _best_tokens(
-    logits: Tensor | RowLogits, count: int, at_limit: Tensor | None, forced: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """Log-probabilities and ids of the ``count`` best allowed tokens of every row: each (N, count).
+def _best_tokens(logits: Tensor | RowLogits, count: int, steering: Steering) -> tuple[Tensor, Tensor]:
+    """Log-probabilities and ids of the ``count`` best allowed tokens of every row (``steering``: the step's
+    rules): each (N, count).
 
-    Normalises, masks and ranks a block of rows at a time: on a CPU, a whole batch of
+    Normalises, steers and ranks a block of rows at a time: on a CPU, a whole batch of
     hypotheses x 8,000+ pieces is tens of MB, and passing over it three times costs more
     than the ranking itself. ``logits`` (N, V) is a tensor, or a :class:`RowLogits` that makes
     each block's rows as they are read.
@@ -230,12 +183,7 @@ def _best_tokens(
     blocks = []
     for start in range(0, logits.size(0), block):
         rows = slice(start, start + block)
-        log_probs = mask_specials(
-            logits[rows].log_softmax(dim=-1),
-            None if at_limit is None else at_limit[rows],
-            None if forced is None else forced[rows],
-        )
-        blocks.append(top_k_rows(log_probs, count))
+        blocks.append(top_k_rows(steering(logits[rows], rows), count))
     if len(blocks) == 1:
         return blocks[0]
     return torch.cat([b[0] for b in blocks]), torch.cat([b[1] for b in blocks])
@@ -258,11 +206,8 @@ class Greedy:
         self.lengths = torch.zeros(n_sent, dtype=torch.long, device=device)  # tokens before the EOS
         self.scores = torch.zeros(n_sent, device=device)  # summed log-probabilities, by original row
 
-    def choose(
-        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
-        forced: Tensor | None,
-    ) -> BeamStep:  # fmt: skip
-        best, tokens = _best_tokens(logits, 1, at_limit, forced)  # (n, 1)
+    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
+        best, tokens = _best_tokens(logits, 1, steering)  # (n, 1)
         self.outputs[sentences, t] = tokens[:, 0]
         self.scores[sentences] += best[:, 0]
         done = tokens[:, 0] == EOS_ID
@@ -280,19 +225,9 @@ class Greedy:
         ]
 
 
-def greedy_search(
-    model: Transformer,
-    src: Tensor,
-    config: DecodeConfig,
-    cached: bool = True,
-    prefix: Tensor | None = None,
-    encoded: tuple[Tensor, Tensor] | None = None,
-    past: list[Past] | None = None,
-) -> list[list[Hypothesis]]:
-    """Greedy search (:class:`Greedy`); the arguments as :func:`run_search` takes them."""
-    max_len = length_limits(src, config, model.config.max_positions, prefix)
-    greedy = Greedy(src.size(0), int(max_len.max()) + 1, config, src.device)
-    return run_search(model, src, config, greedy, max_len, cached, prefix, encoded, past)
+def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached: bool = True) -> list[list[Hypothesis]]:
+    """Greedy search (:class:`Greedy`) whatever ``config.beam`` says; :func:`search` takes every option."""
+    return search(model, src, replace(config, beam=1), cached=cached)
 
 
 # --------------------------------------------------------------------------- beam
@@ -314,13 +249,10 @@ class Beam:
         self.fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
         self.fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
 
-    def choose(
-        self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, at_limit: Tensor | None,
-        forced: Tensor | None,
-    ) -> BeamStep:  # fmt: skip
+    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
         return beam_step(
             logits, self.scores, self.history, t, max_len, self.fin_scores, self.fin_tokens, sentences, self.config,
-            self.nbest, at_limit, forced,
+            self.nbest, steering,
         )  # fmt: skip
 
     def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
@@ -334,20 +266,13 @@ class Beam:
 
 
 def beam_search(
-    model: Transformer,
-    src: Tensor,
-    config: DecodeConfig,
-    nbest: int = 1,
-    cached: bool = True,
-    prefix: Tensor | None = None,
-    encoded: tuple[Tensor, Tensor] | None = None,
-    past: list[Past] | None = None,
+    model: Transformer, src: Tensor, config: DecodeConfig, nbest: int = 1, cached: bool = True
 ) -> list[list[Hypothesis]]:
-    """Batched beam search (:class:`Beam`): each sentence's ``nbest`` best finished hypotheses; the other
-    arguments as :func:`run_search` takes them."""
-    max_len = length_limits(src, config, model.config.max_positions, prefix)
+    """Batched beam search (:class:`Beam`): each sentence's ``nbest`` best finished hypotheses (``config.beam`` of
+    1 too: a beam of one); :func:`search` takes every option."""
+    max_len = length_limits(src, config, model.config.max_positions)
     beam = Beam(src.size(0), int(max_len.max()) + 1, config, nbest, src.device)
-    return run_search(model, src, config, beam, max_len, cached, prefix, encoded, past)
+    return run_search(model, src, config, beam, max_len, cached)
 
 
 def beam_step(
@@ -361,12 +286,12 @@ def beam_step(
     sentences: Tensor | None,
     config: DecodeConfig,
     nbest: int,
-    at_limit: Tensor | None,
-    forced: Tensor | None = None,
+    steering: Steering,
 ) -> BeamStep:
     """One step of beam search over n open sentences (the offline search's and the continuous one's).
 
-    ``logits`` (n * rows, V) of the open rows, ``scores`` (n, rows) their summed log-probabilities,
+    ``logits`` (n * rows, V) of the open rows (``steering``: the step's rules), ``scores`` (n, rows) their
+    summed log-probabilities,
     ``history`` (n * rows, H) their tokens so far; ``lengths`` (an int, or (n,) when sentences joined at
     different steps) counts each sentence's tokens so far, ``max_len`` (n,) its limit. Each sentence
     keeps its 2K best candidates; those ending in EOS among the K best are merged into its finished
@@ -377,7 +302,7 @@ def beam_step(
     n, rows_per_sent = scores.shape
     # A sentence's 2K best candidates are among the 2K best tokens of each of its rows (adding the
     # row's score does not reorder a row), so only those are scored.
-    row_log_probs, row_tokens = _best_tokens(logits, 2 * k, at_limit, forced)  # (n * rows, 2K)
+    row_log_probs, row_tokens = _best_tokens(logits, 2 * k, steering)  # (n * rows, 2K)
     top_scores, origin, token = _rank_candidates(scores, row_log_probs, row_tokens, k)  # (n, 2K) each
     is_eos = token == EOS_ID
     finished = slice(None) if sentences is None else sentences
@@ -499,12 +424,17 @@ def search(
     prefix: Tensor | None = None,
     encoded: tuple[Tensor, Tensor] | None = None,
     past: list[Past] | None = None,
+    rules: Sequence[StepProcessor] = (),
+    cached: bool = True,
 ) -> list[list[Hypothesis]]:
-    """Greedy search when the beam is 1, else beam search; outputs start with ``prefix`` (n, P) if given;
-    ``past`` is the decoder's (``model.recurrence``; ``encoded`` then read the encoder's)."""
-    if config.beam == 1:
-        return greedy_search(model, src, config, prefix=prefix, encoded=encoded, past=past)
-    return beam_search(model, src, config, nbest=nbest, prefix=prefix, encoded=encoded, past=past)
+    """Greedy search (:class:`Greedy`) when the beam is 1, else beam search (:class:`Beam`): each sentence's
+    ``nbest`` best hypotheses; the other arguments as :func:`run_search` takes them."""
+    max_len = length_limits(src, config, model.config.max_positions, prefix)
+    width, device = int(max_len.max()) + 1, src.device
+    strategy: Greedy | Beam = (
+        Greedy(src.size(0), width, config, device) if config.beam == 1 else Beam(src.size(0), width, config, nbest, device)
+    )
+    return run_search(model, src, config, strategy, max_len, cached, prefix, encoded, past, rules)
 
 
 # --------------------------------------------------------------------------- the plain reference
@@ -524,7 +454,7 @@ def reference_beam_search(model: Transformer, src: Tensor, config: DecodeConfig,
         hidden = model.decode(prefixes, memory.expand(len(hyps), -1, -1), mask.expand(len(hyps), -1, -1, -1))
         log_probs = torch.log_softmax(model.logits(hidden[:, -1]).float(), dim=-1)  # (open, V)
         log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
-        if t == 0:  # never an empty translation (NOT_EOS)
+        if t == 0:  # never an empty translation (steering.NoEmptyOutput)
             log_probs[:, EOS_ID] = float("-inf")
         if t >= max_len:  # at the limit only EOS may follow
             log_probs[:, [v for v in range(log_probs.size(1)) if v != EOS_ID]] = float("-inf")

@@ -114,19 +114,26 @@ class TranslationStats:
     kept_as_written: dict[str, int] = field(default_factory=dict)  # --from auto: lines kept, by language identified
 
 
-class Engine(Protocol):
-    """Lines in, n-best lists out, in order."""
+@dataclass(frozen=True)
+class Lines:
+    """What an engine is asked to translate (:meth:`Engine.translate`'s arguments as one value, passed on from one
+    engine to the one it wraps): the lines, and per line what goes with it."""
+
+    text: Iterable[str]
+    prefixes: Iterable[str] | None = None  # one per line: the output starts with it
+    first_line: int = 0  # the index of the first line in the whole input (a resumed job's or a shard's start)
+    documents: Iterable[str] | None = None  # one id per line: the lines a model reading context reads together
+
+
+class Engine:
+    """Lines in, n-best lists out, in order: what every engine is (each writes :meth:`translate_lines`)."""
 
     config: DecodeConfig  # the decoding settings it runs with
     languages: tuple[str, str]  # the model's source and target language ("" when unknown)
     max_positions: int  # the longest sequence the model takes (0: not known)
     terms: TermMatcher | None  # the glossary and names to keep it applies (--glossary, --keep-terms), or None
     context_sentences: int  # earlier sentences of its document a line reads (0: every line alone)
-
-    @property
-    def stats(self) -> TranslationStats:
-        """What it translated so far (lines, empty, truncated, ...)."""
-        ...
+    stats: TranslationStats  # what it translated so far (lines, empty, truncated, ...)
 
     def translate(
         self,
@@ -138,11 +145,15 @@ class Engine(Protocol):
         """For every line its n-best list; ``prefixes``, one per line, start the outputs; ``first_line`` is the
         index of the first line in the whole input (a resumed job's or a shard's start); ``documents``, one id
         per line, says which lines a model reading document context reads together."""
-        ...
+        return self.translate_lines(Lines(lines, prefixes, first_line, documents))
+
+    def translate_lines(self, given: Lines) -> Iterator[list[Translation]]:
+        """:meth:`translate` with its arguments as one value."""
+        raise NotImplementedError
 
     def new_document(self) -> None:
         """The next line begins a document (each file a format hands over is one)."""
-        ...
+        raise NotImplementedError
 
 
 # Sentences' sources and their n-best hypotheses -> what finishing them asks of the model (alignments, assessments).

@@ -10,7 +10,7 @@ alignments (``aligner.py``) and assessments (``assess.py``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import torch
@@ -36,7 +36,7 @@ from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
 from .sentences import sentences_of
-from .translation import EMPTY, SearchService, Translation, TranslationStats
+from .translation import EMPTY, Engine, Lines, SearchService, Translation, TranslationStats
 
 Found = tuple[list[list[Hypothesis]], "tuple[torch.Tensor, torch.Tensor] | None", "list[SentencePast] | None"]
 Finishing = tuple["list[list[str]] | None", "list[list[Assessment]] | None"]  # alignments, assessments
@@ -57,7 +57,7 @@ def clean_source_line(line: str, stats: TranslationStats) -> str:
     return line
 
 
-class Translator:
+class Translator(Engine):
     """Our :class:`.translation.Engine`: lines of source text into n-best lists of ``Translation``."""
 
     def __init__(
@@ -109,22 +109,16 @@ class Translator:
         # one whose decoder reads the tag first (data.language_tag: target): every output starts with it, unshown
         self.target_tag = target_tag
 
-    def translate(
-        self,
-        lines: Iterable[str],
-        prefixes: Iterable[str] | None = None,
-        first_line: int = 0,
-        documents: Iterable[str] | None = None,
-    ) -> Iterator[list[Translation]]:
+    def translate_lines(self, given: Lines) -> Iterator[list[Translation]]:
         """For every input line in order, its n-best list; each output starts with the line's target prefix where
-        ``prefixes`` gives one. ``first_line``: the index of the first line in the whole input (a resumed job's or a
-        shard's): sampling seeds each chunk by ``decode.seed`` and the chunk's number, so a chunk samples the same
-        wherever it is translated. ``documents``: each line's document id (``--docids``) for a model that reads
-        document context; without them a blank line ends a document (``context.DocumentStarts``)."""
-        source = iter(lines)
-        starts = iter(prefixes) if prefixes is not None else None
-        ids = iter(documents) if documents is not None else None
-        chunk_number = first_line // self.chunk_lines
+        ``given.prefixes`` has one. ``given.first_line``: the index of the first line in the whole input (a resumed
+        job's or a shard's): sampling seeds each chunk by ``decode.seed`` and the chunk's number, so a chunk samples
+        the same wherever it is translated. ``given.documents``: each line's document id (``--docids``) for a model
+        that reads document context; without them a blank line ends a document (``context.DocumentStarts``)."""
+        source = iter(given.text)
+        starts = iter(given.prefixes) if given.prefixes is not None else None
+        ids = iter(given.documents) if given.documents is not None else None
+        chunk_number = given.first_line // self.chunk_lines
         while chunk := list(itertools.islice(source, self.chunk_lines)):
             if self.generator is not None:
                 self.generator.manual_seed(chunk_seed(self.config.seed, chunk_number))
@@ -341,9 +335,10 @@ class Translator:
         past: list[Past] | None,
     ) -> list[list[Hypothesis]]:
         """The search the config asks for: sampling, or greedy/beam search."""
+        rules = self.loaded.rules()
         if self.config.sampling:
-            return sample(model, src, self.config, self.nbest, self.generator, prefix, encoded, past)
-        return search(model, src, self.config, self.nbest, prefix, encoded, past)
+            return sample(model, src, self.config, self.nbest, self.generator, prefix, encoded, past, rules)
+        return search(model, src, self.config, self.nbest, prefix, encoded, past, rules)
 
     def _prefix(self, batch: list[int], prefixes: list[list[int]] | None) -> torch.Tensor | None:
         """The target prefixes of the sentences ``batch`` indexes, (n, P) PAD-padded; None when none has one."""

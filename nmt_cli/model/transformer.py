@@ -36,9 +36,6 @@ class Transformer(nn.Module):
         self.config = config
         self.pad_id = pad_id
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
-        # ids inference never produces (a multilingual model's target tags, set where it is loaded: a tag is read,
-        # never written, and an untrained or confused model would otherwise answer ">>fr<<>>fr<<")
-        self.suppressed: Tensor | None = None
         d = config.d_model
         if config.share_embeddings and src_vocab != tgt_vocab:
             raise ValueError("share_embeddings needs one joint vocabulary")
@@ -236,11 +233,9 @@ class Transformer(nn.Module):
         return output_loss(hidden, self.output.weight, target, epsilon)
 
     def logits(self, hidden: Tensor) -> Tensor:
-        """Unnormalised scores over the target vocabulary: (..., D) -> (..., V); the :attr:`suppressed` ids never."""
-        scores = self.output(hidden)
-        if self.suppressed is not None:
-            scores = scores.index_fill(-1, self.suppressed, float("-inf"))
-        return scores
+        """Unnormalised scores over the target vocabulary: (..., D) -> (..., V). What a search may write of them is
+        the search's business (``decode/steering.py``)."""
+        return self.output(hidden)
 
     def loss(
         self,
@@ -288,20 +283,7 @@ class Transformer(nn.Module):
             loss = loss + alignment_weight * alignment_loss(head, alignment)
         return loss, nll, target_tokens
 
-    def forward(
-        self,
-        src: Tensor,
-        tgt_in: Tensor,
-        tgt_out: Tensor,
-        epsilon: float,
-        target_tokens: int | None = None,
-        alignment: Tensor | None = None,
-        alignment_weight: float = 0.0,
-        blocks: tuple[Tensor, Tensor] | None = None,
-        source_tokens: int | None = None,
-    ) -> tuple[Tensor, Tensor, int]:
-        """The training forward pass is :meth:`loss` (so DistributedDataParallel can wrap it)."""
-        return self.loss(src, tgt_in, tgt_out, epsilon, target_tokens, alignment, alignment_weight, blocks, source_tokens)
+    forward = loss  # the training forward pass is the loss (so DistributedDataParallel, which calls it, can wrap it)
 
 
 def _share_rezero_alpha(*stacks: nn.ModuleList) -> None:

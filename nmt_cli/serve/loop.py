@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,6 +26,7 @@ from ..config import DecodeConfig
 from ..decode.constrained import Constraint
 from ..decode.continuous import ContinuousBeamSearch
 from ..decode.search import Hypothesis
+from ..decode.steering import StepProcessor
 from ..decode.translation import Finish, SearchService
 from ..errors import NmtError, reason
 from ..model.transformer import Transformer
@@ -91,8 +92,10 @@ class DecodingLoop:
         batch_tokens: int = 6000,
         max_queue: int = 1024,
         batching: bool = True,
+        rules: Sequence[StepProcessor] = (),
     ) -> None:
         self.model, self.name, self.metrics = model, name, metrics
+        self.rules = list(rules)  # the model's own rules of what a step may write (LoadedModel.rules)
         self.batch_tokens, self.max_queue, self.batching = batch_tokens, max_queue, batching
         self._waiting: deque[tuple[Job, int]] = deque()  # (job, sentence index), first come first served
         self._lanes: dict[tuple[DecodeConfig, int], ContinuousBeamSearch] = {}
@@ -216,7 +219,7 @@ class DecodingLoop:
     def _join(self, settings: tuple[DecodeConfig, int], sentences: list[tuple[Job, int]]) -> None:
         lane = self._lanes.get(settings)
         if lane is None:
-            lane = self._lanes[settings] = ContinuousBeamSearch(self.model, *settings)
+            lane = self._lanes[settings] = ContinuousBeamSearch(self.model, *settings, rules=self.rules)
         try:
             lane.add(
                 [job.sentences[i] for job, i in sentences],

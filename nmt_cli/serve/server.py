@@ -50,7 +50,7 @@ def load_served_models(
                 name = f"{name}.{taken + 1}"
             if loop is None:
                 tokens = batch_tokens or loaded.recipe.decode.batch_tokens
-                loop = DecodingLoop(loaded.model, name, metrics, tokens, max_queue, batching)
+                loop = DecodingLoop(loaded.model, name, metrics, tokens, max_queue, batching, loaded.rules())
             parameters = count_parameters(loaded.model)
             calibrated = loaded.for_direction(source, target)  # a multilingual model's map for this direction
             served.append(ServedModel(name, source, target, calibrated, loop, parameters, way.source_prefix, way.target_tag))

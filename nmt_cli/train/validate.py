@@ -13,7 +13,7 @@ import torch
 
 from ..config import Recipe
 from ..data.batches import ParallelData, collate, make_batches
-from ..decode.loading import LoadedModel, suppress_tags
+from ..decode.loading import LoadedModel, unwritten_tags
 from ..decode.translator import Translator
 from ..model.transformer import Transformer
 from ..score.metrics import corpus_bleu
@@ -123,8 +123,8 @@ def validation_bleu(
     """sacreBLEU of the decoded validation sources (of one ``direction`` of a multilingual model; at most
     ``most`` of them, 0: all) against the (cleaned) reference text, and how many sources were truncated to
     ``model.max_positions``; decoding goes through :class:`Translator`, as ``nmt translate`` does."""
-    loaded = LoadedModel(model, recipe, vocabs.src, vocabs.tgt, Path("(validation)"))
-    suppress_tags(model, recipe, vocabs.src)  # as translation will (the loss never reads it)
+    unwritten = unwritten_tags(recipe, vocabs.src)  # as translation leaves them out (the loss never reads it)
+    loaded = LoadedModel(model, recipe, vocabs.src, vocabs.tgt, Path("(validation)"), unwritten=unwritten)
     config = replace(recipe.decode, beam=recipe.train.valid_beam)
     refs = split_lines(references.read_text(encoding="utf-8"))
     if direction is not None:  # the source carries its tag (data.source), or the decoder is given it

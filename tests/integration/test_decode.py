@@ -485,11 +485,13 @@ def test_no_search_gives_an_empty_translation_even_where_stopping_at_once_scores
     batch), greedy search and the plain reference all write at least one token (an empty translation was the
     beam's answer to 1.4% of Multi30k's captions with a 10-minute model)."""
     from nmt_cli.data.vocab import EOS_ID
-    from nmt_cli.decode.search import NOT_EOS, mask_specials
+    from nmt_cli.decode.steering import NoEmptyOutput, Steering, StepRows
 
-    log_probs = torch.zeros(3, 8)
-    mask_specials(log_probs, None, torch.tensor([NOT_EOS, -1, 5]))
-    assert log_probs[0, EOS_ID] == float("-inf") and log_probs[1, EOS_ID] == 0 and log_probs[2, EOS_ID] == float("-inf")
+    limits = torch.tensor([5, 5, 5])
+    first_steps = torch.tensor([0, 1, 0])  # sentences that joined a running batch at different steps
+    for t, no_eos in ((0, [True, True, True]), (1, [False, False, False]), (first_steps, [True, False, True])):
+        log_probs = Steering([NoEmptyOutput()], StepRows(t, torch.arange(3), 1, limits))(torch.zeros(3, 8))
+        assert (log_probs[:, EOS_ID] == float("-inf")).tolist() == no_eos
 
     class TowardsEOS(torch.nn.Module):
         def __init__(self, projection: torch.nn.Module) -> None:

@@ -152,8 +152,8 @@ def test_a_tag_read_by_the_decoder_is_forced_and_left_out_of_the_output(multilin
     from nmt_cli.decode.translator import Translator
 
     loaded = load_model(multilingual[1] / "model.pt")
-    assert loaded.model.suppressed is not None  # read from the source: never written
-    loaded.model.suppressed = None  # as a model trained with data.language_tag: target is loaded
+    assert loaded.unwritten  # read from the source: never written
+    loaded.unwritten = ()  # as a model trained with data.language_tag: target is loaded
     tag = loaded.src_vocab.PieceToId(">>fr<<")
     plain = Translator(loaded, DecodeConfig(beam=2, max_len_b=8))
     tagged = Translator(loaded, DecodeConfig(beam=2, max_len_b=8), target_tag=tag)
@@ -253,7 +253,8 @@ def test_forced_scores_read_the_direction_to_names(multilingual, tmp_path):
         done = nmt_in_process("score", "--model", run, "--to", target, tmp_path / "src", tmp_path / "hyp")
         assert done.returncode == 0, done.stderr
         tag = loaded.src_vocab.PieceToId(f">>{target}<<")
-        expected = forced_scores(loaded.model, [([tag, *source], hypothesis)], DecodeConfig(), torch.device("cpu"))[0]
+        pairs = [([tag, *source], hypothesis)]
+        expected = forced_scores(loaded.model, pairs, DecodeConfig(), torch.device("cpu"), unwritten=loaded.unwritten)[0]
         assert json.loads(done.stdout)["total"] == pytest.approx(expected.total, abs=1e-3)
     refused = nmt_in_process("score", "--model", run, tmp_path / "src", tmp_path / "hyp")
     assert refused.returncode == 1 and "give --to" in refused.stderr

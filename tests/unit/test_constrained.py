@@ -11,7 +11,7 @@ from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batches import pad_rows
 from nmt_cli.data.vocab import EOS_ID
 from nmt_cli.decode.constrained import Constraint, ConstraintState, constrained_beam_search
-from nmt_cli.decode.search import beam_search
+from nmt_cli.decode.search import beam_search, search
 from nmt_cli.model.transformer import build_model
 
 VOCAB = 40
@@ -86,7 +86,7 @@ def test_a_target_prefix_comes_first_and_the_terms_after_or_within_it():
     prefix = pad_rows([[8, 9], [14], [8, 9], [33, 12, 5]])
     wanted = [(_constraint((11, 12)),), (), (_constraint((9,)),), (_constraint((20,)), _constraint((21, 22)))]
     found = constrained_beam_search(model, src, config, wanted, nbest=1, prefix=prefix)
-    plain = beam_search(model, src, config, nbest=1, prefix=prefix)
+    plain = search(model, src, config, nbest=1, prefix=prefix)
     for row, (constraints, (best,)) in enumerate(zip(wanted, found)):
         start = [t for t in prefix[row].tolist() if t]
         assert best.tokens[: len(start)] == start, (row, best.tokens)

@@ -149,6 +149,7 @@ def test_a_tbx_without_the_models_pair_is_refused_naming_its_languages(tmp_path)
 
 def test_protected_lines_mask_kept_names_and_leave_glossary_terms_to_the_search(tmp_path):
     from nmt_cli.decode.protected import ProtectedEngine
+    from nmt_cli.decode.translation import TranslationStats
 
     terms = Glossary.join(
         read_keep_terms(_write(tmp_path, "names.txt", "Ubuntu\nGitHub\n")),
@@ -156,7 +157,10 @@ def test_protected_lines_mask_kept_names_and_leave_glossary_terms_to_the_search(
     )
     from types import SimpleNamespace
 
-    inner = SimpleNamespace(terms=TermMatcher(terms), config=None, languages=("", ""), max_positions=0, context_sentences=0)
+    inner = SimpleNamespace(
+        terms=TermMatcher(terms), config=None, languages=("", ""), max_positions=0, context_sentences=0,
+        stats=TranslationStats(),
+    )  # fmt: skip
     engine = ProtectedEngine(inner)  # type: ignore[arg-type]
     masked = engine.mask("Open GitHub on Ubuntu, then the file README.md in /etc.")
     assert set(masked.originals.values()) == {"GitHub", "Ubuntu", "/etc"}
