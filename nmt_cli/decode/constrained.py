@@ -36,6 +36,7 @@ from .ensemble import Ensemble
 from .search import (
     ROW_BLOCK,
     Beam,
+    BeamLists,
     BeamStep,
     Hypothesis,
     beam_step,
@@ -224,10 +225,10 @@ class Constrained:
 
     def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
         beam = self.beam
+        searches = [self.searches[i] for i in sentences.tolist()]
         return constrained_step(
-            logits, beam.scores, beam.history, t, max_len, beam.fin_scores, beam.fin_tokens, sentences,
-            [self.searches[i] for i in sentences.tolist()], beam.config, beam.nbest, steering, self.mode,
-        )  # fmt: skip
+            logits, beam.lists(sentences), t, max_len, searches, beam.config, beam.nbest, steering, self.mode
+        )
 
     def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
         self.beam.advance(chosen, keep, rows)
@@ -272,13 +273,9 @@ def constraint_room(constraints: list[tuple[Constraint, ...]], device: torch.dev
 
 def constrained_step(
     logits: Tensor | RowLogits,
-    scores: Tensor,
-    history: Tensor,
+    beam: BeamLists,
     lengths: int | Tensor,
     max_len: Tensor,
-    fin_scores: Tensor,
-    fin_tokens: Tensor,
-    sentences: Tensor | None,
     searches: list[_Sentence | None],
     config: DecodeConfig,
     nbest: int,
@@ -289,7 +286,10 @@ def constrained_step(
     sentence; None: free): what :func:`.search.beam_step` is to the plain search, with the same arguments and
     answer, for the offline search and the continuous one alike. Free sentences go through ``beam_step`` on the
     same logits; the others' survivors are dealt from their banks, and their finished hypotheses (those with every
-    constraint first) are written into their rows of ``fin_scores``/``fin_tokens``."""
+    constraint first) are written into their rows of the finished lists."""
+    scores, history, fin_scores, fin_tokens, sentences = (
+        beam.scores, beam.history, beam.fin_scores, beam.fin_tokens, beam.sentences
+    )  # fmt: skip
     k = config.beam
     n, rows_per_sent = scores.shape
     device = scores.device
@@ -305,9 +305,10 @@ def constrained_step(
     if plain:
         at = torch.tensor(plain, device=device)
         rows = (at[:, None] * rows_per_sent + torch.arange(rows_per_sent, device=device)).flatten()
+        free = BeamLists(scores[at], history[rows], fin_scores, fin_tokens, fin_rows[at])
         chosen = beam_step(
-            whole[rows], scores[at], history[rows], lengths if isinstance(lengths, int) else lengths[at], max_len[at],
-            fin_scores, fin_tokens, fin_rows[at], config, nbest, steering.of_rows(rows),
+            whole[rows], free, lengths if isinstance(lengths, int) else lengths[at], max_len[at], config, nbest,
+            steering.of_rows(rows),
         )  # fmt: skip
         assert chosen.scores is not None and chosen.parents is not None  # a beam's step names both
         width_k = chosen.scores.size(1)

@@ -34,7 +34,7 @@ from ..inference.caches import DecoderState, JoinableKeysValues
 from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
 from .constrained import Constraint, constrained_step, constraint_room, searches_for
-from .search import Hypothesis, beam_step, best_finished, length_limits
+from .search import BeamLists, Hypothesis, beam_step, best_finished, length_limits
 from .steering import ForcedTokens, LengthLimit, NoEmptyOutput, Specials, Steering, StepProcessor, StepRows
 
 
@@ -205,16 +205,13 @@ class ContinuousBeamSearch:
             rules = [*rules, *self.first_rules, ForcedTokens(first)]
             self.joined = False  # every open sentence has a token after this step
         steering = Steering(rules, StepRows(self.lengths, torch.arange(n, device=device), k, self.max_len))
+        lists = BeamLists(self.scores, self.history, self.fin_scores, self.fin_tokens)
         if any(search is not None for search in self.searches):
             chosen = constrained_step(
-                logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
-                self.searches, self.config, self.nbest, steering,
-            )  # fmt: skip
+                logits, lists, self.lengths, self.max_len, self.searches, self.config, self.nbest, steering
+            )
         else:
-            chosen = beam_step(
-                logits, self.scores, self.history, self.lengths, self.max_len, self.fin_scores, self.fin_tokens, None,
-                self.config, self.nbest, steering,
-            )  # fmt: skip
+            chosen = beam_step(logits, lists, self.lengths, self.max_len, self.config, self.nbest, steering)
         open_scores, parent, new_tokens, done = chosen.scores, chosen.parents, chosen.tokens, chosen.done
         assert open_scores is not None and parent is not None  # a beam's step names both
         if cancelled:

@@ -53,6 +53,20 @@ class BeamStep:
     done: Tensor  # sentences that stop searching after this step
 
 
+@dataclass(frozen=True)
+class BeamLists:
+    """A beam search's lists at one step, as :func:`beam_step` reads and updates them: the open hypotheses'
+    summed log-probabilities ``scores`` (n, rows) and tokens so far ``history`` (n * rows, H); the finished lists
+    ``fin_scores`` (N, K) and ``fin_tokens`` (N, K, W), updated in place, rows ``sentences`` of them for the n open
+    sentences (None: all, in order)."""
+
+    scores: Tensor
+    history: Tensor
+    fin_scores: Tensor
+    fin_tokens: Tensor
+    sentences: Tensor | None = None
+
+
 class Strategy(Protocol):
     """What the loop asks of a search strategy (see the module docstring)."""
 
@@ -250,10 +264,11 @@ class Beam:
         self.fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
 
     def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
-        return beam_step(
-            logits, self.scores, self.history, t, max_len, self.fin_scores, self.fin_tokens, sentences, self.config,
-            self.nbest, steering,
-        )  # fmt: skip
+        return beam_step(logits, self.lists(sentences), t, max_len, self.config, self.nbest, steering)
+
+    def lists(self, sentences: Tensor) -> BeamLists:
+        """This beam's lists for the open ``sentences``."""
+        return BeamLists(self.scores, self.history, self.fin_scores, self.fin_tokens, sentences)
 
     def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
         assert chosen.scores is not None and rows is not None
@@ -277,27 +292,22 @@ def beam_search(
 
 def beam_step(
     logits: Tensor | RowLogits,
-    scores: Tensor,
-    history: Tensor,
+    beam: BeamLists,
     lengths: int | Tensor,
     max_len: Tensor,
-    fin_scores: Tensor,
-    fin_tokens: Tensor,
-    sentences: Tensor | None,
     config: DecodeConfig,
     nbest: int,
     steering: Steering,
 ) -> BeamStep:
     """One step of beam search over n open sentences (the offline search's and the continuous one's).
 
-    ``logits`` (n * rows, V) of the open rows (``steering``: the step's rules), ``scores`` (n, rows) their
-    summed log-probabilities,
-    ``history`` (n * rows, H) their tokens so far; ``lengths`` (an int, or (n,) when sentences joined at
-    different steps) counts each sentence's tokens so far, ``max_len`` (n,) its limit. Each sentence
-    keeps its 2K best candidates; those ending in EOS among the K best are merged into its finished
-    lists (``fin_scores`` (N, K), ``fin_tokens`` (N, K, W), rows ``sentences`` of them, None: all n;
-    updated in place, ranked by normalised score as in fairseq), and the K best others go on.
+    ``logits`` (n * rows, V) of the open rows (``steering``: the step's rules), ``beam`` their lists;
+    ``lengths`` (an int, or (n,) when sentences joined at different steps) counts each sentence's tokens so far,
+    ``max_len`` (n,) its limit. Each sentence keeps its 2K best candidates; those ending in EOS among the K best
+    are merged into its finished lists (in place, ranked by normalised score as in fairseq), and the K best
+    others go on.
     """
+    scores, history, fin_scores, fin_tokens = beam.scores, beam.history, beam.fin_scores, beam.fin_tokens
     k = config.beam
     n, rows_per_sent = scores.shape
     # A sentence's 2K best candidates are among the 2K best tokens of each of its rows (adding the
@@ -305,7 +315,7 @@ def beam_step(
     row_log_probs, row_tokens = _best_tokens(logits, 2 * k, steering)  # (n * rows, 2K)
     top_scores, origin, token = _rank_candidates(scores, row_log_probs, row_tokens, k)  # (n, 2K) each
     is_eos = token == EOS_ID
-    finished = slice(None) if sentences is None else sentences
+    finished = slice(None) if beam.sentences is None else beam.sentences
     if is_eos[:, :k].any():
         eos_ranked = is_eos.clone()
         eos_ranked[:, k:] = False
