@@ -221,8 +221,13 @@ def _coerce(kind: Any, value: Any, key: str, meta: typing.Mapping[str, Any], sou
             fail("one of " + ", ".join(map(str, choices)))
         return value
     if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        if not isinstance(value, dict):
             fail("a mapping of names to names")
+        for name, given in value.items():
+            if not isinstance(name, str) or not isinstance(given, str):
+                # YAML reads "{en-fr:/data}" as one key without a value: the space after the colon is what it misses
+                hint = "; put a space after each colon, {a: b}" if given is None and ":" in str(name) else ""
+                raise RecipeError(f"{source}: {key}: expected a mapping of names to names, got {name!r}: {given!r}{hint}")
         return dict(value)
     if origin is tuple:
         item_kind = typing.get_args(kind)[0]

@@ -162,3 +162,13 @@ def test_a_recipe_that_cannot_train_is_refused_before_any_work(tmp_path, setting
     path = write(tmp_path, "r.yaml", "model: {}\n")
     with pytest.raises(RecipeError, match=re.escape(expected)):
         load_recipe(path, settings)
+
+
+def test_a_mapping_written_without_the_space_after_its_colon_is_refused_with_the_fix():
+    """YAML reads ``{en-fr:/data/enfr}`` as one key without a value: the error names the key and the missing space."""
+    base = {"data": {"pairs": ["en-de", "en-fr"]}}
+    with pytest.raises(RecipeError, match=r"data\.roots: .*'en-fr:/data/enfr': None; put a space after each colon"):
+        recipe_from_dict({"data": {**base["data"], "roots": {"en-fr:/data/enfr": None}}})
+    with pytest.raises(RecipeError, match=r"data\.roots: .*got 'en-fr': 3$"):
+        recipe_from_dict({"data": {**base["data"], "roots": {"en-fr": 3}}})
+    assert recipe_from_dict({"data": {**base["data"], "roots": {"en-fr": "/data/enfr"}}}).data.roots == {"en-fr": "/data/enfr"}
