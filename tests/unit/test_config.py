@@ -171,4 +171,5 @@ def test_a_mapping_written_without_the_space_after_its_colon_is_refused_with_the
         recipe_from_dict({"data": {**base["data"], "roots": {"en-fr:/data/enfr": None}}})
     with pytest.raises(RecipeError, match=r"data\.roots: .*got 'en-fr': 3$"):
         recipe_from_dict({"data": {**base["data"], "roots": {"en-fr": 3}}})
-    assert recipe_from_dict({"data": {**base["data"], "roots": {"en-fr": "/data/enfr"}}}).data.roots == {"en-fr": "/data/enfr"}
+    given = recipe_from_dict({"data": {**base["data"], "roots": {"en-fr": "/data/enfr"}}})
+    assert given.data.roots == {"en-fr": "/data/enfr"}
