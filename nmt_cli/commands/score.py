@@ -159,6 +159,7 @@ def _forced(
 ) -> None:
     """``--model``: one line of scores per (source, hypothesis) pair, in order; with ``docids``, each pair in
     the context of its document's earlier pairs; ``direction`` (``--from``, ``--to``) for a multilingual model."""
+    from ..decode.context import check_docids
     from ..decode.forced import forced_scores
     from ..decode.loading import load_ensemble
     from ..decode.targets import never_trained, route
@@ -193,13 +194,9 @@ def _forced(
         pairs, skips = [(src, [way.target_tag, *tgt]) for src, tgt in pairs], [1] * len(pairs)
     if docids is not None:
         ids = read_lines(docids, stdin_text)
-        if len(ids) != len(sources):
-            raise NmtError(
-                f"--docids {docids}: {len(ids):,} document ids for the {len(sources):,} lines of {files[0]}; "
-                "give one id per line"
-            )
-        results = _in_documents(loaded, pairs, ids, docids, target)
-        alone = _in_documents(loaded, pairs, [str(i) for i in range(len(ids))], docids, target)
+        check_docids(docids, len(ids), len(sources), files[0], loaded.recipe.model.reads_context)
+        results = _in_documents(loaded, pairs, ids, target)
+        alone = _in_documents(loaded, pairs, [str(i) for i in range(len(ids))], target)
     if results is None:
         results = forced_scores(loaded.model, pairs, loaded.recipe.decode, target, skips, loaded.unwritten)
     for number, result in enumerate(results):  # from 0, as nmt translate numbers its lines
@@ -223,30 +220,18 @@ def _forced(
         _note(cxmi(results, alone).summary())
 
 
-def _in_documents(loaded, pairs, ids: list[str], name: str, device) -> list:
+def _in_documents(loaded, pairs, ids: list[str], device) -> list:
     """Forced scores of the pairs, each read after its document's earlier ones (``ids``: one per pair; a line
     whose id differs from the one before starts a document)."""
+    from ..data.context import pairs_in_context
+    from ..decode.context import document_starts
     from ..decode.forced import forced_scores, forced_scores_with_pasts
 
-    starts = [i == 0 or ids[i].strip() != ids[i - 1].strip() for i in range(len(ids))]
+    starts = document_starts(ids)
     if loaded.recipe.model.recurrence:
         return forced_scores_with_pasts(loaded.model, pairs, starts, loaded.recipe.decode, device)
-    in_context, context_skips = _in_context(loaded, pairs, ids, name)
-    return forced_scores(loaded.model, in_context, loaded.recipe.decode, device, context_skips, loaded.unwritten)
-
-
-def _in_context(loaded, pairs, ids: list[str], name: str):
-    """The pairs as a model with document context reads them, and how many target tokens of each are context."""
-    from ..data.context import pairs_in_context
-
-    model = loaded.recipe.model
-    if not model.concat:
-        raise NmtError(
-            f"--docids {name}: this model reads each sentence alone (trained without model.concat or "
-            "model.recurrence); drop --docids"
-        )
-    starts = [i == 0 or ids[i].strip() != ids[i - 1].strip() for i in range(len(ids))]
-    return pairs_in_context(pairs, starts, model, loaded.src_vocab, loaded.tgt_vocab)
+    in_context, skips = pairs_in_context(pairs, starts, loaded.recipe.model, loaded.src_vocab, loaded.tgt_vocab)
+    return forced_scores(loaded.model, in_context, loaded.recipe.decode, device, skips, loaded.unwritten)
 
 
 def _rounded(value: float | None) -> float | None:

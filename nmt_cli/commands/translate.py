@@ -379,21 +379,15 @@ def _job_identity(o: TranslateOptions, translator: Engine) -> dict:
 def _check_context_options(translator: Engine, documents: list[str] | None, input: Path | None, docids: Path | None) -> None:
     """--docids goes with a model that reads document context, one id per input line (checked before anything
     is written when the input is a file)."""
+    from ..decode.context import check_docids
+
     if documents is None:
         return
-    if not translator.context_sentences:
-        raise NmtError(
-            "--docids: this model translates each sentence alone (trained without model.concat or "
-            "model.recurrence); drop --docids"
-        )
+    count = len(documents)  # standard input: its lines are counted as they come (context.DocumentStarts)
     if input is not None:
         with input_lines(input) as lines:
             count = sum(1 for _ in lines)
-        if count != len(documents):
-            raise NmtError(
-                f"--docids {docids}: {len(documents):,} document ids for the {count:,} lines of {input}; "
-                "give one id per input line"
-            )
+    check_docids(docids, len(documents), count, input, bool(translator.context_sentences))
 
 
 def _read_context_before(translator: Engine, input: Path, first: int, documents: list[str] | None = None) -> None:

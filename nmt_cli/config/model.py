@@ -87,6 +87,11 @@ class ModelConfig:
     )
 
     @property
+    def reads_context(self) -> bool:
+        """Whether it reads its document's earlier sentences (``concat`` or ``recurrence``): the one test for it."""
+        return bool(self.concat or self.recurrence)
+
+    @property
     def n_encoder_layers(self) -> int:
         return self.encoder_layers or self.layers
 

@@ -33,7 +33,7 @@ EXPORT_MARKER = ".nmt-export"  # marks a folder as ours: --force may replace it,
 def check_exportable(loaded: LoadedModel) -> None:
     """Raise a one-line error naming the option when CTranslate2 cannot run this model."""
     m = loaded.recipe.model
-    if m.concat or m.recurrence:
+    if m.reads_context:
         raise NmtError(
             f"{loaded.path}: a model that reads document context (model.concat, model.recurrence) runs with nmt's "
             "own engine only; translate it with `nmt translate` (--engine nmt)"

@@ -128,6 +128,26 @@ class DocumentStarts:
         return starts
 
 
+def document_starts(ids: Sequence[str]) -> list[bool]:
+    """Per line of a whole input with its document ids (``--docids``), whether it begins a document: the rule of
+    :class:`DocumentStarts`, where the id changes."""
+    return DocumentStarts().of(list(ids), iter(ids), 0)
+
+
+def check_docids(name: object, ids: int, lines: int, input_name: object, reads_context: bool) -> None:
+    """``--docids`` goes with a model that reads document context (``model.reads_context``), one id per line of
+    its input: else a one-line refusal that names the file and the fix."""
+    if not reads_context:
+        raise NmtError(
+            f"--docids {name}: this model reads each sentence alone (trained without model.concat or "
+            "model.recurrence); drop --docids"
+        )
+    if ids != lines:
+        raise NmtError(
+            f"--docids {name}: {ids:,} document ids for the {lines:,} lines of {input_name}; give one id per line"
+        )
+
+
 @dataclass
 class DocumentContext:
     """The sentences of the current document a translator remembers: (source ids, translation ids), oldest first."""

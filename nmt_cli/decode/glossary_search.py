@@ -46,7 +46,7 @@ class GlossarySearch:
     def __init__(self, loaded: LoadedModel, config: DecodeConfig, glossary: Glossary, mode: GlossaryMode) -> None:
         if config.sampling:
             raise NmtError("--glossary and --keep-terms steer beam search; drop --sampling")
-        if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
+        if loaded.recipe.model.reads_context:
             raise NmtError(
                 f"{loaded.path} reads document context (model.concat / model.recurrence); glossaries are applied by "
                 "sentence-level models only so far: translate with a sentence-level model or drop --glossary"

@@ -372,5 +372,5 @@ def _check_servable(loaded: LoadedModel, config: DecodeConfig, glossary_mode: Gl
         raise NmtError("a shared decoding loop runs beam search, not sampling")
     if glossary_mode != "hard":
         raise NmtError("a shared decoding loop applies glossaries as hard constraints only")
-    if loaded.recipe.model.concat or loaded.recipe.model.recurrence:
+    if loaded.recipe.model.reads_context:
         raise NmtError(f"{loaded.path} reads document context, which a shared decoding loop does not")

@@ -82,7 +82,7 @@ def _direct_sentences(model: ServedModel, searches: LoopSearches, glossary: Glos
 
 
 def reads_context(model: ServedModel) -> bool:
-    return bool(model.loaded.recipe.model.concat or model.loaded.recipe.model.recurrence)
+    return model.loaded.recipe.model.reads_context
 
 
 def _translator(

@@ -174,7 +174,7 @@ def request_glossary(fields: dict[str, Any], limits: Limits, model: ServedModel)
             f'"{given[0]}": {model.source}-{model.target} goes through {model.pivot.target}, and terms are for one '
             "language pair; translate each step with its own terms, or leave them out",
         )
-    if model.loaded.recipe.model.concat or model.loaded.recipe.model.recurrence:
+    if model.loaded.recipe.model.reads_context:
         raise BadRequest(400, f'"{given[0]}" is applied by sentence-level models only so far; leave it out')
     value = _listed(fields, "glossary") if "glossary" in fields else None
     glossary = _glossary(value, limits) if value is not None else None

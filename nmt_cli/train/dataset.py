@@ -110,7 +110,7 @@ def _load_multilingual(recipe: Recipe, data_dir: Path, meta: dict[str, Any]) -> 
             f"{data_dir}: prepared for the directions {', '.join(meta.get('pairs') or [])}, but the recipe says "
             f"{', '.join(recipe.data.pairs) or 'data.src_lang-data.tgt_lang'}; re-run `nmt prepare`"
         )
-    if recipe.model.concat or recipe.model.recurrence:
+    if recipe.model.reads_context:
         raise NmtError(
             "data.pairs: document context (model.concat, model.recurrence) is not available for "
             "multilingual models yet; train one model per direction for it"

@@ -179,6 +179,12 @@ def test_context_options_refused_where_they_cannot_apply(concat_model, corpus, o
         app, ["translate", "-m", str(concat_model), "-i", str(corpus / "test.en"), "--docids", str(short)]
     )
     assert result.exit_code != 0 and "2 document ids for the 40 lines" in result.output
+    # nmt score --model refuses alike: the same check for both commands
+    source, reference = str(corpus / "test.en"), str(corpus / "test.de")
+    result = runner.invoke(app, ["score", "--model", str(sentence_level), source, reference, "--docids", str(ids)])
+    assert result.exit_code != 0 and "drop --docids" in result.output
+    result = runner.invoke(app, ["score", "--model", str(concat_model), source, reference, "--docids", str(short)])
+    assert result.exit_code != 0 and "2 document ids for the 40 lines" in result.output
     result = runner.invoke(app, ["export", str(concat_model), str(corpus / "ct2")])
     assert result.exit_code != 0 and "document context" in result.output
 
