@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import sentencepiece as spm
 import torch
@@ -326,6 +326,7 @@ class Item:
 
 
 Wave = list[Item]  # one sentence of each segment that still has one
+Result = TypeVar("Result")  # what a sentence's turn gives: its n-best list (translation), its score (forced scores)
 
 
 @dataclass
@@ -346,13 +347,14 @@ def in_document_order(
     carried: Carried,
     keep: int,
     segment: int,
-    step: Callable[[Wave, list[deque[Any]]], list[tuple[list[Translation], Any]]],
-    blank: Callable[[int], list[list[Translation]]],
-) -> tuple[list[list[Translation]], Carried]:
+    step: Callable[[Wave, list[deque[Any]]], list[tuple[Result, Any]]],
+    blank: Callable[[int], list[Result]],
+) -> tuple[list[Result], Carried]:
     """Translate a chunk's documents where each sentence reads what its ``keep`` predecessors left: ``step``
-    translates one wave given each segment's history and returns, per sentence, its n-best list and what it leaves
-    (None: nothing); ``blank`` translates that many blank lines. ``carried``: the document that began in an earlier
-    chunk; returns the results and what the next chunk carries.
+    translates one wave given each segment's history and returns, per sentence, its result (an n-best list; forced
+    scoring's a score) and what it leaves (None: nothing); ``blank`` translates that many blank lines, which read
+    and leave nothing. ``carried``: the document that began in an earlier chunk; returns the results and what the
+    next chunk carries.
 
     A document goes a sentence at a time, so the chunk's documents go side by side, and each document is cut into
     segments of ``segment`` sentences (0: none) that go side by side too: the waves are as many as a segment's
@@ -379,7 +381,7 @@ def in_document_order(
             segments[-1].append(Item(len(segments) - 1, encoded[i], prefix, i))
             read.append((encoded[i], prefix))
         after = Carried(before.position + len(document), histories[-1], deque(list(read)[-keep:]))
-    results: list[list[Translation]] = [[] for _ in encoded]
+    results: list[Result | None] = [None for _ in encoded]
     for turn in range(max((len(s) for s in segments), default=0)):
         wave = [s[turn] for s in segments if turn < len(s)]
         for item, (hyps, left) in zip(wave, step(wave, histories)):
@@ -392,4 +394,4 @@ def in_document_order(
     empty = [i for i, ids in enumerate(encoded) if not ids]
     for i, hyps in zip(empty, blank(len(empty)) if empty else []):
         results[i] = hyps
-    return results, after
+    return results, after  # type: ignore[return-value]  # every line got its result

@@ -9,8 +9,10 @@ scoring the model's own output gives back the search's score). Batched like tran
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -19,6 +21,7 @@ from ..data.batches import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.recurrence import SentencePast, batch_pasts, sentence_pasts
 from ..model.transformer import Transformer
+from .context import Carried, Item, in_document_order
 from .ensemble import Ensemble
 from .search import length_penalty
 from .steering import NeverWritten
@@ -96,23 +99,34 @@ def forced_scores_with_pasts(
 ) -> list[PairScore]:
     """:func:`forced_scores` for a model with segment-level recurrence (``model.recurrence``): each pair of a
     document (``starts[i]``: pair i begins one) read with the keys/values its document's previous pairs left,
-    as translation reads them, the given targets standing for the chosen translations. The documents go a
-    pair of each at a time."""
-    documents: list[list[int]] = []
-    for i, start in enumerate(starts):
-        if start or not documents:
-            documents.append([])
-        documents[-1].append(i)
-    histories: list[list[SentencePast]] = [[] for _ in documents]
-    results: list[PairScore | None] = [None] * len(pairs)
-    for turn in range(max((len(d) for d in documents), default=0)):
-        document_of = {d[turn]: n for n, d in enumerate(documents) if turn < len(d)}
-        for batch in _batches(list(document_of), pairs, config.batch_tokens):
-            part = [(document_of[i], i) for i in batch]
-            for (n, i), (score, past) in zip(part, _scores_with_pasts(model, pairs, part, histories, config, device)):
-                results[i] = score
-                histories[n] = (histories[n] + [past])[-model.config.recurrence :]
-    return results  # type: ignore[return-value]
+    as translation reads them, the given targets standing for the chosen translations. Scheduled as translation
+    schedules them (``context.in_document_order``): the documents a pair of each at a time; a pair with an empty
+    source, as a blank line, reads and leaves nothing."""
+
+    def scored(part: list[tuple[int, int]], histories: list[list[SentencePast]]) -> list[tuple[PairScore, Any]]:
+        """Each (document, pair) of ``part`` with its document's history, in batches of ``decode.batch_tokens``."""
+        found: dict[int, tuple[PairScore, Any]] = {}
+        document_of = {i: n for n, i in part}
+        for batch in _batches([i for _, i in part], pairs, config.batch_tokens):
+            batch_part = [(document_of[i], i) for i in batch]
+            found.update(zip(batch, _scores_with_pasts(model, pairs, batch_part, histories, config, device)))
+        return [found[i] for _, i in part]
+
+    def wave(items: list[Item], histories: list[deque[SentencePast]]) -> list[tuple[PairScore, Any]]:
+        return scored([(item.segment, _index(item)) for item in items], [list(h) for h in histories])
+
+    def blank(count: int) -> list[PairScore]:
+        empty = [i for i, (source, _) in enumerate(pairs) if not source]
+        return [score for score, _ in scored([(0, i) for i in empty], [[]])]
+
+    sources = [source for source, _ in pairs]
+    keep = model.config.recurrence
+    return in_document_order(sources, None, starts, Carried(), keep, 0, wave, blank)[0]
+
+
+def _index(item: Item) -> int:
+    assert item.index is not None  # without segments no sentence is a lead
+    return int(item.index)
 
 
 def _scores_with_pasts(

@@ -137,6 +137,13 @@ def test_recurrence_scores_its_own_translation_in_context_as_the_search_did(recu
     alone = forced_scores_with_pasts(loaded.model, pairs, [True] * 6, config, torch.device("cpu"))
     assert alone[0].total == pytest.approx(forced[0].total, abs=1e-4)
     assert any(abs(a.total - f.total) > 1e-3 for a, f in zip(alone[1:], forced[1:]))  # the past is read
+    # a pair whose source is empty is a blank line to translation: it reads and leaves nothing, its neighbours
+    # read past it (forced scoring is scheduled by translation's in_document_order)
+    gap = [*pairs[:3], ([], pairs[3][1]), *pairs[3:]]
+    around = forced_scores_with_pasts(loaded.model, gap, [True] + [False] * 6, config, torch.device("cpu"))
+    blank = forced_scores_with_pasts(loaded.model, [gap[3]], [True], config, torch.device("cpu"))[0]
+    assert around[3].total == pytest.approx(blank.total, abs=1e-4)
+    assert [a.total for a in around[4:]] == pytest.approx([f.total for f in forced[3:]], abs=1e-4)
 
 
 @pytest.mark.parametrize("which", ["concat_model", "recurrent_model"])
