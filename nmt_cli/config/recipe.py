@@ -63,6 +63,10 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
         fail("model.recurrence", "needs model.positions: xl (relative positions that run across the past and the sentence)")
     if m.recurrence and m.concat:
         fail("model.recurrence", "and model.concat are two ways to read context; choose one")
+    if recipe.train.context_dropout and not m.reads_context:
+        fail(
+            "train.context_dropout", "trains a model to read its document context; it needs model.concat or model.recurrence"
+        )
     if m.recurrence and recipe.train.guided_alignment:
         fail(
             "train.guided_alignment",

@@ -54,6 +54,14 @@ class TrainConfig:
     weight_decay: float = _opt(0.0, "decoupled weight decay (AdamW) ", ge=0, le=10)
     clip_norm: float = _opt(0.0, "clip the gradient norm to this (0: off)", ge=0, le=1e6)
     label_smoothing: float = _opt(0.1, "label smoothing epsilon", ge=0, le=1)
+    context_dropout: float = _opt(
+        0.0,
+        "with model.concat or model.recurrence: each source token of the sentence being translated is replaced by "
+        "<unk> with this probability in training (its context's are kept), so that the model learns to read its "
+        "context for what it lost (CoWord dropout, Fernandes et al. 2021); 0: off",
+        ge=0,
+        lt=1,
+    )
     guided_alignment: float = _opt(
         0.0,
         "weight of the guided-alignment loss: one cross-attention head of the penultimate decoder layer learns "

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import sentencepiece as spm
+import torch
 
 from ..config import ModelConfig
 from ..errors import NmtError
 from .binary import TokenArray
-from .vocab import DOC_BREAK, UNK_ID
+from .vocab import DOC_BREAK, EOS_ID, UNK_ID
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,20 @@ class Context:
         ends = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
         index = np.arange(len(lengths))
         return ends[index] - ends[self.first] + (index - self.first) * int(with_break)
+
+
+def context_word_dropout(src: torch.Tensor, p: float, src_break: int | None) -> torch.Tensor:
+    """CoWord dropout (Fernandes et al. 2021): each token of the sentence being translated replaced by ``<unk>``
+    with probability ``p``, so that the model must read its context for what it lost; its context (a concatenated
+    row's sentences up to its last ``src_break``) is kept, and so are PAD, EOS and the breaks. A recurrence chain's
+    rows hold no breaks: each of their sentences is one being translated. Draws from torch's CPU generator, whose
+    state a checkpoint keeps, so a resumed run drops the same tokens."""
+    current = src > EOS_ID  # pieces, not PAD/UNK/BOS/EOS
+    if src_break is not None:
+        is_break = src == src_break
+        current &= (is_break.flip(1).cumsum(1).flip(1) == 0) & ~is_break  # after the row's last break
+    dropped = current & (torch.rand(src.shape) < p)
+    return src.masked_fill(dropped, UNK_ID)
 
 
 def context_starts(documents: np.ndarray, sentences: int) -> np.ndarray:

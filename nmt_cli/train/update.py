@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -14,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..config import Recipe
 from ..data.batches import Batch, ParallelData, collate, target_tokens
+from ..data.context import context_word_dropout
 from ..model.transformer import Transformer
 from .distributed import DistInfo, gather_objects
 from .ema import WeightAverage
@@ -140,6 +142,14 @@ class Updater:
         if self.ema is not None:
             self.ema = WeightAverage(self.model, self.config.ema_decay)
 
+    def _dropped(self, batch: Batch) -> Batch:
+        """``train.context_dropout``: the batch with tokens of its sentences being translated dropped, drawn on
+        the host before it moves (``data/context.py::context_word_dropout``)."""
+        if not self.config.context_dropout:
+            return batch
+        brk = self.train.context.src_break if self.train.context is not None else None
+        return replace(batch, src=context_word_dropout(batch.src, self.config.context_dropout, brk))
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "optimizer": self.optimizer.state_dict(),
@@ -191,7 +201,7 @@ class Updater:
             # Forward and backward passes change nothing but the gradients and the random state, both
             # put back here when a preemption drops them; the optimizer step below always completes.
             with self.stop.interruptible(enabled=not info.distributed):
-                batches = (collate(self.train, indices).to(info.device) for indices in pieces)
+                batches = (self._dropped(collate(self.train, indices)).to(info.device) for indices in pieces)
                 sums = accumulate(
                     self.network, batches, len(pieces), total_tokens, info.world_size, self.config.label_smoothing,
                     self.scaler, self.autocast, self.config.guided_alignment,

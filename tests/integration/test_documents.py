@@ -219,24 +219,35 @@ def test_the_server_reads_a_requests_lines_as_one_document(recurrent_model, corp
     assert answer["translatedText"] == result.output.splitlines()
 
 
-def test_recurrence_resumes_exactly(recurrent_model):
+@pytest.mark.parametrize("context_dropout", [0.0, 0.3])
+def test_recurrence_resumes_exactly(recurrent_model, context_dropout):
     """The past is recomputed from the data each batch: a run stopped at a checkpoint and resumed ends with the
-    weights of a run that went straight through."""
+    weights of a run that went straight through, the tokens train.context_dropout drops included."""
     import torch
 
     from nmt_cli.train import checkpoint
 
     path = recurrent_model.parent / "r.yaml"
     overrides = ["train.max_steps=4", "train.save_every=2", "train.keep_last=0", "model.dropout=0.1"]
-    straight = load_recipe(path, [*overrides, f"train.dir={recurrent_model.parent / 'straight'}"])
+    overrides += [f"train.context_dropout={context_dropout}"]
+    runs = recurrent_model.parent / f"dropout{context_dropout}"  # each case's own run folders
+    straight = load_recipe(path, [*overrides, f"train.dir={runs / 'straight'}"])
     train(straight, resume=None, log=lambda _m: None)
-    halves = load_recipe(path, [*overrides, f"train.dir={recurrent_model.parent / 'halves'}", "train.max_steps=2"])
+    halves = load_recipe(path, [*overrides, f"train.dir={runs / 'halves'}", "train.max_steps=2"])
     train(halves, resume=None, log=lambda _m: None)
-    resumed = load_recipe(path, [*overrides, f"train.dir={recurrent_model.parent / 'halves'}"])
+    resumed = load_recipe(path, [*overrides, f"train.dir={runs / 'halves'}"])
     train(resumed, resume=True, log=lambda _m: None)
-    a = checkpoint.load(checkpoint.step_path(recurrent_model.parent / "straight", 4))["model"]
-    b = checkpoint.load(checkpoint.step_path(recurrent_model.parent / "halves", 4))["model"]
+    a = checkpoint.load(checkpoint.step_path(runs / "straight", 4))["model"]
+    b = checkpoint.load(checkpoint.step_path(runs / "halves", 4))["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    if context_dropout:  # and the dropout is there: two updates without it end elsewhere
+        plain = load_recipe(
+            path, [*overrides, "train.context_dropout=0", f"train.dir={runs / 'plain'}", "train.max_steps=2"]
+        )
+        train(plain, resume=None, log=lambda _m: None)
+        c = checkpoint.load(checkpoint.step_path(runs / "plain", 2))["model"]
+        d = checkpoint.load(checkpoint.step_path(runs / "halves", 2))["model"]
+        assert any(not torch.equal(c[key], d[key]) for key in c)
 
 
 @pytest.mark.parametrize("context", [["model.recurrence=1"], ["model.concat=1", "model.concat_target=true"]])

@@ -186,3 +186,26 @@ def test_a_document_of_one_sentence_reads_no_context(target):
     for rows, prefixes, contexts in record.calls:
         assert all(len(row) == 1 for row in rows) and all(c == (0, 0) for c in contexts or [])
         assert prefixes is None or all(p == [] for p in prefixes)
+
+
+def test_context_word_dropout_drops_only_the_sentence_being_translated():
+    """CoWord dropout: tokens after a row's last <brk> become <unk> at about the rate asked; its context, the
+    breaks, EOS and PAD never do; a row without a break (a recurrence chain) is all sentence."""
+    import torch
+
+    from nmt_cli.data.context import context_word_dropout
+    from nmt_cli.data.vocab import EOS_ID, PAD_ID, UNK_ID
+
+    brk = 9
+    torch.manual_seed(0)
+    context, current = list(range(10, 60)), list(range(60, 260))
+    row = torch.tensor([context + [brk] + current + [EOS_ID, PAD_ID]] * 20)
+    dropped = context_word_dropout(row, 0.3, brk)
+    changed = dropped != row
+    split = len(context) + 1
+    assert not changed[:, :split].any() and not changed[:, -2:].any()  # context, break, EOS, PAD kept
+    assert (dropped[changed] == UNK_ID).all()
+    assert 0.25 < changed[:, split:-2].float().mean() < 0.35
+    chain = torch.tensor([current + [EOS_ID]] * 20)
+    assert 0.25 < (context_word_dropout(chain, 0.3, None) != chain)[:, :-1].float().mean() < 0.35
+    assert torch.equal(context_word_dropout(row, 0.0, brk), row)
