@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sentencepiece as spm
 import torch
@@ -42,33 +42,18 @@ from .loading import LoadedModel
 from .search import Hypothesis
 from .translation import Translation
 
+if TYPE_CHECKING:  # the translator reads documents through a reader: the import goes one way at run time
+    from .translator import Translator
 
-class EncodedTranslator(Protocol):
-    """What a document reader asks of the translator: sentences already encoded as source ids translated with the
-    context it gives them."""
 
-    def translate_encoded(
-        self,
-        encoded: list[list[int]],
-        prefixes: list[list[int]] | None = None,
-        contexts: Sequence[tuple[int, int]] | None = None,
-        *,
-        counted: Sequence[bool] | None = None,
-    ) -> list[list[Translation]]:
-        """Rows whose source and prefix start with ``contexts[i]`` tokens of context, left out of the outputs;
-        ``counted[i]`` False: row i is a lead (translated again for its successor), not a line of the input."""
-        ...
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of a stream of lines as a document reader takes it: each sentence's source ids (empty: a blank
+    line), its target prefix where it has one, and whether it begins a document."""
 
-    def translate_with_pasts(
-        self,
-        encoded: list[list[int]],
-        prefixes: list[list[int]] | None,
-        pasts: list[list[SentencePast]],
-        *,
-        counted: Sequence[bool] | None = None,
-    ) -> tuple[list[list[Translation]], list[SentencePast | None]]:
-        """Rows read after their previous sentences' keys/values; also what each row leaves (None: nothing)."""
-        ...
+    encoded: list[list[int]]
+    prefixes: list[list[int]] | None
+    starts: Sequence[bool]
 
 
 class DocumentReader(Protocol):
@@ -77,11 +62,8 @@ class DocumentReader(Protocol):
 
     sentences: int  # earlier sentences of its document that a sentence reads
 
-    def translate(
-        self, translator: EncodedTranslator, encoded: list[list[int]], prefixes: list[list[int]] | None,
-        starts: Sequence[bool],
-    ) -> list[list[Translation]]:  # fmt: skip
-        """The n-best lists of one chunk's sentences (source ids); ``starts[i]``: sentence i begins a document."""
+    def translate(self, translator: Translator, chunk: Chunk) -> list[list[Translation]]:
+        """The n-best lists of one chunk's sentences."""
         ...
 
 
@@ -179,25 +161,21 @@ class DocumentContext:
 
     def translate(
         self,
-        translator: EncodedTranslator,
-        encoded: list[list[int]],
-        prefixes: list[list[int]] | None,
-        starts: Sequence[bool],
+        translator: Translator,
+        chunk: Chunk,
     ) -> list[list[Translation]]:
         """The n-best lists of one chunk's sentences (source ids); ``starts[i]``: sentence i begins a document."""
         if self.tgt_break is None:
-            return self._sources_only(translator, encoded, prefixes, starts)
-        return self._in_order(translator, encoded, prefixes, starts)
+            return self._sources_only(translator, chunk)
+        return self._in_order(translator, chunk)
 
     def _sources_only(
         self,
-        translator: EncodedTranslator,
-        encoded: list[list[int]],
-        prefixes: list[list[int]] | None,
-        starts: Sequence[bool],
+        translator: Translator,
+        chunk: Chunk,
     ) -> list[list[Translation]]:
         rows, contexts = [], []
-        for ids, start in zip(encoded, starts):
+        for ids, start in zip(chunk.encoded, chunk.starts):
             if start:
                 self.history.clear()
             row, skip = join_context([src for src, _ in self.history], ids, self.src_break, self.max_src) if ids else ([], 0)
@@ -205,14 +183,12 @@ class DocumentContext:
             contexts.append((skip, 0))
             if ids:
                 self._remember(self.history, ids, [])
-        return translator.translate_encoded(rows, prefixes, contexts)
+        return translator.translate_encoded(rows, chunk.prefixes, contexts)
 
     def _in_order(
         self,
-        translator: EncodedTranslator,
-        encoded: list[list[int]],
-        prefixes: list[list[int]] | None,
-        starts: Sequence[bool],
+        translator: Translator,
+        chunk: Chunk,
     ) -> list[list[Translation]]:
         """2-to-2: each document's sentences in turn, the chunk's documents side by side."""
         tgt_break = self.tgt_break
@@ -235,7 +211,7 @@ class DocumentContext:
             ]
 
         results, self.carried = in_document_order(
-            encoded, prefixes, starts, self.carried, self.sentences, self.segment, step,
+            chunk.encoded, chunk.prefixes, chunk.starts, self.carried, self.sentences, self.segment, step,
             lambda n: translator.translate_encoded([[]] * n, None, None),
         )  # fmt: skip
         return results
@@ -270,16 +246,14 @@ class DocumentPast:
 
     def translate(
         self,
-        translator: EncodedTranslator,
-        encoded: list[list[int]],
-        prefixes: list[list[int]] | None,
-        starts: Sequence[bool],
+        translator: Translator,
+        chunk: Chunk,
     ) -> list[list[Translation]]:
         """The n-best lists of one chunk's sentences; ``starts[i]``: sentence i begins a document."""
         translate_with_pasts = translator.translate_with_pasts
 
         def step(wave: Wave, histories: list[deque[SentencePast]]) -> list[tuple[list[Translation], Any]]:
-            forced = [item.prefix or [] for item in wave] if prefixes is not None else None
+            forced = [item.prefix or [] for item in wave] if chunk.prefixes is not None else None
             pasts = [list(histories[item.segment]) for item in wave]
             counted = [item.index is not None for item in wave]
             found, left = translate_with_pasts([item.ids for item in wave], forced, pasts, counted=counted)
@@ -289,7 +263,7 @@ class DocumentPast:
             return translate_with_pasts([[]] * count, None, [[]] * count)[0]
 
         results, self.carried = in_document_order(
-            encoded, prefixes, starts, self.carried, self.sentences, self.segment, step, blank
+            chunk.encoded, chunk.prefixes, chunk.starts, self.carried, self.sentences, self.segment, step, blank
         )
         return results
 

@@ -28,7 +28,7 @@ from ..utils.text import as_one_line, has_control_characters, replace_control_ch
 from .aligner import Aligner
 from .assess import Assessment, Assessor
 from .constrained import CONSTRAINED_MIN_BEAM, Constraint, GlossaryMode
-from .context import DocumentStarts, document_reader, search_with_pasts
+from .context import Chunk, DocumentStarts, document_reader, search_with_pasts
 from .ensemble import Ensemble
 from .glossary_search import GlossarySearch
 from .loading import LoadedModel
@@ -161,7 +161,7 @@ class Translator(Engine):
             encoded = [self.source_prefix + ids if ids else ids for ids in encoded]
         starts = self.loaded.tgt_vocab.encode(prefixes, out_type=int) if prefixes is not None else None
         if self.document is not None:
-            return self.document.translate(self, encoded, starts, documents or [True] * len(lines))
+            return self.document.translate(self, Chunk(encoded, starts, documents or [True] * len(lines)))
         if self.glossary is not None:
             first = self.stats.sentences
             constraints = [self.glossary.constraints_of(line.strip()) for line in lines]

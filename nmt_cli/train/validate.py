@@ -13,6 +13,7 @@ import torch
 
 from ..config import Recipe
 from ..data.batches import ParallelData, collate, make_batches
+from ..decode.context import Chunk
 from ..decode.loading import LoadedModel, unwritten_tags
 from ..decode.translator import Translator
 from ..model.transformer import Transformer
@@ -138,7 +139,7 @@ def validation_bleu(
     starts = _document_starts(data)
     if translator.document is not None and starts is not None:  # document context: in document order, in context
         sources = [data.src[i].tolist() for i in range(len(data))]
-        found = translator.document.translate(translator, sources, None, starts)
+        found = translator.document.translate(translator, Chunk(sources, None, starts))
         return corpus_bleu([hyps[0].text for hyps in found], [refs]).score, translator.stats.truncated
     sample = bleu_sample(len(data), most)
     found = translator.translate_encoded([data.src[i].tolist() for i in sample])

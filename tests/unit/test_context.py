@@ -11,7 +11,7 @@ from nmt_cli.config import ModelConfig
 from nmt_cli.data.batches import ParallelData, collate
 from nmt_cli.data.context import Context, context_starts, join_context, pairs_in_context
 from nmt_cli.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from nmt_cli.decode.context import DocumentContext
+from nmt_cli.decode.context import Chunk, DocumentContext
 from nmt_cli.decode.translation import Translation
 
 BRK_SRC, BRK_TGT = 90, 91
@@ -112,18 +112,18 @@ def _context(target: bool, sentences: int = 1, segment: int = 0) -> DocumentCont
 
 def test_two_to_one_reads_the_sources_before_in_one_call_and_across_chunks():
     context, record = _context(False), Recorder()
-    out = context.translate(record, [[1], [2], [], [3]], None, [True, False, False, True])
+    out = context.translate(record, Chunk([[1], [2], [], [3]], None, [True, False, False, True]))
     rows, _, contexts = record.calls[0]
     assert rows == [[1], [1, BRK_SRC, 2], [], [3]]  # the blank line translates as blank; line 3 begins a document
     assert contexts == [(0, 0), (2, 0), (0, 0), (0, 0)]
     assert [hyps[0].text for hyps in out] == ["out1", "out2", "", "out3"]
-    context.translate(record, [[4]], None, [False])  # the next chunk goes on with the document of line 3
+    context.translate(record, Chunk([[4]], None, [False]))  # the next chunk goes on with the document of line 3
     assert record.calls[-1][0] == [[3, BRK_SRC, 4]]
 
 
 def test_two_to_two_forces_its_own_earlier_translations_one_sentence_of_each_document_at_a_time():
     context, record = _context(True), Recorder()
-    out = context.translate(record, [[1], [2], [5], [6], [7]], None, [True, False, True, False, False])
+    out = context.translate(record, Chunk([[1], [2], [5], [6], [7]], None, [True, False, True, False, False]))
     assert len(record.calls) == 3  # the longest document has three sentences
     first, second, third = record.calls
     assert first[0] == [[1], [5]] and first[1] == [[], []]
@@ -150,7 +150,7 @@ def test_segments_of_a_document_go_side_by_side_each_after_its_leads():
     not begin the document first translates the sentence before it again (a lead, not counted, its translation
     dropped) so that its first sentence reads the context it would read in order. Three waves, not five."""
     context, record = _context(True, segment=2), Recorder()
-    out = context.translate(record, [[1], [2], [3], [4], [5]], None, [True] + [False] * 4)
+    out = context.translate(record, Chunk([[1], [2], [3], [4], [5]], None, [True] + [False] * 4))
     assert len(record.calls) == 3
     assert record.calls[0][0] == [[1], [2], [4]] and record.counted[0] == [True, False, False]
     assert record.calls[1][0] == [[1, BRK_SRC, 2], [2, BRK_SRC, 3], [4, BRK_SRC, 5]]
@@ -166,23 +166,23 @@ def test_where_a_chunk_ends_changes_no_sentences_context(cut):
     its last sentences along for the leads: every sentence reads what it reads in one chunk."""
     sentences = [[1], [2], [3], [4], [5], [6]]
     whole, record = _context(True, segment=2), Recorder()
-    whole.translate(record, sentences, None, [True] + [False] * 5)
+    whole.translate(record, Chunk(sentences, None, [True] + [False] * 5))
     parts, cut_record = _context(True, segment=2), Recorder()
-    parts.translate(cut_record, sentences[:cut], None, [True] + [False] * (cut - 1))
-    parts.translate(cut_record, sentences[cut:], None, [False] * (6 - cut))
+    parts.translate(cut_record, Chunk(sentences[:cut], None, [True] + [False] * (cut - 1)))
+    parts.translate(cut_record, Chunk(sentences[cut:], None, [False] * (6 - cut)))
     assert _read(cut_record) == _read(record) and len(_read(record)) == 6
 
 
 def test_a_user_prefix_follows_the_forced_context():
     context, record = _context(True), Recorder()
-    context.translate(record, [[1], [2]], [[], [44]], [True, False])
+    context.translate(record, Chunk([[1], [2]], [[], [44]], [True, False]))
     assert record.calls[1][1] == [[1001, BRK_TGT, 44]]
 
 
 @pytest.mark.parametrize("target", [False, True])
 def test_a_document_of_one_sentence_reads_no_context(target):
     context, record = _context(target, sentences=3), Recorder()
-    context.translate(record, [[1], [2], [3]], None, [True, True, True])
+    context.translate(record, Chunk([[1], [2], [3]], None, [True, True, True]))
     for rows, prefixes, contexts in record.calls:
         assert all(len(row) == 1 for row in rows) and all(c == (0, 0) for c in contexts or [])
         assert prefixes is None or all(p == [] for p in prefixes)
