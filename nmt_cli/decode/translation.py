@@ -160,22 +160,24 @@ class Engine:
 Finish = Callable[[list[list[int]], list[list["Hypothesis"]]], Any]
 
 
+@dataclass(frozen=True)
+class SearchRequest:
+    """What a :class:`SearchService` is asked to search: each source's n-best hypotheses under ``config``."""
+
+    sources: list[list[int]]
+    config: DecodeConfig
+    nbest: int
+    constraints: list[tuple[Constraint, ...]] | None = None  # per source, what its output must hold
+    first_token: int | None = None  # the token every output starts with, left out of it
+    finish: Finish | None = None  # run on the hypotheses where the model is free to run
+
+
 class SearchService(Protocol):
     """Where a :class:`~.translator.Translator` sends its searches instead of running them itself: the server's
     decoding loop (``serve/loop.py``, ``LoopSearches``), which batches every request's sentences together, joining
     and leaving between steps. ``nmt serve`` thus translates a request with the very engines ``nmt translate``
     builds; only the batching differs."""
 
-    def search(
-        self,
-        sources: list[list[int]],
-        config: DecodeConfig,
-        nbest: int,
-        constraints: list[tuple[Constraint, ...]] | None,
-        first_token: int | None,
-        finish: Finish | None,
-    ) -> tuple[list[list[Hypothesis]], Any]:
-        """Each source's n-best hypotheses (``constraints``: per source, what its output must hold;
-        ``first_token``: the token every output starts with, left out of it), and what ``finish`` made of them
-        where the model is free to run (None without ``finish``)."""
+    def search(self, request: SearchRequest) -> tuple[list[list[Hypothesis]], Any]:
+        """Each source's n-best hypotheses, and what ``request.finish`` made of them (None without it)."""
         ...

@@ -36,7 +36,7 @@ from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
 from .sentences import sentences_of
-from .translation import EMPTY, Engine, Lines, SearchService, Translation, TranslationStats
+from .translation import EMPTY, Engine, Lines, SearchRequest, SearchService, Translation, TranslationStats
 
 Found = tuple[list[list[Hypothesis]], "tuple[torch.Tensor, torch.Tensor] | None", "list[SentencePast] | None"]
 Finishing = tuple["list[list[str]] | None", "list[list[Assessment]] | None"]  # alignments, assessments
@@ -246,7 +246,8 @@ class Translator(Engine):
             # only what reads the model runs where the service runs it; the text is made here, off its thread
             model_work = self._model_work if self.aligner is not None or self.assessor is not None else None
             sources = [encoded[i] for i in rows]
-            found, finishing = self.service.search(sources, config, self.nbest, wanted, self.target_tag, model_work)
+            request = SearchRequest(sources, config, self.nbest, wanted, self.target_tag, model_work)
+            found, finishing = self.service.search(request)
             for i, hyps in zip(rows, self._as_translations(found, finishing or (None, None))):
                 results[i] = hyps
         return results

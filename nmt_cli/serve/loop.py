@@ -27,7 +27,7 @@ from ..decode.constrained import Constraint
 from ..decode.continuous import ContinuousBeamSearch
 from ..decode.search import Hypothesis
 from ..decode.steering import StepProcessor
-from ..decode.translation import Finish, SearchService
+from ..decode.translation import SearchRequest, SearchService
 from ..errors import NmtError, reason
 from ..model.transformer import Transformer
 from .metrics import ServerMetrics
@@ -349,16 +349,11 @@ class _OnLoop:
     searches: LoopSearches
     loop: DecodingLoop
 
-    def search(
-        self,
-        sources: list[list[int]],
-        config: DecodeConfig,
-        nbest: int,
-        constraints: list[tuple[Constraint, ...]] | None,
-        first_token: int | None,
-        finish: Finish | None,
-    ) -> tuple[list[list[Hypothesis]], Any]:
-        job = Job(sources, config, nbest, _nobody, finish=finish, constraints=constraints, first_token=first_token)
+    def search(self, request: SearchRequest) -> tuple[list[list[Hypothesis]], Any]:
+        job = Job(
+            request.sources, request.config, request.nbest, _nobody, finish=request.finish,
+            constraints=request.constraints, first_token=request.first_token,
+        )  # fmt: skip
         return self.searches.run(self.loop, job)
 
 

@@ -34,9 +34,7 @@ def calibrate_model_file(model_file: Path, recipe: Recipe, device: torch.device,
     if not (sources_path.is_file() and references_path.is_file()):
         log(f"no validation set: {model_file} has no calibration; fit one with `{later}`")
         return
-    sources = split_lines(sources_path.read_text(encoding="utf-8"))
-    references = split_lines(references_path.read_text(encoding="utf-8"))
-    kept = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
+    kept = _pairs(sources_path, references_path)
     if len(kept) < MIN_PAIRS:
         log(
             f"{len(kept)} validation pairs, fewer than the {MIN_PAIRS} a calibration needs: {model_file} has no "
@@ -70,9 +68,7 @@ def _calibrate_directions(model_file: Path, recipe: Recipe, device: torch.device
         if not (sources_path.is_file() and references_path.is_file()):
             log(f"no validation set: {model_file} has no calibration for {name}")
             continue
-        sources = split_lines(sources_path.read_text(encoding="utf-8"))
-        references = split_lines(references_path.read_text(encoding="utf-8"))
-        kept = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
+        kept = _pairs(sources_path, references_path)
         if len(kept) < MIN_PAIRS:
             log(f"{name}: {len(kept)} validation pairs, fewer than the {MIN_PAIRS} a calibration needs")
             continue
@@ -88,3 +84,10 @@ def _calibrate_directions(model_file: Path, recipe: Recipe, device: torch.device
             f"AUROC for bad translations {report.auroc_confidence:.3f})")  # fmt: skip
     if fitted:
         store_in_place(model_file, fitted)
+
+
+def _pairs(sources_path: Path, references_path: Path) -> list[tuple[str, str]]:
+    """The validation pairs a calibration learns from: both sides non-empty."""
+    sources = split_lines(sources_path.read_text(encoding="utf-8"))
+    references = split_lines(references_path.read_text(encoding="utf-8"))
+    return [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
