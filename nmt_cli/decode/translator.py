@@ -349,8 +349,9 @@ class Translator(Engine):
 
     def _workers_for(self, batches: list[list[int]], threads: int) -> int:
         """How many of ``batches`` run at once (decode/parallel.py); sampling draws from one generator in
-        sequence, and a recurrent model's sentences pass their pasts on, so their batches run one at a time."""
-        requested = 1 if self.config.sampling or self.loaded.recipe.model.recurrence else self.config.workers
+        sequence, so its batches run one at a time. A recurrent model's batches here are one wave of its documents
+        (``context.in_document_order``): one sentence of each, each with its own past, as independent as any."""
+        requested = 1 if self.config.sampling else self.config.workers
         rows = max((len(batch) for batch in batches), default=0) * max(self.config.beam, self.nbest)
         return worker_count(requested, threads, self.device, len(batches), rows)
 
