@@ -46,7 +46,7 @@ from .search import (
     run_search,
 )
 from .steering import Steering, StepProcessor
-from .steppers import RowLogits
+from .steppers import Encoded, RowLogits
 from .top_k import top_k_rows
 
 SOFT_BONUS = 2.0  # log-probability added per constraint token in soft mode: e^2, about 7 times as likely
@@ -244,7 +244,7 @@ def constrained_beam_search(
     constraints: list[tuple[Constraint, ...]],
     nbest: int = 1,
     mode: GlossaryMode = "hard",
-    encoded: tuple[Tensor, Tensor] | tuple[list[Tensor], Tensor] | None = None,
+    encoded: Encoded | None = None,
     prefix: Tensor | None = None,
     rules: Sequence[StepProcessor] = (),
 ) -> list[list[Hypothesis]]:

@@ -40,6 +40,7 @@ from ..model.transformer import Transformer
 from .ensemble import Ensemble
 from .loading import LoadedModel
 from .search import Hypothesis
+from .steppers import Encoded
 from .translation import Translation
 
 if TYPE_CHECKING:  # the translator reads documents through a reader: the import goes one way at run time
@@ -268,7 +269,7 @@ class DocumentPast:
         return results
 
 
-Search = Callable[..., list[list[Hypothesis]]]  # (model, src, prefix, encoded, past) -> n-best lists
+Search = Callable[..., list[list[Hypothesis]]]  # (model, src, prefix, encoded) -> n-best lists
 
 
 @torch.inference_mode()
@@ -281,7 +282,7 @@ def search_with_pasts(
     like = model.output.weight
     memory, src_mask, kept_encoder = model.encode_kept(src, batch_pasts(pasts, "encoder", len(model.encoder), like))
     decoder_past = batch_pasts(pasts, "decoder", len(model.decoder), like)
-    found = search(model, src, prefix, (memory, src_mask), decoder_past)
+    found = search(model, src, prefix, Encoded(memory, src_mask, decoder_past))
     chosen = [[BOS_ID] + (hyps[0].tokens if hyps else []) for hyps in found]
     _, kept_decoder = model.decode_kept(pad_rows(chosen).to(src.device), memory, src_mask, decoder_past)
     lengths = (src != PAD_ID).sum(dim=1).tolist()

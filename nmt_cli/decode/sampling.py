@@ -19,11 +19,10 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..data.vocab import EOS_ID, PAD_ID
-from ..model.recurrence import Past
 from ..model.transformer import Transformer
 from .search import BeamStep, Hypothesis, length_limits, length_penalty, run_search
 from .steering import Steering, StepProcessor
-from .steppers import RowLogits
+from .steppers import Encoded, RowLogits
 
 OVERSAMPLE = 2  # rows per requested sample: duplicates are dropped, so draw more than asked
 
@@ -72,16 +71,15 @@ def sample(
     nbest: int = 1,
     generator: torch.Generator | None = None,
     prefix: Tensor | None = None,
-    encoded: tuple[Tensor, Tensor] | None = None,
-    past: list[Past] | None = None,
+    encoded: Encoded | None = None,
     rules: Sequence[StepProcessor] = (),
 ) -> list[list[Hypothesis]]:
-    """Up to ``nbest`` distinct samples per sentence of ``src``, best score first (``encoded``, ``past`` and
-    ``rules`` as :func:`.search.run_search` takes them)."""
+    """Up to ``nbest`` distinct samples per sentence of ``src``, best score first (``encoded`` and ``rules`` as
+    :func:`.search.run_search` takes them)."""
     rows = nbest * OVERSAMPLE if nbest > 1 else 1
     max_len = length_limits(src, config, model.config.max_positions, prefix)
     sampling = Sampling(src.size(0), int(max_len.max()) + 1, rows, config, generator, src.device)
-    return [hyps[:nbest] for hyps in run_search(model, src, config, sampling, max_len, True, prefix, encoded, past, rules)]
+    return [hyps[:nbest] for hyps in run_search(model, src, config, sampling, max_len, True, prefix, encoded, rules)]
 
 
 def _reshaped(log_probs: Tensor, config: DecodeConfig) -> Tensor:

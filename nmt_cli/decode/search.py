@@ -27,11 +27,10 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
-from ..model.recurrence import Past
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
 from .steering import Steering, StepProcessor, StepRows, search_rules
-from .steppers import RowLogits, search_steps, step_logits
+from .steppers import Encoded, RowLogits, search_steps, step_logits
 from .top_k import top_k_rows
 
 
@@ -99,24 +98,24 @@ def run_search(
     max_len: Tensor,
     cached: bool = True,
     prefix: Tensor | None = None,
-    encoded: tuple[Tensor, Tensor] | tuple[list[Tensor], Tensor] | None = None,
-    past: list[Past] | None = None,
+    encoded: Encoded | None = None,
     rules: Sequence[StepProcessor] = (),
 ) -> list[list[Hypothesis]]:
     """Search ``src`` (n, S) with ``strategy`` until every sentence is done or at its length limit ``max_len``
-    (n,) (:func:`length_limits`); outputs start with ``prefix`` (n, P) where given. ``encoded`` is
-    ``model.encode(src)`` when the caller has it already; ``past`` the decoder's past (``model.recurrence``);
-    ``rules`` the caller's step processors (``steering.py``), kept with those every search keeps.
+    (n,) (:func:`length_limits`); outputs start with ``prefix`` (n, P) where given. ``encoded`` is ``src`` as
+    the decoder reads it (:class:`.steppers.Encoded`: the encoder output, and a recurrent model's past) when the
+    caller has it already; ``rules`` the caller's step processors (``steering.py``), kept with those every search
+    keeps.
 
     At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable share of the
     step, so the calls that change nothing in most steps are skipped: a rule's edit at the steps it changes
     nothing (the length limit before any sentence reaches it), and the selection of the sentences that go on
     while all do."""
     device = src.device
-    memory, src_mask = encoded if encoded is not None else model.encode(src)
+    encoded = encoded if encoded is not None else Encoded(*model.encode(src))
     width = int(max_len.max()) + 1  # room for the tokens and the EOS
     rows_per_sent = strategy.first_rows
-    steps = search_steps(model, memory, src_mask, config, cached, strategy.rows, width, past)  # type: ignore[arg-type]
+    steps = search_steps(model, encoded, config, cached, strategy.rows, width)
     sent = torch.arange(src.size(0), device=device)  # original index of each open sentence
     if rows_per_sent > 1:
         steps.select(sent.repeat_interleave(rows_per_sent), None)
@@ -432,8 +431,7 @@ def search(
     config: DecodeConfig,
     nbest: int = 1,
     prefix: Tensor | None = None,
-    encoded: tuple[Tensor, Tensor] | None = None,
-    past: list[Past] | None = None,
+    encoded: Encoded | None = None,
     rules: Sequence[StepProcessor] = (),
     cached: bool = True,
 ) -> list[list[Hypothesis]]:
@@ -444,7 +442,7 @@ def search(
     strategy: Greedy | Beam = (
         Greedy(src.size(0), width, config, device) if config.beam == 1 else Beam(src.size(0), width, config, nbest, device)
     )
-    return run_search(model, src, config, strategy, max_len, cached, prefix, encoded, past, rules)
+    return run_search(model, src, config, strategy, max_len, cached, prefix, encoded, rules)
 
 
 # --------------------------------------------------------------------------- the plain reference

@@ -10,6 +10,7 @@ tested against; on a GPU a recorded CUDA graph (``static_steps.py``), and an ens
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -20,6 +21,16 @@ from ..model.recurrence import Past
 from ..model.transformer import Transformer
 from .ensemble import Ensemble, EnsembleSteps
 from .static_steps import StaticSteps, supports_static_steps
+
+
+class Encoded(NamedTuple):
+    """A batch's source as a search reads it: the encoder output (one per model of an ensemble), the source key
+    mask, and for a model with segment-level recurrence the decoder's past (``model.recurrence``: the previous
+    sentences' keys/values, which every self-attention layer attends to before the sentence's own)."""
+
+    memory: Tensor | list[Tensor]
+    src_mask: Tensor
+    past: list[Past] | None = None
 
 
 class CachedSteps:
@@ -125,17 +136,13 @@ def decoder_steps(
 
 
 def search_steps(
-    model: Transformer,
-    memory: Tensor,
-    src_mask: Tensor,
-    config: DecodeConfig,
-    cached: bool,
-    rows_per_sentence: int,
+    model: Transformer | Ensemble, encoded: Encoded, config: DecodeConfig, cached: bool, rows_per_sentence: int,
     max_steps: int,
-    past: list[Past] | None,
-) -> CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps:
-    """:func:`decoder_steps`, or with a decoder ``past`` (``model.recurrence``: one model, no graph) cached
-    steps that start from it."""
+) -> CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps:  # fmt: skip
+    """:func:`decoder_steps`, or with a decoder past (``model.recurrence``: one model, no graph) cached steps that
+    start from it."""
+    memory, src_mask, past = encoded
     if past is not None:
+        assert isinstance(model, Transformer) and isinstance(memory, Tensor)  # one model reads a past
         return CachedSteps(model, memory, src_mask, past)
     return decoder_steps(model, memory, src_mask, config, cached, rows_per_sentence, max_steps)

@@ -20,7 +20,7 @@ from ..data.batches import decoding_batches, pad_rows
 from ..data.vocab import EOS_ID, PAD_ID
 from ..errors import NmtError
 from ..formats.segments import Sentences
-from ..model.recurrence import Past, SentencePast
+from ..model.recurrence import SentencePast
 from ..model.transformer import Transformer
 from ..terms.glossary import Glossary
 from ..terms.matching import TermMatcher
@@ -36,6 +36,7 @@ from .parallel import run_batches, worker_count
 from .sampling import sample
 from .search import Hypothesis, search
 from .sentences import sentences_of
+from .steppers import Encoded
 from .translation import EMPTY, Engine, Lines, SearchRequest, SearchService, Translation, TranslationStats
 
 Found = tuple[list[list[Hypothesis]], "tuple[torch.Tensor, torch.Tensor] | None", "list[SentencePast] | None"]
@@ -325,21 +326,20 @@ class Translator(Engine):
         if wanted is not None and wanted is self.loaded.model and not self.config.sampling:  # encoded once for both
             with torch.inference_mode():
                 memory = self.loaded.model.encode(src)
-        return self._run(self.loaded.model, src, prefix, memory, None), memory, None
+        return self._run(self.loaded.model, src, prefix, Encoded(*memory) if memory is not None else None), memory, None
 
     def _run(
         self,
         model: Transformer,
         src: torch.Tensor,
         prefix: torch.Tensor | None,
-        encoded: tuple[torch.Tensor, torch.Tensor] | None,
-        past: list[Past] | None,
+        encoded: Encoded | None,
     ) -> list[list[Hypothesis]]:
         """The search the config asks for: sampling, or greedy/beam search."""
         rules = self.loaded.rules()
         if self.config.sampling:
-            return sample(model, src, self.config, self.nbest, self.generator, prefix, encoded, past, rules)
-        return search(model, src, self.config, self.nbest, prefix, encoded, past, rules)
+            return sample(model, src, self.config, self.nbest, self.generator, prefix, encoded, rules)
+        return search(model, src, self.config, self.nbest, prefix, encoded, rules)
 
     def _prefix(self, batch: list[int], prefixes: list[list[int]] | None) -> torch.Tensor | None:
         """The target prefixes of the sentences ``batch`` indexes, (n, P) PAD-padded; None when none has one."""
