@@ -12,7 +12,8 @@ caller flags the sentence (``--glossary`` reports it).
 A constraint is one term occurrence of the source: one of its translations (``alternatives``, token ids),
 generated whole, is required; two occurrences of a term are two constraints. ``mode="soft"`` keeps the plain
 beam (no banks, ending allowed) and adds ``SOFT_BONUS`` to the score of every token that advances a
-constraint: for users who prefer fluency to the guarantee.
+constraint, a step rule (:class:`TermBonus`, ``steering.py``) as any other bias of a step: for users who prefer
+fluency to the guarantee.
 
 Sentences without constraints go through :func:`.search.beam_step`, the plain search's own step, on the same
 logits, so their outputs are those of unconstrained decoding.
@@ -45,7 +46,7 @@ from .search import (
     one_sentence_done,
     run_search,
 )
-from .steering import Steering, StepProcessor
+from .steering import Edit, Rows, Steering, StepProcessor, StepRows
 from .steppers import Encoded, RowLogits
 from .top_k import top_k_rows
 
@@ -212,6 +213,49 @@ class _Sentence:
         return number
 
 
+class TermBonus:
+    """Soft glossary mode's rule: ``SOFT_BONUS`` added to every token that advances a row's constraints (after
+    normalising: the bonus is the search's preference, not the model's distribution), read from the constrained
+    strategy's own states (``searches``, by original sentence)."""
+
+    before_normalising = False
+
+    def __init__(self, searches: list[_Sentence | None]) -> None:
+        self.searches = searches
+
+    def at(self, step: StepRows) -> Edit | None:
+        per_sentence, rows, tokens = step.rows_per_sentence, [], []
+        for place, sentence in enumerate(step.sentences.tolist()):
+            search = self.searches[sentence]
+            for row, state in enumerate(search.states if search is not None else []):
+                assert search is not None
+                table, now = search.table(state), search.progress[state]
+                for token, progress in zip(table.wanted, table.after_progress):
+                    if progress > now:  # breaking off a term under way for another's first token is no advance
+                        rows.append(place * per_sentence + row)
+                        tokens.append(token)
+        if not rows:
+            return None
+        device = step.sentences.device
+        bonus_rows, bonus_tokens = torch.tensor(rows, device=device), torch.tensor(tokens, device=device)
+        total = len(step.sentences) * per_sentence
+        return lambda scores, which: _add_bonus(scores, which, bonus_rows, bonus_tokens, total)
+
+
+def _add_bonus(scores: Tensor, which: Rows, rows: Tensor, tokens: Tensor, total: int) -> Tensor:
+    """``SOFT_BONUS`` at (``rows``, ``tokens``) of the step, for the block of its rows ``which`` holds."""
+    if isinstance(which, slice):
+        start, stop, _ = which.indices(total)
+        local, keep = rows - start, (rows >= start) & (rows < stop)
+    else:
+        place = torch.full((total,), -1, dtype=torch.long, device=rows.device)
+        place[which] = torch.arange(len(which), device=rows.device)
+        local = place[rows]
+        keep = local >= 0
+    scores[local[keep], tokens[keep]] += SOFT_BONUS
+    return scores
+
+
 class Constrained:
     """The constrained search as a strategy of the search loop (``search.run_search``): :class:`.search.Beam` with
     each step taken by :func:`constrained_step`, the finished lists those of the plain beam."""
@@ -256,6 +300,8 @@ def constrained_beam_search(
     max_len = length_limits(src, config, max_positions, prefix, constraint_room(constraints, src.device))
     beam = Beam(src.size(0), int(max_len.max()) + 1, config, nbest, src.device)
     strategy = Constrained(beam, constraints, mode)
+    if mode == "soft":
+        rules = [*rules, TermBonus(strategy.searches)]
     return run_search(model, src, config, strategy, max_len, True, prefix, encoded, rules=rules)
 
 
@@ -403,8 +449,7 @@ def _deal_banks(
     cand_scores, cand_tokens, cand_states, cand_progress = _row_candidates(
         log_probs, totals, tables, torch.tensor(states, device=device)[:, None], now, config.beam
     )
-    if mode == "soft":
-        cand_scores = cand_scores + SOFT_BONUS * (cand_progress > now)
+    if mode == "soft":  # one bank: the plain beam, the bonus already in the scores (TermBonus)
         banks = torch.zeros_like(cand_progress)
     else:
         banks = cand_progress
