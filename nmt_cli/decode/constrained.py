@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import sentencepiece as spm
 import torch
@@ -216,17 +216,16 @@ class _Sentence:
 class TermBonus:
     """Soft glossary mode's rule: ``SOFT_BONUS`` added to every token that advances a row's constraints (after
     normalising: the bonus is the search's preference, not the model's distribution), read from the constrained
-    strategy's own states (``searches``, by original sentence)."""
+    strategy's own states (:attr:`Constrained.searches`, by open sentence)."""
 
     before_normalising = False
 
-    def __init__(self, searches: list[_Sentence | None]) -> None:
-        self.searches = searches
+    def __init__(self, strategy: Constrained) -> None:
+        self.strategy = strategy
 
     def at(self, step: StepRows) -> Edit | None:
         per_sentence, rows, tokens = step.rows_per_sentence, [], []
-        for place, sentence in enumerate(step.sentences.tolist()):
-            search = self.searches[sentence]
+        for place, search in enumerate(self.strategy.searches):
             for row, state in enumerate(search.states if search is not None else []):
                 assert search is not None
                 table, now = search.table(state), search.progress[state]
@@ -257,28 +256,36 @@ def _add_bonus(scores: Tensor, which: Rows, rows: Tensor, tokens: Tensor, total:
 
 
 class Constrained:
-    """The constrained search as a strategy of the search loop (``search.run_search``): :class:`.search.Beam` with
-    each step taken by :func:`constrained_step`, the finished lists those of the plain beam."""
+    """The constrained search as a strategy of the search loop (``search.SearchLoop``): :class:`.search.Beam` with
+    each step taken by :func:`constrained_step` while a sentence has terms to place (``terms`` at :meth:`join`),
+    the finished lists those of the plain beam."""
 
     first_rows = 1
 
-    def __init__(self, beam: Beam, constraints: list[tuple[Constraint, ...]], mode: GlossaryMode) -> None:
+    def __init__(self, beam: Beam, mode: GlossaryMode = "hard") -> None:
         self.beam, self.mode = beam, mode
         self.rows = beam.rows
-        self.searches = searches_for(constraints)  # by original sentence
+        self.searches: list[_Sentence | None] = []  # by open sentence: its constrained search, or None (no terms)
 
-    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
+    def join(self, count: int, rows: int, width: int, terms: Sequence[Any] | None = None) -> None:
+        self.beam.join(count, rows, width)
+        self.searches.extend(searches_for(list(terms) if terms is not None else [()] * count, rows))
+
+    def choose(self, logits: Tensor | RowLogits, t: int | Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
         beam = self.beam
-        searches = [self.searches[i] for i in sentences.tolist()]
+        if all(search is None for search in self.searches):
+            return beam.choose(logits, t, max_len, steering)
         return constrained_step(
-            logits, beam.lists(sentences), t, max_len, searches, beam.config, beam.nbest, steering, self.mode
+            logits, beam.lists(), t, max_len, self.searches, beam.config, beam.nbest, steering, self.mode
         )
 
-    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
-        self.beam.advance(chosen, keep, rows)
+    def take(self, done: list[int]) -> list[list[Hypothesis]]:
+        return self.beam.take(done)
 
-    def results(self) -> list[list[Hypothesis]]:
-        return self.beam.results()
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None, t: int | Tensor) -> None:
+        self.beam.advance(chosen, keep, rows, t)
+        if keep is not None:
+            self.searches = [self.searches[i] for i in keep.tolist()]
 
 
 def constrained_beam_search(
@@ -298,11 +305,10 @@ def constrained_beam_search(
     ``rules`` as it takes them."""
     max_positions = model.config.max_positions
     max_len = length_limits(src, config, max_positions, prefix, constraint_room(constraints, src.device))
-    beam = Beam(src.size(0), int(max_len.max()) + 1, config, nbest, src.device)
-    strategy = Constrained(beam, constraints, mode)
+    strategy = Constrained(Beam(config, nbest, src.device), mode)
     if mode == "soft":
-        rules = [*rules, TermBonus(strategy.searches)]
-    return run_search(model, src, config, strategy, max_len, True, prefix, encoded, rules=rules)
+        rules = [*rules, TermBonus(strategy)]
+    return run_search(model, src, config, strategy, max_len, True, prefix, encoded, rules, constraints)
 
 
 def searches_for(constraints: list[tuple[Constraint, ...]], rows: int = 1) -> list[_Sentence | None]:

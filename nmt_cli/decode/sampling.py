@@ -13,6 +13,7 @@ what ``nmt score --model`` computes for the same output.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,7 +21,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..data.vocab import EOS_ID, PAD_ID
 from ..model.transformer import Transformer
-from .search import BeamStep, Hypothesis, length_limits, length_penalty, run_search
+from .search import BeamStep, Hypothesis, length_limits, length_penalty, pad_columns, run_search, write_at
 from .steering import Steering, StepProcessor
 from .steppers import Encoded, RowLogits
 
@@ -28,40 +29,48 @@ OVERSAMPLE = 2  # rows per requested sample: duplicates are dropped, so draw mor
 
 
 class Sampling:
-    """Sampling as a strategy of the search loop (``search.run_search``): R rows per sentence from the first step,
+    """Sampling as a strategy of the search loop (``search.SearchLoop``): R rows per sentence from the first step,
     each drawing its own tokens; a row that ended feeds EOS (unscored) until its sentence's rows all have."""
 
-    def __init__(
-        self, n_sent: int, width: int, rows: int, config: DecodeConfig, generator: torch.Generator | None,
-        device: torch.device,
-    ) -> None:  # fmt: skip
+    def __init__(self, rows: int, config: DecodeConfig, generator: torch.Generator | None, device: torch.device) -> None:
         self.first_rows = self.rows = rows
         self.config, self.generator = config, generator
-        self.outputs = torch.full((n_sent * rows, width), PAD_ID, dtype=torch.long, device=device)  # by original row
-        self.lengths = torch.full((n_sent * rows,), -1, dtype=torch.long, device=device)  # tokens before EOS; -1: open
-        self.scores = torch.zeros(n_sent * rows, device=device)
+        self.outputs = torch.zeros((0, 1), dtype=torch.long, device=device)  # (n * R, W) by open row, PAD after
+        self.lengths = torch.zeros(0, dtype=torch.long, device=device)  # tokens before EOS; -1: open
+        self.scores = torch.zeros(0, device=device)
 
-    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
+    def join(self, count: int, rows: int, width: int, terms: Sequence[Any] | None = None) -> None:
+        width = max(width, self.outputs.size(1))
+        fresh = self.outputs.new_full((count * rows, width), PAD_ID)
+        self.outputs = torch.cat([pad_columns(self.outputs, width), fresh])
+        self.lengths = torch.cat([self.lengths, self.lengths.new_full((count * rows,), -1)])
+        self.scores = torch.cat([self.scores, self.scores.new_zeros(count * rows)])
+
+    def choose(self, logits: Tensor | RowLogits, t: int | Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
         r = self.rows
-        alive = (sentences[:, None] * r + torch.arange(r, device=sentences.device)).flatten()  # original row of each
         whole = logits[0 : logits.size(0)] if isinstance(logits, RowLogits) else logits  # one product for all rows
-        log_probs = steering(whole)  # (n_alive, V)
+        log_probs = steering(whole)  # (rows, V)
         drawn = torch.multinomial(_reshaped(log_probs, self.config).exp(), 1, generator=self.generator).squeeze(1)
-        still_open = self.lengths[alive] < 0
+        still_open = self.lengths < 0
         tokens = torch.where(still_open, drawn, EOS_ID)  # ended rows keep feeding EOS, and are not scored
-        self.outputs[alive, t] = torch.where(still_open, tokens, self.outputs[alive, t])
-        self.scores[alive] += torch.where(still_open, log_probs.gather(1, tokens[:, None]).squeeze(1), 0.0)
+        row_t = t if isinstance(t, int) else t.repeat_interleave(r)
+        write_at(self.outputs, row_t, tokens)  # an ended row's EOS lands after its length: never read
+        self.scores += torch.where(still_open, log_probs.gather(1, tokens[:, None]).squeeze(1), 0.0)
         ended = still_open & (tokens == EOS_ID)
-        self.lengths[alive[ended]] = t
-        done = (self.lengths[alive] >= 0).view(-1, r).all(dim=1)  # every row of the sentence ended
+        self.lengths[ended] = row_t if isinstance(row_t, int) else row_t[ended]
+        done = (self.lengths >= 0).view(-1, r).all(dim=1)  # every row of the sentence ended
         return BeamStep(None, None, tokens.view(-1, r), done)
 
-    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
-        pass  # every row goes on with its own token; the outputs are kept by original row
+    def take(self, done: list[int]) -> list[list[Hypothesis]]:
+        r = self.rows
+        rows = torch.tensor([p * r + i for p in done for i in range(r)], dtype=torch.long, device=self.scores.device)
+        lengths = self.lengths[rows]
+        normalised = self.scores[rows] / length_penalty(lengths.double() + 1, self.config).float()
+        return _distinct_best(self.outputs[rows].tolist(), lengths.tolist(), normalised.tolist(), r)
 
-    def results(self) -> list[list[Hypothesis]]:
-        normalised = self.scores / length_penalty(self.lengths.double() + 1, self.config).float()
-        return _distinct_best(self.outputs.tolist(), self.lengths.tolist(), normalised.tolist(), self.rows)
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None, t: int | Tensor) -> None:
+        if keep is not None and rows is not None:  # each row goes on with its own token, already written
+            self.outputs, self.lengths, self.scores = self.outputs[rows], self.lengths[rows], self.scores[rows]
 
 
 def sample(
@@ -78,7 +87,7 @@ def sample(
     :func:`.search.run_search` takes them)."""
     rows = nbest * OVERSAMPLE if nbest > 1 else 1
     max_len = length_limits(src, config, model.config.max_positions, prefix)
-    sampling = Sampling(src.size(0), int(max_len.max()) + 1, rows, config, generator, src.device)
+    sampling = Sampling(rows, config, generator, src.device)
     return [hyps[:nbest] for hyps in run_search(model, src, config, sampling, max_len, True, prefix, encoded, rules)]
 
 

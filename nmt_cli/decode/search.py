@@ -18,19 +18,20 @@ counts the EOS. When a sentence stops is ``decode.stop`` (:func:`sentence_done`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol, overload
+from typing import Any, Protocol, overload
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
 from ..config import DecodeConfig
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
-from .steering import Steering, StepProcessor, StepRows, search_rules
-from .steppers import Encoded, RowLogits, search_steps, step_logits
+from .steering import ForcedTokens, Steering, StepProcessor, StepRows, search_rules
+from .steppers import Encoded, RowLogits, Stepper, search_steps, step_logits
 from .top_k import top_k_rows
 
 
@@ -67,26 +68,150 @@ class BeamLists:
 
 
 class Strategy(Protocol):
-    """What the loop asks of a search strategy (see the module docstring)."""
+    """What the loop asks of a search strategy (see the module docstring). A strategy keeps its state by open
+    sentence, in the loop's order: sentences join at the end and leave from anywhere."""
 
-    first_rows: int  # rows per sentence at the first step (a beam fans out from one BOS row)
-    rows: int  # rows per sentence after it
+    first_rows: int  # rows per sentence that starts a batch (a beam fans out from one BOS row)
+    rows: int  # rows per sentence after its first step; a sentence joining a running batch has as many
 
-    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
-        """Step ``t``'s choice for the open ``sentences`` (original indices; ``max_len`` their limits) from their
-        rows' ``logits``, made log-probabilities by ``steering`` (the search's rules at this step)."""
+    def join(self, count: int, rows: int, width: int, terms: Sequence[Any] | None = None) -> None:
+        """``count`` sentences join at their first step with ``rows`` rows each; ``width`` is the room their
+        outputs need (tokens and EOS); ``terms`` per sentence, what a constrained search must place
+        (``constrained.py``; other strategies take none)."""
         ...
 
-    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
-        """Follow the choice: ``keep`` the sentences that go on (None: all), ``rows`` the rows they go on with."""
+    def choose(self, logits: Tensor | RowLogits, t: int | Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
+        """The step's choice for the open sentences from their rows' ``logits``, made log-probabilities by
+        ``steering`` (the search's rules at this step); ``t`` counts each sentence's tokens so far (one number
+        while they all joined together), ``max_len`` (n,) their limits."""
         ...
 
-    def results(self) -> list[list[Hypothesis]]:
-        """Each sentence's hypotheses, best first."""
+    def take(self, done: list[int]) -> list[list[Hypothesis]]:
+        """The hypotheses of the open sentences at places ``done``, best first (they leave at :meth:`advance`)."""
+        ...
+
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None, t: int | Tensor) -> None:
+        """Follow the choice: ``keep`` the sentences that go on (None: all), ``rows`` the rows they go on with
+        (None: each its own), ``t`` their tokens before this step's."""
         ...
 
 
 # --------------------------------------------------------------------------- the loop
+
+
+class SearchLoop:
+    """The one search loop: sentences join between steps (:meth:`join`), every :meth:`step` extends each open
+    sentence by one token and returns those that are done, which leave. :func:`run_search` joins a whole batch and
+    steps until it is empty; the server's continuous batching (``continuous.py``) joins sentences as requests
+    arrive, over a stepper they can join (``JoinableSteps``).
+
+    A sentence counts its own steps: its length limit, forced prefix and position are its own. While every open
+    sentence joined at once (the offline search) that count is one number, and rules skip the steps they change
+    nothing at (``steering.py``)."""
+
+    def __init__(self, steps: Stepper, strategy: Strategy, rules: Sequence[StepProcessor], device: torch.device) -> None:
+        self.steps, self.strategy, self.rules, self.device = steps, strategy, list(rules), device
+        self._empty()
+
+    def _empty(self) -> None:
+        self.keys: list[Any] = []  # per open sentence, in batch order
+        self.t: int | Tensor = 0  # tokens so far: one number while all joined at once, else (n,)
+        self.max_len = torch.zeros(0, dtype=torch.long, device=self.device)  # (n,) length limits
+        self.prefix: Tensor | None = None  # (n, P) forced first tokens, PAD-padded
+        self.tokens = torch.zeros(0, dtype=torch.long, device=self.device)  # (n * rows,) each row's last token
+        self.rows_per_sentence = self.strategy.first_rows
+        self.kept_rules: list[StepProcessor] = search_rules()  # new per batch: a rule may remember its first step
+        self._places = torch.zeros(0, dtype=torch.long, device=self.device)
+
+    def __len__(self) -> int:
+        """Open sentences."""
+        return len(self.keys)
+
+    def join(
+        self, keys: Sequence[Any], max_len: Tensor, prefix: Tensor | None = None, terms: Sequence[Any] | None = None
+    ) -> int:
+        """Sentences ``keys`` join at their first step with length limits ``max_len`` (m,), forced first tokens
+        ``prefix`` (m, P) where given and ``terms`` for a constrained strategy; returns the rows each has (the
+        stepper must give them as many): ``first_rows`` where they start a batch, else the batch's."""
+        m, device, rows = len(keys), self.device, self.rows_per_sentence
+        if not self.keys:
+            self._empty()
+            rows = self.rows_per_sentence
+        elif isinstance(self.t, int):
+            self.t = torch.full((len(self.keys),), self.t, dtype=torch.long, device=device)
+        if isinstance(self.t, Tensor):
+            self.t = torch.cat([self.t, torch.zeros(m, dtype=torch.long, device=device)])
+        self.prefix = _joined_prefix(self.prefix, len(self.keys), prefix, m, device)
+        self.max_len = torch.cat([self.max_len, max_len])
+        self.tokens = torch.cat([self.tokens, torch.full((m * rows,), BOS_ID, dtype=torch.long, device=device)])
+        self.keys.extend(keys)
+        self._places = torch.arange(len(self.keys), device=device)
+        self.strategy.join(m, rows, int(max_len.max()) + 1, terms)
+        return rows
+
+    def step(self, cancelled: Collection[Any] = ()) -> list[tuple[Any, list[Hypothesis]]]:
+        """One token for every open sentence; returns the done ones' keys and hypotheses (they leave). Sentences
+        whose key is in ``cancelled`` leave too, without a result.
+
+        At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable share of the
+        step, so the calls that change nothing in most steps are skipped: a rule's edit at the steps it changes
+        nothing (the length limit before any sentence reaches it), the forced prefix after it, and the selection
+        of the sentences that go on while all do."""
+        strategy, t = self.strategy, self.t
+        rules = self.kept_rules + self.rules
+        if self.prefix is not None and (int(self.prefix.size(1)) > t if isinstance(t, int) else True):
+            rules.append(ForcedTokens(self.prefix))
+        steering = Steering(rules, StepRows(t, self._places, self.rows_per_sentence, self.max_len))
+        chosen = strategy.choose(step_logits(self.steps, self.tokens), t, self.max_len, steering)
+        done = chosen.done
+        if cancelled:
+            done = done | torch.tensor([key in cancelled for key in self.keys], device=self.device)
+        keep = (~done).nonzero().flatten()
+        finished = self._leaving(done, len(keep), cancelled)
+        if len(keep) == 0:
+            self._empty()
+            return finished
+        new_tokens, parents = chosen.tokens, chosen.parents
+        self.rows_per_sentence = per_sentence = new_tokens.size(1)
+        if len(keep) == len(self.keys):  # every sentence goes on
+            rows = None if parents is None else parents.flatten()
+            strategy.advance(chosen, None, rows, t)
+            if rows is not None:
+                self.steps.select(rows, sentences=None)
+        else:  # the done ones' rows leave
+            rows = (keep[:, None] * per_sentence + torch.arange(per_sentence, device=self.device)).flatten()
+            rows = rows if parents is None else parents[keep].flatten()
+            t = t if isinstance(t, int) else t[keep]
+            strategy.advance(chosen, keep, rows, t)
+            self.steps.select(rows, sentences=keep)
+            new_tokens, self.max_len = new_tokens[keep], self.max_len[keep]
+            self.prefix = None if self.prefix is None else self.prefix[keep]
+            self.keys = [self.keys[i] for i in keep.tolist()]
+            self._places = torch.arange(len(self.keys), device=self.device)
+        self.t, self.tokens = t + 1, new_tokens.flatten()
+        return finished
+
+    def _leaving(self, done: Tensor, staying: int, cancelled: Collection[Any]) -> list[tuple[Any, list[Hypothesis]]]:
+        if staying == len(self.keys):
+            return []
+        places = done.nonzero().flatten().tolist()
+        found = self.strategy.take(places)
+        return [(self.keys[p], hyps) for p, hyps in zip(places, found) if self.keys[p] not in cancelled]
+
+
+def _joined_prefix(old: Tensor | None, n: int, new: Tensor | None, m: int, device: torch.device) -> Tensor | None:
+    """The open sentences' forced prefixes after ``m`` sentences joined ``n`` (PAD where a sentence has none)."""
+    if old is None and (new is None or new.size(1) == 0):
+        return None
+    width = max(0 if old is None else old.size(1), 0 if new is None else new.size(1))
+    old = old if old is not None else torch.full((n, width), PAD_ID, dtype=torch.long, device=device)
+    new = new if new is not None else torch.full((m, width), PAD_ID, dtype=torch.long, device=device)
+    return torch.cat([pad_columns(old, width), pad_columns(new, width)])
+
+
+def pad_columns(tokens: Tensor, width: int) -> Tensor:
+    """Token ids padded with PAD along the last dimension to ``width``."""
+    return F.pad(tokens, (0, width - tokens.size(-1)), value=PAD_ID)
 
 
 @torch.inference_mode()
@@ -100,48 +225,26 @@ def run_search(
     prefix: Tensor | None = None,
     encoded: Encoded | None = None,
     rules: Sequence[StepProcessor] = (),
+    terms: Sequence[Any] | None = None,
 ) -> list[list[Hypothesis]]:
     """Search ``src`` (n, S) with ``strategy`` until every sentence is done or at its length limit ``max_len``
-    (n,) (:func:`length_limits`); outputs start with ``prefix`` (n, P) where given. ``encoded`` is ``src`` as
-    the decoder reads it (:class:`.steppers.Encoded`: the encoder output, and a recurrent model's past) when the
-    caller has it already; ``rules`` the caller's step processors (``steering.py``), kept with those every search
-    keeps.
-
-    At a few rows a step's bookkeeping is dozens of calls of a few microseconds each, a sizeable share of the
-    step, so the calls that change nothing in most steps are skipped: a rule's edit at the steps it changes
-    nothing (the length limit before any sentence reaches it), and the selection of the sentences that go on
-    while all do."""
-    device = src.device
+    (n,) (:func:`length_limits`): the whole batch joins a :class:`SearchLoop`, which steps until it is empty.
+    Outputs start with ``prefix`` (n, P) where given. ``encoded`` is ``src`` as the decoder reads it
+    (:class:`.steppers.Encoded`: the encoder output, and a recurrent model's past) when the caller has it
+    already; ``rules`` the caller's step processors (``steering.py``), kept with those every search keeps;
+    ``terms`` what a constrained strategy needs per sentence."""
+    n = src.size(0)
     encoded = encoded if encoded is not None else Encoded(*model.encode(src))
-    width = int(max_len.max()) + 1  # room for the tokens and the EOS
-    rows_per_sent = strategy.first_rows
-    steps = search_steps(model, encoded, config, cached, strategy.rows, width)
-    sent = torch.arange(src.size(0), device=device)  # original index of each open sentence
-    if rows_per_sent > 1:
-        steps.select(sent.repeat_interleave(rows_per_sent), None)
-    tokens = torch.full((src.size(0) * rows_per_sent,), BOS_ID, dtype=torch.long, device=device)
-    open_max_len = max_len  # the open sentences' limits (max_len[sent])
-    every_rule = [*search_rules(prefix), *rules]
-    for t in range(width):
-        steering = Steering(every_rule, StepRows(t, sent, rows_per_sent, open_max_len))
-        chosen = strategy.choose(step_logits(steps, tokens), t, sent, open_max_len, steering)
-        keep = (~chosen.done).nonzero().flatten()
-        if len(keep) == 0:
-            break
-        new_tokens, parents = chosen.tokens, chosen.parents
-        rows_per_sent = new_tokens.size(1)
-        if len(keep) == len(sent):  # every sentence goes on
-            strategy.advance(chosen, None, None if parents is None else parents.flatten())
-            if parents is not None:
-                steps.select(parents.flatten(), sentences=None)
-        else:  # the done ones' rows leave
-            sent, open_max_len, new_tokens = sent[keep], open_max_len[keep], new_tokens[keep]
-            rows = (keep[:, None] * rows_per_sent + torch.arange(rows_per_sent, device=device)).flatten()
-            rows = rows if parents is None else parents[keep].flatten()
-            strategy.advance(chosen, keep, rows)
-            steps.select(rows, sentences=keep)
-        tokens = new_tokens.flatten()
-    return strategy.results()
+    steps = search_steps(model, encoded, config, cached, strategy.rows, int(max_len.max()) + 1)
+    loop = SearchLoop(steps, strategy, rules, src.device)
+    rows = loop.join(range(n), max_len, prefix, terms)
+    if rows > 1:
+        steps.select(torch.arange(n, device=src.device).repeat_interleave(rows), None)
+    results: list[list[Hypothesis]] = [[] for _ in range(n)]
+    while loop:
+        for key, hyps in loop.step():
+            results[key] = hyps
+    return results
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -206,36 +309,49 @@ def _best_tokens(logits: Tensor | RowLogits, count: int, steering: Steering) -> 
 
 
 class Greedy:
-    """The most probable token at every step, until EOS or the length limit.
-
-    Outputs and scores stay on the device until the end: reading a finished row back at once would make the
-    host wait for the GPU at every sentence."""
+    """The most probable token at every step, until EOS or the length limit."""
 
     first_rows = rows = 1
 
-    def __init__(self, n_sent: int, width: int, config: DecodeConfig, device: torch.device) -> None:
+    def __init__(self, config: DecodeConfig, device: torch.device) -> None:
         self.config = config
-        self.outputs = torch.full((n_sent, width), PAD_ID, dtype=torch.long, device=device)  # by original row
-        self.lengths = torch.zeros(n_sent, dtype=torch.long, device=device)  # tokens before the EOS
-        self.scores = torch.zeros(n_sent, device=device)  # summed log-probabilities, by original row
+        self.outputs = torch.zeros((0, 1), dtype=torch.long, device=device)  # (n, W) by open sentence, PAD after
+        self.lengths = torch.zeros(0, dtype=torch.long, device=device)  # tokens before the EOS
+        self.scores = torch.zeros(0, device=device)  # summed log-probabilities
 
-    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
+    def join(self, count: int, rows: int, width: int, terms: Sequence[Any] | None = None) -> None:
+        width = max(width, self.outputs.size(1))
+        self.outputs = torch.cat([pad_columns(self.outputs, width), self.outputs.new_full((count, width), PAD_ID)])
+        self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(count)])
+        self.scores = torch.cat([self.scores, self.scores.new_zeros(count)])
+
+    def choose(self, logits: Tensor | RowLogits, t: int | Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
         best, tokens = _best_tokens(logits, 1, steering)  # (n, 1)
-        self.outputs[sentences, t] = tokens[:, 0]
-        self.scores[sentences] += best[:, 0]
+        write_at(self.outputs, t, tokens[:, 0])
+        self.scores += best[:, 0]
         done = tokens[:, 0] == EOS_ID
-        self.lengths[sentences[done]] = t
+        self.lengths[done] = t if isinstance(t, int) else t[done]
         return BeamStep(None, None, tokens, done)
 
-    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
-        pass  # every row goes on with its own token; the outputs are kept by original row
-
-    def results(self) -> list[list[Hypothesis]]:
-        normalised = self.scores / length_penalty(self.lengths.double() + 1, self.config).float()  # |Y| counts EOS
+    def take(self, done: list[int]) -> list[list[Hypothesis]]:
+        lengths = self.lengths[done]
+        normalised = self.scores[done] / length_penalty(lengths.double() + 1, self.config).float()  # |Y| counts EOS
         return [
             [Hypothesis(row[:length], score)]
-            for row, length, score in zip(self.outputs.tolist(), self.lengths.tolist(), normalised.tolist())
+            for row, length, score in zip(self.outputs[done].tolist(), lengths.tolist(), normalised.tolist())
         ]
+
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None, t: int | Tensor) -> None:
+        if keep is not None:  # each row goes on with its own token, already written
+            self.outputs, self.lengths, self.scores = self.outputs[keep], self.lengths[keep], self.scores[keep]
+
+
+def write_at(outputs: Tensor, t: int | Tensor, tokens: Tensor) -> None:
+    """``tokens`` (N,) written into each row of ``outputs`` (N, W) at its column ``t``."""
+    if isinstance(t, int):
+        outputs[:, t] = tokens
+    else:
+        outputs.scatter_(1, t[:, None], tokens[:, None])
 
 
 def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached: bool = True) -> list[list[Hypothesis]]:
@@ -249,34 +365,51 @@ def greedy_search(model: Transformer, src: Tensor, config: DecodeConfig, cached:
 class Beam:
     """Beam search: every step extends each open hypothesis by one token, keeps the 2K best candidates of each
     sentence, moves those ending in EOS (among the K best) to the sentence's finished list and carries the K best
-    others on (:func:`beam_step`). The first step runs one row per sentence (all its hypotheses would be the same
-    BOS); the loop's ``select`` then fans each sentence out to its K best continuations."""
+    others on (:func:`beam_step`). A sentence that starts a batch runs one row at its first step (all its
+    hypotheses would be the same BOS), and the loop's ``select`` fans it out to its K best continuations; one that
+    joins a running batch has K rows from the first, all but one at -inf, which ranks the same candidates."""
 
     first_rows = 1
 
-    def __init__(self, n_sent: int, width: int, config: DecodeConfig, nbest: int, device: torch.device) -> None:
+    def __init__(self, config: DecodeConfig, nbest: int, device: torch.device) -> None:
         k = self.rows = config.beam
         self.config, self.nbest = config, nbest
-        self.scores = torch.zeros((n_sent, 1), device=device)  # (n, rows per sentence)
-        self.history = torch.zeros((n_sent, 0), dtype=torch.long, device=device)  # (n * rows, t) tokens so far
-        self.fin_scores = torch.full((n_sent, k), float("-inf"), device=device)
-        self.fin_tokens = torch.full((n_sent, k, width), PAD_ID, dtype=torch.long, device=device)
+        self.scores = torch.zeros((0, 1), device=device)  # (n, rows per sentence) the open rows' sums
+        self.history = torch.zeros((0, 1), dtype=torch.long, device=device)  # (n * rows, W) tokens, PAD after
+        self.fin_scores = torch.zeros((0, k), device=device)  # (n, K) normalised, best first
+        self.fin_tokens = torch.zeros((0, k, 1), dtype=torch.long, device=device)  # (n, K, W)
 
-    def choose(self, logits: Tensor | RowLogits, t: int, sentences: Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
-        return beam_step(logits, self.lists(sentences), t, max_len, self.config, self.nbest, steering)
+    def join(self, count: int, rows: int, width: int, terms: Sequence[Any] | None = None) -> None:
+        k, width = self.rows, max(width, self.history.size(1))
+        first = self.scores.new_full((count, rows), float("-inf"))
+        first[:, 0] = 0.0  # one live row: the others would repeat it
+        self.scores = torch.cat([self.scores, first])
+        fresh = self.history.new_full((count * rows, width), PAD_ID)
+        self.history = torch.cat([pad_columns(self.history, width), fresh])
+        self.fin_scores = torch.cat([self.fin_scores, self.fin_scores.new_full((count, k), float("-inf"))])
+        self.fin_tokens = torch.cat(
+            [pad_columns(self.fin_tokens, width), self.fin_tokens.new_full((count, k, width), PAD_ID)]
+        )
 
-    def lists(self, sentences: Tensor) -> BeamLists:
-        """This beam's lists for the open ``sentences``."""
-        return BeamLists(self.scores, self.history, self.fin_scores, self.fin_tokens, sentences)
+    def choose(self, logits: Tensor | RowLogits, t: int | Tensor, max_len: Tensor, steering: Steering) -> BeamStep:
+        return beam_step(logits, self.lists(), t, max_len, self.config, self.nbest, steering)
 
-    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None) -> None:
+    def lists(self) -> BeamLists:
+        """This beam's lists."""
+        return BeamLists(self.scores, self.history, self.fin_scores, self.fin_tokens)
+
+    def take(self, done: list[int]) -> list[list[Hypothesis]]:
+        return best_finished(self.fin_scores[done], self.fin_tokens[done], self.nbest)
+
+    def advance(self, chosen: BeamStep, keep: Tensor | None, rows: Tensor | None, t: int | Tensor) -> None:
         assert chosen.scores is not None and rows is not None
         tokens = chosen.tokens if keep is None else chosen.tokens[keep]
-        self.history = torch.cat([self.history.index_select(0, rows), tokens.reshape(-1, 1)], dim=1)
+        self.history = self.history.index_select(0, rows)
+        per_sentence = tokens.size(1)
+        write_at(self.history, t if isinstance(t, int) else t.repeat_interleave(per_sentence), tokens.flatten())
         self.scores = chosen.scores if keep is None else chosen.scores[keep]
-
-    def results(self) -> list[list[Hypothesis]]:
-        return best_finished(self.fin_scores, self.fin_tokens, self.nbest)
+        if keep is not None:
+            self.fin_scores, self.fin_tokens = self.fin_scores[keep], self.fin_tokens[keep]
 
 
 def beam_search(
@@ -285,8 +418,7 @@ def beam_search(
     """Batched beam search (:class:`Beam`): each sentence's ``nbest`` best finished hypotheses (``config.beam`` of
     1 too: a beam of one); :func:`search` takes every option."""
     max_len = length_limits(src, config, model.config.max_positions)
-    beam = Beam(src.size(0), int(max_len.max()) + 1, config, nbest, src.device)
-    return run_search(model, src, config, beam, max_len, cached)
+    return run_search(model, src, config, Beam(config, nbest, src.device), max_len, cached)
 
 
 def beam_step(
@@ -438,11 +570,12 @@ def search(
     """Greedy search (:class:`Greedy`) when the beam is 1, else beam search (:class:`Beam`): each sentence's
     ``nbest`` best hypotheses; the other arguments as :func:`run_search` takes them."""
     max_len = length_limits(src, config, model.config.max_positions, prefix)
-    width, device = int(max_len.max()) + 1, src.device
-    strategy: Greedy | Beam = (
-        Greedy(src.size(0), width, config, device) if config.beam == 1 else Beam(src.size(0), width, config, nbest, device)
-    )
-    return run_search(model, src, config, strategy, max_len, cached, prefix, encoded, rules)
+    return run_search(model, src, config, strategy_for(config, nbest, src.device), max_len, cached, prefix, encoded, rules)
+
+
+def strategy_for(config: DecodeConfig, nbest: int, device: torch.device) -> Greedy | Beam:
+    """Greedy search (:class:`Greedy`) when the beam is 1, else beam search (:class:`Beam`)."""
+    return Greedy(config, device) if config.beam == 1 else Beam(config, nbest, device)
 
 
 # --------------------------------------------------------------------------- the plain reference

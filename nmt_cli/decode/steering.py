@@ -17,7 +17,7 @@ The rules every search keeps (:func:`search_rules`): :class:`Specials` (PAD and 
 a model's own (:func:`model_rules`): :class:`NeverWritten` (a multilingual model's target tags, read from the
 source, never written). A new rule is a class with ``before_normalising`` and ``at``, and one line where the
 searches get their rules: a caller's rules go in the ``rules`` argument of ``search.run_search`` (and of
-``continuous.ContinuousBeamSearch``); :class:`NeverWritten` is the example to copy.
+``continuous.ContinuousSearch``); :class:`NeverWritten` is the example to copy.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class StepRows:
     """What a rule may read of a step: its open sentences and their rows (each sentence's rows are consecutive)."""
 
     t: int | Tensor  # each open sentence's tokens so far: one number, or (n,) where sentences joined at different steps
-    sentences: Tensor  # (n,) the open sentences: original indices (the continuous search: their places in the batch)
+    sentences: Tensor  # (n,) the open sentences: their places in the batch (0..n-1)
     rows_per_sentence: int
     max_len: Tensor  # (n,) each open sentence's length limit (tokens before the EOS)
 
@@ -173,7 +173,7 @@ def _only_eos(scores: Tensor, at_limit: Tensor) -> Tensor:
 
 class ForcedTokens:
     """Each sentence's output starts with given tokens: a target prefix (``--prefix``), a multilingual model's
-    target tag where its decoder reads it first. ``tokens`` (N, P) by sentence (original index), PAD-padded."""
+    target tag where its decoder reads it first. ``tokens`` (N, P) by open sentence, PAD-padded."""
 
     before_normalising = False
 
@@ -204,13 +204,10 @@ def _only(scores: Tensor, forced: Tensor) -> Tensor:
     return scores
 
 
-def search_rules(prefix: Tensor | None = None) -> list[StepProcessor]:
-    """The rules every search keeps, with a forced ``prefix`` (N, P) where given: new for each search (a rule may
-    remember what it worked out for the search's first step)."""
-    rules: list[StepProcessor] = [Specials(), NoEmptyOutput(), LengthLimit()]
-    if prefix is not None and prefix.size(1) > 0:
-        rules.append(ForcedTokens(prefix))
-    return rules
+def search_rules() -> list[StepProcessor]:
+    """The rules every search keeps but a forced prefix (which the loop adds while it has one): new for each batch
+    (a rule may remember what it worked out for the batch's first step)."""
+    return [Specials(), NoEmptyOutput(), LengthLimit()]
 
 
 # --------------------------------------------------------------------------- a model's own rules

@@ -10,7 +10,7 @@ tested against; on a GPU a recorded CUDA graph (``static_steps.py``), and an ens
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -31,6 +31,18 @@ class Encoded(NamedTuple):
     memory: Tensor | list[Tensor]
     src_mask: Tensor
     past: list[Past] | None = None
+
+
+class Stepper(Protocol):
+    """What a search loop steps: the next token's logits of every open row, and the rows that go on."""
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """The logits (N, V) after each row's new token ``tokens`` (N,)."""
+        ...
+
+    def select(self, rows: Tensor, sentences: Tensor | None) -> None:
+        """Keep and reorder ``rows``; where sentences left, ``sentences`` are those that stay."""
+        ...
 
 
 class CachedSteps:
@@ -78,7 +90,7 @@ class RowLogits:
         return logits if logits.dtype == torch.float32 else logits.float()
 
 
-def step_logits(steps: CachedSteps | UncachedSteps | StaticSteps | EnsembleSteps, tokens: Tensor) -> Tensor | RowLogits:
+def step_logits(steps: Stepper, tokens: Tensor) -> Tensor | RowLogits:
     """A step's logits for the search: on the CPU made a block at a time (:class:`RowLogits`), else whole."""
     if isinstance(steps, CachedSteps) and tokens.device.type == "cpu":
         return steps.row_logits(tokens)

@@ -4,7 +4,7 @@ Requests (:class:`Job`) wait in a queue. Before every decoder step the loop move
 sentences into the running batch while the batch's source tokens stay within the budget; every
 step returns the sentences that finished, and a job is answered as soon as its last sentence is.
 Sentences are grouped by their search settings (beam, alpha, ...): one
-:class:`..decode.continuous.ContinuousBeamSearch` per setting ("lane"), stepped in turn.
+:class:`..decode.continuous.ContinuousSearch` per setting ("lane"), stepped in turn.
 
 Nothing a request does stops the loop: a step that raises fails the jobs in its lane, with the
 reason, and the loop goes on.
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from ..config import DecodeConfig
 from ..decode.constrained import Constraint
-from ..decode.continuous import ContinuousBeamSearch
+from ..decode.continuous import ContinuousSearch
 from ..decode.search import Hypothesis
 from ..decode.steering import StepProcessor
 from ..decode.translation import SearchRequest, SearchService
@@ -98,7 +98,7 @@ class DecodingLoop:
         self.rules = list(rules)  # the model's own rules of what a step may write (LoadedModel.rules)
         self.batch_tokens, self.max_queue, self.batching = batch_tokens, max_queue, batching
         self._waiting: deque[tuple[Job, int]] = deque()  # (job, sentence index), first come first served
-        self._lanes: dict[tuple[DecodeConfig, int], ContinuousBeamSearch] = {}
+        self._lanes: dict[tuple[DecodeConfig, int], ContinuousSearch] = {}
         self._jobs: dict[int, Job] = {}  # jobs with sentences waiting or running
         self._source_tokens: dict[SentenceKey, int] = {}  # running sentences' budget share
         self._ids = itertools.count(1)
@@ -219,7 +219,7 @@ class DecodingLoop:
     def _join(self, settings: tuple[DecodeConfig, int], sentences: list[tuple[Job, int]]) -> None:
         lane = self._lanes.get(settings)
         if lane is None:
-            lane = self._lanes[settings] = ContinuousBeamSearch(self.model, *settings, rules=self.rules)
+            lane = self._lanes[settings] = ContinuousSearch(self.model, *settings, rules=self.rules)
         try:
             lane.add(
                 [job.sentences[i] for job, i in sentences],

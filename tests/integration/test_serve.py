@@ -24,7 +24,7 @@ from conftest import nmt_in_process, start_server
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batches import pad_rows
 from nmt_cli.data.vocab import EOS_ID
-from nmt_cli.decode.continuous import ContinuousBeamSearch
+from nmt_cli.decode.continuous import ContinuousSearch
 from nmt_cli.decode.loading import load_model
 from nmt_cli.decode.protected import ProtectedEngine
 from nmt_cli.decode.search import search
@@ -48,7 +48,7 @@ def loaded(overfit):
 
 def continuous(model, config, sources, nbest, seed=0, cancel=()):
     """Decode ``sources`` joining the batch 0-3 at a time between steps; {index: hypotheses}."""
-    lanes, rng, results, i = ContinuousBeamSearch(model, config, nbest), random.Random(seed), {}, 0
+    lanes, rng, results, i = ContinuousSearch(model, config, nbest), random.Random(seed), {}, 0
     while i < len(sources) or len(lanes):
         j = min(len(sources), i + rng.randint(0, 3))
         lanes.add(sources[i:j], list(range(i, j)))
@@ -69,7 +69,9 @@ def assert_same(joined, alone):
         assert [h.score for h in joined[i]] == pytest.approx([h.score for h in hyps], abs=1e-4)
 
 
-@pytest.mark.parametrize("beam, stop, alpha", [(4, "beam", 0.6), (1, "beam", 0.6), (3, "top", 1.0), (5, "bound", 0.0)])
+@pytest.mark.parametrize(
+    "beam, stop, alpha", [(4, "beam", 0.6), (1, "beam", 0.6), (1, "bound", 1.0), (3, "top", 1.0), (5, "bound", 0.0)]
+)
 def test_sentences_joining_a_running_batch_decode_as_offline_search(loaded, overfit, beam, stop, alpha):
     _, src, _ = overfit
     sources = [loaded.src_vocab.encode(line) for line in src[:24] + UNSEEN]

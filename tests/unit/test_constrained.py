@@ -142,14 +142,14 @@ def test_an_ensemble_meets_its_constraints_too():
 def test_sentences_joining_a_running_batch_meet_their_constraints_as_offline():
     """Continuous batching (nmt serve): sentences with and without constraints join between steps, and each
     comes out as the offline constrained search gives it."""
-    from nmt_cli.decode.continuous import ContinuousBeamSearch
+    from nmt_cli.decode.continuous import ContinuousSearch
 
     model, src = _model(), _sources(5, seed=4)
     config = DecodeConfig(beam=4)
     wanted = [(_constraint((11, 12)),), (), (_constraint((20,)), _constraint((21, 22))), (), (_constraint((9,)),)]
     offline = constrained_beam_search(model, src, config, wanted, nbest=2)
     sources = [[t for t in row.tolist() if t not in (0, EOS_ID)] for row in src]
-    lanes, results, joined = ContinuousBeamSearch(model, config, nbest=2), {}, 0
+    lanes, results, joined = ContinuousSearch(model, config, nbest=2), {}, 0
     while joined < len(sources) or len(lanes):
         if joined < len(sources):  # one or two sentences join at each step
             end = min(len(sources), joined + 1 + joined % 2)

@@ -10,7 +10,7 @@ from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.data.batches import pad_rows
 from nmt_cli.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from nmt_cli.decode.constrained import Constraint, constrained_beam_search
-from nmt_cli.decode.continuous import ContinuousBeamSearch
+from nmt_cli.decode.continuous import ContinuousSearch
 from nmt_cli.decode.forced import forced_scores
 from nmt_cli.decode.sampling import sample
 from nmt_cli.decode.search import search
@@ -80,7 +80,7 @@ def test_the_continuous_search_keeps_the_same_rules_as_the_offline_one():
     config = DecodeConfig(beam=3, max_len_a=1.0, max_len_b=6)
     banned = _most_written(model, sources, config)
     offline = search(model, pad_rows([s + [EOS_ID] for s in sources]), config, rules=[Banned(banned)])
-    running = ContinuousBeamSearch(model, config, rules=[Banned(banned)])
+    running = ContinuousSearch(model, config, rules=[Banned(banned)])
     running.add(sources[:2], [0, 1])
     found = {}
     for finished in running.step():
