@@ -35,7 +35,8 @@ from ..inference.caches import DecoderState, JoinableKeysValues
 from ..inference.step import IncrementalDecoder
 from ..model.transformer import Transformer
 from .constrained import Constrained, Constraint, constraint_room
-from .search import Beam, Greedy, Hypothesis, SearchLoop, length_limits
+from .sampling import Sampling, sample_rows
+from .search import Beam, Greedy, Hypothesis, SearchLoop, Strategy, length_limits
 from .steering import StepProcessor
 
 
@@ -115,19 +116,31 @@ class Finished:
 
 class ContinuousSearch:
     """The search loop (``search.SearchLoop``) over a batch that grows between steps (see the module docstring),
-    with the strategy the command line runs for the same settings: greedy at beam 1, else beam search, constrained
-    where a sentence has terms.
+    with the strategy the command line runs for the same settings: sampling where asked (from ``generator``: its
+    draws then depend on which sentences share a step, so a server that promises a seed's samples runs sampling
+    apart), greedy at beam 1, else beam search, constrained where a sentence has terms.
 
     All sentences share one ``config``, ``nbest`` and the model's ``rules`` (step processors, ``steering.py``,
     kept with those every search keeps); a server keeps one instance per setting.
     """
 
     def __init__(
-        self, model: Transformer, config: DecodeConfig, nbest: int = 1, rules: Sequence[StepProcessor] = ()
+        self,
+        model: Transformer,
+        config: DecodeConfig,
+        nbest: int = 1,
+        rules: Sequence[StepProcessor] = (),
+        generator: torch.Generator | None = None,
     ) -> None:
-        self.model, self.config = model, config
+        self.model, self.config, self.nbest = model, config, nbest
         self.device = next(model.parameters()).device
-        strategy = Greedy(config, self.device) if config.beam == 1 else Constrained(Beam(config, nbest, self.device))
+        strategy: Strategy
+        if config.sampling:
+            strategy = Sampling(sample_rows(nbest), config, generator, self.device)
+        elif config.beam == 1:
+            strategy = Greedy(config, self.device)
+        else:
+            strategy = Constrained(Beam(config, nbest, self.device))
         self.steps = JoinableSteps(model)
         self.loop = SearchLoop(self.steps, strategy, rules, self.device)
         self.skips: dict[Any, int] = {}  # per open key, the forced tokens its translation leaves out
@@ -156,7 +169,9 @@ class ContinuousSearch:
         (decode/translator.py)."""
         if not sources:
             return
-        assert constraints is None or self.config.beam > 1 or not any(constraints), "terms need a beam"
+        assert constraints is None or not any(constraints) or isinstance(self.loop.strategy, Constrained), (
+            "terms need a beam"
+        )
         src = pad_rows([ids + [EOS_ID] for ids in sources]).to(self.device)
         memory, src_mask = self.model.encode(src)
         room = constraint_room(constraints, self.device) if constraints is not None else None
@@ -180,7 +195,7 @@ class ContinuousSearch:
             self.steps.clear()
         for key in cancelled or ():
             self.skips.pop(key, None)
-        return [Finished(key, _skipped(hyps, self.skips.pop(key))) for key, hyps in finished]
+        return [Finished(key, _skipped(hyps[: self.nbest], self.skips.pop(key))) for key, hyps in finished]
 
 
 def _skipped(hypotheses: list[Hypothesis], skip: int) -> list[Hypothesis]:

@@ -85,10 +85,14 @@ def sample(
 ) -> list[list[Hypothesis]]:
     """Up to ``nbest`` distinct samples per sentence of ``src``, best score first (``encoded`` and ``rules`` as
     :func:`.search.run_search` takes them)."""
-    rows = nbest * OVERSAMPLE if nbest > 1 else 1
     max_len = length_limits(src, config, model.config.max_positions, prefix)
-    sampling = Sampling(rows, config, generator, src.device)
+    sampling = Sampling(sample_rows(nbest), config, generator, src.device)
     return [hyps[:nbest] for hyps in run_search(model, src, config, sampling, max_len, True, prefix, encoded, rules)]
+
+
+def sample_rows(nbest: int) -> int:
+    """Rows a sentence samples with for ``nbest`` distinct samples (:data:`OVERSAMPLE` each)."""
+    return nbest * OVERSAMPLE if nbest > 1 else 1
 
 
 def _reshaped(log_probs: Tensor, config: DecodeConfig) -> Tensor:

@@ -27,6 +27,7 @@ from nmt_cli.data.vocab import EOS_ID
 from nmt_cli.decode.continuous import ContinuousSearch
 from nmt_cli.decode.loading import load_model
 from nmt_cli.decode.protected import ProtectedEngine
+from nmt_cli.decode.sampling import sample
 from nmt_cli.decode.search import search
 from nmt_cli.decode.translator import Translator
 from nmt_cli.model.transformer import build_model
@@ -46,9 +47,9 @@ def loaded(overfit):
     return load_model(overfit[0])
 
 
-def continuous(model, config, sources, nbest, seed=0, cancel=()):
+def continuous(model, config, sources, nbest, seed=0, cancel=(), generator=None):
     """Decode ``sources`` joining the batch 0-3 at a time between steps; {index: hypotheses}."""
-    lanes, rng, results, i = ContinuousSearch(model, config, nbest), random.Random(seed), {}, 0
+    lanes, rng, results, i = ContinuousSearch(model, config, nbest, generator=generator), random.Random(seed), {}, 0
     while i < len(sources) or len(lanes):
         j = min(len(sources), i + rng.randint(0, 3))
         lanes.add(sources[i:j], list(range(i, j)))
@@ -78,6 +79,25 @@ def test_sentences_joining_a_running_batch_decode_as_offline_search(loaded, over
     config = replace(loaded.recipe.decode, beam=beam, stop=stop, alpha=alpha)
     nbest = min(2, beam)
     assert_same(continuous(loaded.model, config, sources, nbest), offline(loaded.model, config, sources, nbest))
+
+
+def test_sampling_runs_in_a_running_batch_as_the_command_line_samples(loaded, overfit):
+    """The continuous loop runs any strategy: sampling at top-k 1 (always the best token) is greedy search whatever
+    joins when, and sentences that all join at once draw what the command line draws with the same seed."""
+    _, src, _ = overfit
+    sources = [loaded.src_vocab.encode(line) for line in src[:12] + UNSEEN]
+    model, config = loaded.model, replace(loaded.recipe.decode, sampling=True, top_k=1)
+    assert_same(continuous(model, config, sources, 1), offline(model, replace(config, sampling=False, beam=1), sources, 1))
+    config = replace(loaded.recipe.decode, sampling=True, temperature=1.5)
+    lane = ContinuousSearch(model, config, nbest=2, generator=torch.Generator().manual_seed(7))
+    lane.add(sources, list(range(len(sources))))
+    joined = {}
+    while len(lane):
+        joined.update((done.key, done.hypotheses) for done in lane.step())
+    src_batch = pad_rows([ids + [EOS_ID] for ids in sources])
+    alone = sample(model, src_batch, config, 2, torch.Generator().manual_seed(7))
+    assert any(len(hyps) == 2 for hyps in alone)  # distinct samples, not one repeated
+    assert_same(joined, alone)
 
 
 @pytest.mark.parametrize("positions", ["relative", "xl", "learned"])
