@@ -36,11 +36,13 @@ class Aligner:
         sources: list[list[int]],
         found: list[list[Hypothesis]],
         memory: tuple[torch.Tensor, torch.Tensor] | None = None,
+        first: int | None = None,
     ) -> list[list[str]]:
         """Per sentence, per hypothesis, its alignment ("i-j ..."), from one teacher-forced pass over them all
-        (on the search's encoder output when given: each sentence's row once per hypothesis)."""
+        (on the search's encoder output when given: each sentence's row once per hypothesis; ``first``, the token
+        the search forced before each output and left out of it: a decoder-side target tag)."""
         pairs_src, outputs, memory = teacher_forced(sources, found, memory)
-        crosses = iter(cross_attention(self.model, pairs_src, outputs, self.layer, memory))
+        crosses = iter(cross_attention(self.model, pairs_src, outputs, self.layer, memory, first=first))
         src_piece, tgt_piece = self.loaded.src_vocab.IdToPiece, self.loaded.tgt_vocab.IdToPiece
         out = []
         for source, hyps in zip(sources, found):

@@ -99,11 +99,13 @@ class Assessor:
         sources: list[list[int]],
         found: list[list[Hypothesis]],
         memory: tuple[torch.Tensor, torch.Tensor] | None = None,
+        first: int | None = None,
     ) -> list[list[Assessment]]:
         """Every hypothesis of ``found`` (per source sentence, its n-best list) assessed; ``memory`` is the
-        search's encoder output for ``sources`` when the caller still has it (then it is not recomputed)."""
+        search's encoder output for ``sources`` when the caller still has it (then it is not recomputed); ``first``
+        as :meth:`.aligner.Aligner.align` takes it."""
         pairs_src, pairs_out, memory = teacher_forced(sources, found, memory)
-        attention = iter(cross_attention(self.model, pairs_src, pairs_out, self.layer, memory))
+        attention = iter(cross_attention(self.model, pairs_src, pairs_out, self.layer, memory, first=first))
         out = []
         for source, hyps in zip(sources, found):
             limit = int(self.config.max_len_a * len(source) + self.config.max_len_b)

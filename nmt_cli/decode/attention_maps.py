@@ -53,12 +53,17 @@ def cross_attention(
     layer: int,
     encoded: tuple[Tensor, Tensor] | None = None,
     group: int = 64,
+    first: int | None = None,
 ) -> list[Tensor]:
     """One decoder layer's cross-attention weights (heads, T, S) for each ``source`` -> ``output`` pair: what
     ``--alignments`` needs, without the other layers' weights (``encoded``: the sources' encoder output and
     mask, one row per pair, when the caller has them). Pairs of similar output length go through in groups
-    of ``group``, each padded only to its own longest, as the encoder groups its sources."""
+    of ``group``, each padded only to its own longest, as the encoder groups its sources. ``first`` is a token
+    the decoder reads before every output, as the search forced it (a decoder-side target tag): read, and its
+    row left out of the weights."""
     module = model.decoder_layers[layer].cross_attn
+    skip = 0 if first is None else 1
+    outputs = outputs if first is None else [[first, *output] for output in outputs]
     order = sorted(range(len(outputs)), key=lambda b: (len(outputs[b]), len(sources[b])))
     found: dict[int, Tensor] = {}
     for start in range(0, len(order), group):
@@ -71,7 +76,7 @@ def cross_attention(
         weights = _record(model, [sources[b] for b in rows], [outputs[b] for b in rows], [module], part)[module]
         weights = weights.float().cpu()  # (rows, H, T, S)
         for k, b in enumerate(rows):
-            found[b] = weights[k, :, : len(outputs[b]) + 1, : len(sources[b]) + 1]
+            found[b] = weights[k, :, skip : len(outputs[b]) + 1, : len(sources[b]) + 1]
     return [found[b] for b in range(len(outputs))]
 
 

@@ -283,8 +283,9 @@ class Translator(Engine):
         memory: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> Finishing:
         """What finishing the hypotheses asks of the model: their word alignments and assessments, where asked for."""
-        links = self.aligner.align(sources, found, memory) if self.aligner is not None else None
-        assessed = self.assessor.assess(sources, found, memory) if self.assessor is not None else None
+        first = self.target_tag  # the search read it first; so do the passes that read its outputs again
+        links = self.aligner.align(sources, found, memory, first) if self.aligner is not None else None
+        assessed = self.assessor.assess(sources, found, memory, first) if self.assessor is not None else None
         return links, assessed
 
     def _as_translations(self, found: list[list[Hypothesis]], finishing: Finishing) -> list[list[Translation]]:

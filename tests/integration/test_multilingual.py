@@ -164,6 +164,33 @@ def test_a_tag_read_by_the_decoder_is_forced_and_left_out_of_the_output(multilin
     assert ">>fr<<" not in left_out.text
 
 
+def test_alignments_and_assessments_read_the_tag_the_decoder_read(multilingual, monkeypatch):
+    """data.language_tag: target: the teacher-forced pass behind alignments and confidence reads the output after the
+    tag, as the search wrote it, and leaves the tag's own row out (the model never saw an output without it)."""
+    from nmt_cli.config import DecodeConfig
+    from nmt_cli.decode.aligner import Aligner
+    from nmt_cli.decode.attention_maps import cross_attention
+    from nmt_cli.decode.loading import load_model
+    from nmt_cli.decode.translator import Translator
+
+    loaded = load_model(multilingual[1] / "model.pt")
+    loaded.unwritten = ()  # as a model trained with data.language_tag: target is loaded
+    tag = loaded.src_vocab.PieceToId(">>fr<<")
+    source = loaded.src_vocab.encode("A man.", out_type=int)
+    output = loaded.tgt_vocab.encode("Un homme.", out_type=int)
+    read = cross_attention(loaded.model, [source], [output], 0, first=tag)[0]
+    whole = cross_attention(loaded.model, [source], [[tag, *output]], 0)[0]
+    untagged = cross_attention(loaded.model, [source], [output], 0)[0]
+    assert read.shape == untagged.shape == (whole.size(0), len(output) + 1, len(source) + 1)
+    assert torch.equal(read, whole[:, 1:])
+    assert not torch.allclose(read, untagged)  # the tag changes what the decoder attends to
+    seen = []
+    monkeypatch.setattr(Aligner, "align", lambda self, *args: seen.append(args[-1]) or [["0-0"]])
+    tagged = Translator(loaded, DecodeConfig(beam=2, max_len_b=8), target_tag=tag, alignments=True, assess=True)
+    assert tagged.translate_encoded([source])[0][0].assessment is not None
+    assert seen == [tag]
+
+
 def test_the_server_serves_every_direction_and_pivots_through_english(multilingual):
     pytest.importorskip("fastapi", reason="nmt serve needs the serve extra")
     from fastapi.testclient import TestClient
