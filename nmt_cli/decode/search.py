@@ -1,16 +1,16 @@
-"""The search: one loop over a batch of source sentences, read top to bottom, and the strategies it runs.
+"""The search: one loop over the open source sentences, read top to bottom, and the strategies it runs.
 
-Every step the loop (:func:`run_search`) asks the decoder for the next token's logits of every open row
-(``steppers.py``), binds the search's rules to the step (``steering.py``: PAD and BOS never, no empty output, only
-EOS at a sentence's length limit, only the prefix's token where a target prefix is forced, and the caller's rules,
-a multilingual model's tags never written), and hands both to the *strategy*, which turns the logits into
-log-probabilities through the rules, chooses each row's token and the rows that go on, keeps the finished outputs
-and says which sentences are done; done sentences leave the batch. The
-strategies: :class:`Greedy` (the best token), :class:`Beam` (beam search, :func:`beam_step`), sampling
-(``sampling.py``) and lexically constrained beam search (``constrained.py``). The server's continuous batching
-(``continuous.py``) runs the same steps over a batch that sentences join while it runs. :func:`reference_beam_search`,
-at the end, is beam search written plainly for one sentence, the reference the batched one is tested against (as
-``attention_reference`` sits next to ``attention``).
+Sentences join the loop (:class:`SearchLoop`) between steps. Every step it asks the decoder for the next token's
+logits of every open row (``steppers.py``), binds the search's rules to the step (``steering.py``: PAD and BOS
+never, no empty output, only EOS at a sentence's length limit, only the prefix's token where a target prefix is
+forced, and the caller's rules, a multilingual model's tags never written), and hands both to the *strategy*,
+which turns the logits into log-probabilities through the rules, chooses each row's token and the rows that go on,
+keeps the finished outputs and says which sentences are done; done sentences' hypotheses are taken and they leave.
+:func:`run_search` joins a whole batch and steps until it is empty; the server's continuous batching
+(``continuous.py``) joins sentences as requests arrive. The strategies: :class:`Greedy` (the best token),
+:class:`Beam` (beam search, :func:`beam_step`), sampling (``sampling.py``) and lexically constrained beam search
+(``constrained.py``). :func:`reference_beam_search`, at the end, is beam search written plainly for one sentence,
+the reference the batched one is tested against (as ``attention_reference`` sits next to ``attention``).
 
 Scores are sums of log-probabilities; finished hypotheses are ranked by ``score / length_penalty(|Y|)`` where |Y|
 counts the EOS. When a sentence stops is ``decode.stop`` (:func:`sentence_done`); it always stops at its limit.
