@@ -168,7 +168,8 @@ class SearchLoop:
             done = done | torch.tensor([key in cancelled for key in self.keys], device=self.device)
         keep = (~done).nonzero().flatten()
         finished = self._leaving(done, len(keep), cancelled)
-        if len(keep) == 0:
+        if len(keep) == 0:  # the strategy left empty too: sentences joining later start afresh
+            strategy.advance(chosen, keep, keep, t if isinstance(t, int) else t[keep])
             self._empty()
             return finished
         new_tokens, parents = chosen.tokens, chosen.parents
@@ -383,7 +384,8 @@ class Beam:
         k, width = self.rows, max(width, self.history.size(1))
         first = self.scores.new_full((count, rows), float("-inf"))
         first[:, 0] = 0.0  # one live row: the others would repeat it
-        self.scores = torch.cat([self.scores, first])
+        open_scores = self.scores if len(self.scores) else self.scores.new_zeros((0, rows))  # none open: a new batch
+        self.scores = torch.cat([open_scores, first])
         fresh = self.history.new_full((count * rows, width), PAD_ID)
         self.history = torch.cat([pad_columns(self.history, width), fresh])
         self.fin_scores = torch.cat([self.fin_scores, self.fin_scores.new_full((count, k), float("-inf"))])

@@ -81,6 +81,20 @@ def test_sentences_joining_a_running_batch_decode_as_offline_search(loaded, over
     assert_same(continuous(loaded.model, config, sources, nbest), offline(loaded.model, config, sources, nbest))
 
 
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_running_batch_that_empties_takes_new_sentences_as_the_first_ones(loaded, overfit, beam):
+    """Sentences joining after every earlier one left are searched as offline: nothing of the earlier ones stays."""
+    _, src, _ = overfit
+    sources = [loaded.src_vocab.encode(line) for line in src[:6] + UNSEEN]
+    config = replace(loaded.recipe.decode, beam=beam)
+    lane, joined = ContinuousSearch(loaded.model, config, nbest=1), {}
+    for start in range(0, len(sources), 3):  # three at a time, each group alone in the batch
+        lane.add(sources[start : start + 3], list(range(start, min(start + 3, len(sources)))))
+        while len(lane):
+            joined.update((done.key, done.hypotheses) for done in lane.step())
+    assert_same(joined, offline(loaded.model, config, sources, 1))
+
+
 def test_sampling_runs_in_a_running_batch_as_the_command_line_samples(loaded, overfit):
     """The continuous loop runs any strategy: sampling at top-k 1 (always the best token) is greedy search whatever
     joins when, and sentences that all join at once draw what the command line draws with the same seed."""
