@@ -35,7 +35,7 @@ from ..data.batches import pad_rows
 from ..data.context import break_id, join_context
 from ..data.vocab import BOS_ID, PAD_ID
 from ..errors import NmtError
-from ..model.recurrence import SentencePast, batch_pasts, sentence_pasts
+from ..model.recurrence import SentencePast, batch_pasts, sentence_pasts, sentence_pasts_kept
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
 from .loading import LoadedModel
@@ -278,14 +278,17 @@ def search_with_pasts(
 ) -> tuple[list[list[Hypothesis]], list[SentencePast]]:
     """``model.recurrence``: the sentences ``src`` searched (``search``) with their previous sentences' keys/values
     as every self-attention layer's past, and the keys/values each leaves its successor: its source's, and its best
-    translation's, read once more teacher-forced."""
+    translation's as the search kept them (``Hypothesis.kept``; a strategy that keeps none, sampling or constrained
+    search, has the translations read once more teacher-forced)."""
     like = model.output.weight
     memory, src_mask, kept_encoder = model.encode_kept(src, batch_pasts(pasts, "encoder", len(model.encoder), like))
     decoder_past = batch_pasts(pasts, "decoder", len(model.decoder), like)
     found = search(model, src, prefix, Encoded(memory, src_mask, decoder_past))
+    lengths = (src != PAD_ID).sum(dim=1).tolist()
+    if all(hyps and hyps[0].kept is not None for hyps in found):
+        return found, sentence_pasts_kept(kept_encoder, lengths, [hyps[0].kept for hyps in found])  # type: ignore[misc]
     chosen = [[BOS_ID] + (hyps[0].tokens if hyps else []) for hyps in found]
     _, kept_decoder = model.decode_kept(pad_rows(chosen).to(src.device), memory, src_mask, decoder_past)
-    lengths = (src != PAD_ID).sum(dim=1).tolist()
     return found, sentence_pasts(kept_encoder, kept_decoder, lengths, [len(c) for c in chosen])
 
 

@@ -19,7 +19,7 @@ counts the EOS. When a sentence stops is ``decode.stop`` (:func:`sentence_done`)
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, overload
 
 import torch
@@ -31,16 +31,19 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..model.transformer import Transformer
 from .ensemble import Ensemble
 from .steering import ForcedTokens, Steering, StepProcessor, StepRows, search_rules
-from .steppers import Encoded, RowLogits, Stepper, search_steps, step_logits
+from .steppers import CachedSteps, Encoded, RowLogits, Stepper, search_steps, step_logits
 from .top_k import top_k_rows
 
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """One output: token ids (no BOS/EOS) and its length-normalised score."""
+    """One output: token ids (no BOS/EOS) and its length-normalised score; for a sentence's best, where the search
+    kept them (a model with ``model.recurrence``), each decoder layer's self-attention keys/values of BOS and its
+    tokens, (H, 1 + len(tokens), d_k) each: what the sentence leaves the next as its past."""
 
     tokens: list[int]
     score: float
+    kept: list[tuple[Tensor, Tensor]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class BeamStep:
     parents: Tensor | None  # the row each extends, an index into the step's rows (None: each row goes on itself)
     tokens: Tensor  # the token each adds
     done: Tensor  # sentences that stop searching after this step
+    # (n,) per sentence the row (an index into the step's rows) whose hypothesis became the sentence's best
+    # finished one at this step, -1 where none did; None: none did, or the strategy does not say
+    best_from: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,19 @@ class SearchLoop:
     sentence joined at once (the offline search) that count is one number, and rules skip the steps they change
     nothing at (``steering.py``)."""
 
-    def __init__(self, steps: Stepper, strategy: Strategy, rules: Sequence[StepProcessor], device: torch.device) -> None:
+    def __init__(
+        self,
+        steps: Stepper,
+        strategy: Strategy,
+        rules: Sequence[StepProcessor],
+        device: torch.device,
+        keep_present: bool = False,
+    ) -> None:
+        """``keep_present``: each sentence's best hypothesis carries its decoder keys/values (``Hypothesis.kept``),
+        where the strategy says which row it ended in and the stepper keeps them (:class:`.steppers.CachedSteps`)."""
         self.steps, self.strategy, self.rules, self.device = steps, strategy, list(rules), device
+        self.keep_present = keep_present and isinstance(steps, CachedSteps)
+        self.present: dict[Any, list[tuple[Tensor, Tensor]]] = {}  # by sentence key: its best hypothesis's
         self._empty()
 
     def _empty(self) -> None:
@@ -163,6 +180,8 @@ class SearchLoop:
             rules.append(ForcedTokens(self.prefix))
         steering = Steering(rules, StepRows(t, self._places, self.rows_per_sentence, self.max_len))
         chosen = strategy.choose(step_logits(self.steps, self.tokens), t, self.max_len, steering)
+        if self.keep_present and chosen.best_from is not None:
+            self._keep_present(chosen.best_from, t)
         done = chosen.done
         if cancelled:
             done = done | torch.tensor([key in cancelled for key in self.keys], device=self.device)
@@ -197,7 +216,29 @@ class SearchLoop:
             return []
         places = done.nonzero().flatten().tolist()
         found = self.strategy.take(places)
-        return [(self.keys[p], hyps) for p, hyps in zip(places, found) if self.keys[p] not in cancelled]
+        leaving = [(self.keys[p], hyps) for p, hyps in zip(places, found) if self.keys[p] not in cancelled]
+        if self.keep_present:
+            kept = [self.present.pop(self.keys[p], None) for p in places]
+            leaving = [(key, _with_kept(hyps, kv)) for (key, hyps), kv in zip(leaving, kept)]
+        return leaving
+
+    def _keep_present(self, best_from: Tensor, t: int | Tensor) -> None:
+        """Keep the decoder keys/values of the rows whose hypotheses became their sentences' best finished ones
+        this step: BOS and the t tokens before this step's EOS (the cache is about to be reordered)."""
+        places = (best_from >= 0).nonzero().flatten()
+        if len(places) == 0:
+            return
+        lengths = [t + 1] * len(places) if isinstance(t, int) else (t[places] + 1).tolist()
+        assert isinstance(self.steps, CachedSteps)
+        for place, kept in zip(places.tolist(), self.steps.present(best_from[places], lengths)):
+            self.present[self.keys[place]] = kept
+
+
+def _with_kept(hyps: list[Hypothesis], kept: list[tuple[Tensor, Tensor]] | None) -> list[Hypothesis]:
+    """The n-best list with its best hypothesis carrying ``kept`` (None: as it is)."""
+    if kept is None or not hyps:
+        return hyps
+    return [replace(hyps[0], kept=kept), *hyps[1:]]
 
 
 def _joined_prefix(old: Tensor | None, n: int, new: Tensor | None, m: int, device: torch.device) -> Tensor | None:
@@ -237,7 +278,7 @@ def run_search(
     n = src.size(0)
     encoded = encoded if encoded is not None else Encoded(*model.encode(src))
     steps = search_steps(model, encoded, config, cached, strategy.rows, int(max_len.max()) + 1)
-    loop = SearchLoop(steps, strategy, rules, src.device)
+    loop = SearchLoop(steps, strategy, rules, src.device, keep_present=encoded.past is not None)
     rows = loop.join(range(n), max_len, prefix, terms)
     if rows > 1:
         steps.select(torch.arange(n, device=src.device).repeat_interleave(rows), None)
@@ -332,7 +373,8 @@ class Greedy:
         self.scores += best[:, 0]
         done = tokens[:, 0] == EOS_ID
         self.lengths[done] = t if isinstance(t, int) else t[done]
-        return BeamStep(None, None, tokens, done)
+        rows = torch.arange(len(done), device=done.device)
+        return BeamStep(None, None, tokens, done, best_from=rows.masked_fill(~done, -1))
 
     def take(self, done: list[int]) -> list[list[Hypothesis]]:
         lengths = self.lengths[done]
@@ -449,17 +491,21 @@ def beam_step(
     top_scores, origin, token = _rank_candidates(scores, row_log_probs, row_tokens, k)  # (n, 2K) each
     is_eos = token == EOS_ID
     finished = slice(None) if beam.sentences is None else beam.sentences
+    first_rows = torch.arange(0, n * rows_per_sent, rows_per_sent, device=scores.device)  # each sentence's first row
+    best_from = None
     if is_eos[:, :k].any():
         eos_ranked = is_eos.clone()
         eos_ranked[:, k:] = False
         ended_at = lengths if isinstance(lengths, Tensor) else torch.full((n,), lengths, device=scores.device)
         history = history.view(n, rows_per_sent, history.size(-1))
-        _collect_finished(finished, fin_scores, fin_tokens, history, origin, top_scores, eos_ranked, ended_at, config)
+        new_best = _collect_finished(
+            finished, fin_scores, fin_tokens, history, origin, top_scores, eos_ranked, ended_at, config
+        )
+        best_from = torch.where(new_best >= 0, origin.gather(1, new_best.clamp(min=0)[:, None])[:, 0] + first_rows, -1)
     open_scores, pick = top_scores.masked_fill(is_eos, float("-inf")).topk(min(k, top_scores.size(1)), dim=1)
-    first_rows = torch.arange(0, n * rows_per_sent, rows_per_sent, device=scores.device)  # each sentence's first row
     parents = origin.gather(1, pick) + first_rows[:, None]
     done = sentence_done(config, fin_scores[finished], open_scores[:, 0], is_eos[:, 0], nbest, max_len, lengths)
-    return BeamStep(open_scores, parents, token.gather(1, pick), done)
+    return BeamStep(open_scores, parents, token.gather(1, pick), done, best_from)
 
 
 def _rank_candidates(scores: Tensor, row_log_probs: Tensor, row_tokens: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -524,8 +570,9 @@ def _collect_finished(
     eos_ranked: Tensor,
     lengths: Tensor,
     config: DecodeConfig,
-) -> None:
-    """Merge this step's EOS candidates into each sentence's K best finished hypotheses.
+) -> Tensor:
+    """Merge this step's EOS candidates into each sentence's K best finished hypotheses; returns per sentence the
+    candidate (an index into its 2K) that became its best finished hypothesis, -1 where the best stayed.
 
     ``history`` (n, rows, H) holds each row's tokens so far, PAD after them; ``lengths`` (n,) counts each
     sentence's tokens before this step's EOS (all equal here; they differ where sentences joined a
@@ -544,6 +591,7 @@ def _collect_finished(
     best, pick = all_scores.topk(k, dim=1)  # sorted, best first
     fin_scores[sent] = best
     fin_tokens[sent] = all_tokens.gather(1, pick[:, :, None].expand(n, k, width))
+    return torch.where(pick[:, 0] >= k, pick[:, 0] - k, -1)  # the first K were the finished list before
 
 
 def best_finished(fin_scores: Tensor, fin_tokens: Tensor, nbest: int) -> list[list[Hypothesis]]:

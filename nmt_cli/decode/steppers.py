@@ -9,6 +9,7 @@ tested against; on a GPU a recorded CUDA graph (``static_steps.py``), and an ens
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
+from ..inference.caches import GrowingKeysValues
 from ..inference.step import IncrementalDecoder
 from ..model.recurrence import Past
 from ..model.transformer import Transformer
@@ -62,6 +64,20 @@ class CachedSteps:
 
     def select(self, rows: Tensor, sentences: Tensor | None) -> None:
         self.state.select(rows, sentences)
+
+    def present(self, rows: Tensor, lengths: Sequence[int]) -> list[list[tuple[Tensor, Tensor]]]:
+        """Per row of this step (``rows``), each decoder layer's self-attention keys/values of its first
+        ``lengths`` inputs, (H, length, d_k) each, copied out of the cache: a finished hypothesis's, which a
+        recurrent model's sentence leaves the next (``model.recurrence``) without reading its translation again."""
+        caches = [layer.self_attention for layer in self.state.caches]
+        kept = []
+        for row, length in zip(rows.tolist(), lengths):
+            layers = []
+            for cache in caches:
+                assert isinstance(cache, GrowingKeysValues) and cache.keys is not None and cache.values is not None
+                layers.append((cache.keys[row, :, :length].clone(), cache.values[row, :, :length].clone()))
+            kept.append(layers)
+        return kept
 
 
 @dataclass(frozen=True)

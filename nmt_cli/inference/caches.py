@@ -51,38 +51,31 @@ class GrowingKeysValues:
         self.keys, self.values = keys, values
         return keys, values, None
 
-    def select(self, rows: Tensor) -> None:
-        """Keep and reorder hypothesis ``rows``."""
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep and reorder hypothesis ``rows`` (``sentences``: the sentences still open, where some left)."""
         if self.keys is not None and self.values is not None:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
 
 
 @dataclass
 class PastKeysValues(GrowingKeysValues):
-    """Growing keys/values that start with a past: the previous sentences' keys/values of one layer
-    (segment-level recurrence, ``model/recurrence.py``), one row per sentence, right-aligned, ``visible``
-    where real. The first step fans them out to its rows (a sentence's hypotheses share its past)."""
+    """Growing keys/values of the steps so far (one row per hypothesis) after a past: the previous sentences'
+    keys/values of one layer (segment-level recurrence, ``model/recurrence.py``), one row per *sentence*,
+    right-aligned, ``visible`` where real. A sentence's hypotheses share its past as they share its encoder
+    keys/values: it is neither copied per hypothesis nor grown nor reordered at a step, only kept per sentence
+    when sentences leave (:func:`~..model.attention.attention_after_past` attends over both parts)."""
 
     past: Past | None = None
-    visible: Tensor | None = None  # (N, 1, 1, T): the past's real columns and every step's
 
-    def extend(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        if self.keys is None and self.past is not None:
-            rows = keys.size(0) // self.past.keys.size(0)
-            self.keys = self.past.keys.to(keys.dtype).repeat_interleave(rows, dim=0)
-            self.values = self.past.values.to(values.dtype).repeat_interleave(rows, dim=0)
-            self.visible = self.past.visible.repeat_interleave(rows, dim=0)[:, None, None, :]
-            self.past = None
-        keys, values, _ = super().extend(keys, values)
-        if self.visible is not None:
-            step = torch.ones((keys.size(0), 1, 1, 1), dtype=torch.bool, device=keys.device)
-            self.visible = torch.cat([self.visible, step], dim=-1)
-        return keys, values, self.visible
-
-    def select(self, rows: Tensor) -> None:
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         super().select(rows)
-        if self.visible is not None:
-            self.visible = self.visible.index_select(0, rows)
+        if sentences is not None and self.past is not None:
+            past = self.past
+            self.past = Past(
+                past.keys.index_select(0, sentences),
+                past.values.index_select(0, sentences),
+                past.visible.index_select(0, sentences),
+            )
 
 
 @dataclass
@@ -203,7 +196,7 @@ class DecoderState:
             self.row_steps = self.row_steps.index_select(0, rows)
         for layer in self.caches:
             assert isinstance(layer.self_attention, GrowingKeysValues)  # static slots are moved by their stepper
-            layer.self_attention.select(rows)
+            layer.self_attention.select(rows, sentences)
             if sentences is not None:
                 layer.cross_attention.select(sentences)
         if sentences is not None:

@@ -236,9 +236,12 @@ class IncrementalDecoder:
 def _self_attention(q: Tensor, k: Tensor, v: Tensor, cache: KeysValues, positions: PositionTerms | None) -> Tensor:
     """The new queries over every column so far, after adding this step's keys/values."""
     keys, values, visible = cache.extend(k, v)  # visible None unless rows joined late
+    past = cache.past if isinstance(cache, PastKeysValues) else None  # model.recurrence: the sentences' past
     if positions is None:
-        return attention(q, keys, values, visible)
-    q, relative, bias = positions(q, key_count(keys))
+        return attention(q, keys, values, visible) if past is None else past.step_attention(q, keys, values, None)
+    q, relative, bias = positions(q, key_count(keys) + (past.width if past is not None else 0))
+    if past is not None:  # (recurrence runs on XL's positions: no Shaw terms)
+        return past.step_attention(q, keys, values, bias)
     return attention(q, keys, values, visible, relative=relative, bias=bias)
 
 

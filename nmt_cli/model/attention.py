@@ -294,8 +294,12 @@ class XLPositions(nn.Module):
 
     def scores(self, q: Tensor, t_k: int) -> Tensor:
         """The position term (q + v)^T W_R R_(i-j) / sqrt(d_k) for queries q (B, H, Tq, d_k): (B, H, Tq, Tk)."""
-        t_q = q.size(2)
-        by_distance = (q + self.position_bias.to(q.dtype)) @ self.distance_keys(t_q, t_k, q.dtype).transpose(-2, -1)
+        b, h, t_q, d_k = q.shape
+        keys = self.distance_keys(t_q, t_k, q.dtype)  # (H, Tq + Tk - 1, d_k), the same for every row
+        # One product per head over all rows' queries: a matmul broadcasting the keys over the batch would copy
+        # them once per row (per hypothesis, when decoding), which cost more than the product itself.
+        queries = (q + self.position_bias.to(q.dtype)).transpose(0, 1).reshape(h, b * t_q, d_k)
+        by_distance = torch.bmm(queries, keys.transpose(1, 2)).view(h, b, t_q, -1).transpose(0, 1)
         return relative_shift(by_distance, t_k) / math.sqrt(self.d_k)
 
 

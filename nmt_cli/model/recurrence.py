@@ -45,6 +45,32 @@ class Past:
         rows = max(past.size(2), present.size(2))
         return torch.cat([past.expand(-1, -1, rows, -1), present.expand(batch, -1, rows, -1)], dim=-1)
 
+    @property
+    def width(self) -> int:
+        """Its columns, M."""
+        return self.keys.size(2)
+
+    def step_attention(self, q: Tensor, keys: Tensor, values: Tensor, bias: Tensor | None) -> Tensor:
+        """Incremental decoding: softmax(q k^T / sqrt(d_k) + bias) v over this past and the rows' own steps, for one
+        new query per row, q (N, H, 1, d_k); ``keys``/``values`` (N, H, T, d_k) the rows' steps so far (all seen);
+        ``bias`` (N, H, 1, M + T), the position term. Rows come in sentences: N = B x G, sentence b's G rows (its
+        hypotheses) consecutive. A sentence's rows are G queries over one copy of its past, as over its encoder
+        output, so the past is never copied per hypothesis or per step."""
+        b, heads, m, d_k = self.keys.shape
+        n = q.size(0)
+        grouped = q.reshape(b, n // b, heads, d_k).transpose(1, 2)  # (B, H, G, d_k)
+        past_scores = (grouped @ self.keys.to(q.dtype).transpose(-2, -1)).masked_fill(
+            ~self.visible[:, None, None, :], float("-inf")
+        )  # (B, H, G, M)
+        own_scores = q @ keys.transpose(-2, -1)  # (N, H, 1, T)
+        scores = torch.cat([past_scores.transpose(1, 2).reshape(n, heads, 1, m), own_scores], dim=-1) / math.sqrt(d_k)
+        if bias is not None:
+            scores = scores + bias
+        weights = scores.float().softmax(dim=-1).to(values.dtype)
+        past_weights = weights[..., :m].reshape(b, n // b, heads, m).transpose(1, 2)  # (B, H, G, M)
+        from_past = (past_weights @ self.values.to(values.dtype)).transpose(1, 2).reshape(n, heads, 1, d_k)
+        return from_past + weights[..., m:] @ values
+
 
 @dataclass
 class SentencePast:
@@ -64,11 +90,21 @@ def sentence_pasts(
     """Each row's :class:`SentencePast` from a batch's kept keys/values and the rows' real lengths (source
     tokens with EOS; decoder inputs with BOS)."""
 
-    def rows(kept: Kept, lengths: Sequence[int]) -> list[list[tuple[Tensor, Tensor]]]:
-        # copies, not views: a view would keep the whole batch's keys/values alive for as long as the document goes on
-        return [[(k[b, :, :n].clone(), v[b, :, :n].clone()) for k, v in kept] for b, n in enumerate(lengths)]
+    return [SentencePast(e, d) for e, d in zip(_rows(encoder, src_lengths), _rows(decoder, tgt_lengths))]
 
-    return [SentencePast(e, d) for e, d in zip(rows(encoder, src_lengths), rows(decoder, tgt_lengths))]
+
+def sentence_pasts_kept(
+    encoder: Kept, src_lengths: Sequence[int], decoder: Sequence[list[tuple[Tensor, Tensor]]]
+) -> list[SentencePast]:
+    """:func:`sentence_pasts` where each row's decoder keys/values are given per layer, (H, T, d_k) without padding:
+    the search kept them for the translation it chose (``decode/search.py``, ``Hypothesis.kept``)."""
+    return [SentencePast(e, list(d)) for e, d in zip(_rows(encoder, src_lengths), decoder)]
+
+
+def _rows(kept: Kept, lengths: Sequence[int]) -> list[list[tuple[Tensor, Tensor]]]:
+    """Each row's keys/values per layer, its first ``lengths[b]`` positions. Copies, not views: a view would keep the
+    whole batch's keys/values alive for as long as the document goes on."""
+    return [[(k[b, :, :n].clone(), v[b, :, :n].clone()) for k, v in kept] for b, n in enumerate(lengths)]
 
 
 def batch_pasts(histories: Sequence[Sequence[SentencePast]], side: str, layers: int, like: Tensor) -> list[Past] | None:

@@ -96,6 +96,80 @@ def test_incremental_steps_with_a_past_follow_the_whole_sequence():
     torch.testing.assert_close(steps, whole, rtol=1e-4, atol=1e-4)
 
 
+def test_hypotheses_read_their_sentence_past_through_reorders_and_departures():
+    """A sentence's hypotheses (rows n*G .. n*G+G-1) share one copy of its past: each row's steps equal the whole
+    sequence decoded after that sentence's past, after the rows are reordered within their sentences and after a
+    sentence leaves the batch."""
+    model = _model()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    torch.manual_seed(1)
+    tgt_in = torch.cat([torch.full((6, 1), 2), torch.randint(4, 50, (6, 3))], dim=1)  # 2 sentences x 3 hypotheses
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        _, kept = model.decode_kept(torch.tensor([[2, 20, 21, 22, 24], [2, 23, 0, 0, 0]]), memory, mask)
+        left = sentence_pasts(kept, kept, [5, 2], [5, 2])
+        whole = torch.cat(
+            [
+                model.decode(tgt_in[r : r + 1], memory[r // 3 : r // 3 + 1], mask[r // 3 : r // 3 + 1],
+                             past=batch_pasts([[left[r // 3]]], "decoder", 2, memory))
+                for r in range(6)
+            ]
+        )  # fmt: skip
+        decoder = IncrementalDecoder(model)
+        state = decoder.start(memory, mask, past=batch_pasts([[p] for p in left], "decoder", 2, memory))
+        rows = torch.arange(6)
+        steps = [decoder.hidden(tgt_in[rows, t], state) for t in range(2)]
+        torch.testing.assert_close(torch.stack(steps, dim=1), whole[:, :2], rtol=1e-4, atol=1e-4)
+        order = torch.tensor([2, 0, 1, 3, 5, 4])  # reordered within each sentence
+        state.select(order)
+        rows = rows[order]
+        torch.testing.assert_close(decoder.hidden(tgt_in[rows, 2], state), whole[rows, 2], rtol=1e-4, atol=1e-4)
+        state.select(torch.tensor([3, 4, 5]), torch.tensor([1]))  # the first sentence is done
+        rows = rows[3:]
+        torch.testing.assert_close(decoder.hidden(tgt_in[rows, 3], state), whole[rows, 3], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sampling"])
+def test_what_a_sentence_leaves_is_its_translation_read_after_its_past(strategy):
+    """The decoder keys/values a sentence leaves the next are those of its chosen translation read teacher-forced
+    after its past, whether the search kept them (greedy, beam: no second reading) or the translation is read
+    again (sampling)."""
+    from nmt_cli.config import DecodeConfig
+    from nmt_cli.data.batches import pad_rows
+    from nmt_cli.decode.context import search_with_pasts
+    from nmt_cli.decode.sampling import Sampling
+    from nmt_cli.decode.search import Beam, Greedy, length_limits, run_search
+
+    model = _model()
+    config = DecodeConfig(beam=1 if strategy == "greedy" else 3, max_len_a=0.0, max_len_b=7)
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0], [10, 11, 12, 3]])
+
+    def search(m, source, prefix, encoded):
+        chosen = {
+            "greedy": lambda: Greedy(config, source.device),
+            "beam": lambda: Beam(config, 2, source.device),
+            "sampling": lambda: Sampling(1, config, torch.Generator().manual_seed(0), source.device),
+        }[strategy]()
+        limits = length_limits(source, config, m.config.max_positions)
+        return run_search(m, source, config, chosen, limits, prefix=prefix, encoded=encoded)
+
+    with torch.no_grad():
+        memory, mask, kept_encoder = model.encode_kept(torch.tensor([[13, 14, 3], [15, 3, 0], [16, 17, 3]]))
+        _, kept_decoder = model.decode_kept(torch.tensor([[2, 20, 21, 22], [2, 23, 0, 0], [2, 24, 25, 0]]), memory, mask)
+        pasts = [[p] for p in sentence_pasts(kept_encoder, kept_decoder, [3, 2, 3], [4, 2, 3])]
+        found, left = search_with_pasts(model, src, None, pasts, search)
+        assert all(hyps[0].kept is not None for hyps in found) == (strategy != "sampling")
+        memory, mask = model.encode(src, past=batch_pasts(pasts, "encoder", 2, memory))
+        chosen = [[2] + hyps[0].tokens for hyps in found]
+        decoder_past = batch_pasts(pasts, "decoder", 2, memory)
+        _, reread = model.decode_kept(pad_rows(chosen), memory, mask, decoder_past)
+    for row, (past, tokens) in enumerate(zip(left, chosen)):
+        for layer, (keys, values) in enumerate(past.decoder):
+            assert keys.shape == (4, len(tokens), 8)
+            torch.testing.assert_close(keys, reread[layer][0][row, :, : len(tokens)], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(values, reread[layer][1][row, :, : len(tokens)], rtol=1e-4, atol=1e-4)
+
+
 class Tokens:
     """A TokenArray stand-in over given rows."""
 
