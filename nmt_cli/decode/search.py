@@ -278,7 +278,8 @@ def run_search(
     n = src.size(0)
     encoded = encoded if encoded is not None else Encoded(*model.encode(src))
     steps = search_steps(model, encoded, config, cached, strategy.rows, int(max_len.max()) + 1)
-    loop = SearchLoop(steps, strategy, rules, src.device, keep_present=encoded.past is not None)
+    recurrent = isinstance(model, Transformer) and bool(model.config.recurrence)  # its sentences leave their keys
+    loop = SearchLoop(steps, strategy, rules, src.device, keep_present=recurrent)
     rows = loop.join(range(n), max_len, prefix, terms)
     if rows > 1:
         steps.select(torch.arange(n, device=src.device).repeat_interleave(rows), None)

@@ -70,12 +70,7 @@ class PastKeysValues(GrowingKeysValues):
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         super().select(rows)
         if sentences is not None and self.past is not None:
-            past = self.past
-            self.past = Past(
-                past.keys.index_select(0, sentences),
-                past.values.index_select(0, sentences),
-                past.visible.index_select(0, sentences),
-            )
+            self.past = self.past.rows(sentences)
 
 
 @dataclass

@@ -45,6 +45,15 @@ class Past:
         rows = max(past.size(2), present.size(2))
         return torch.cat([past.expand(-1, -1, rows, -1), present.expand(batch, -1, rows, -1)], dim=-1)
 
+    def rows(self, index: Tensor) -> Past:
+        """The past of rows ``index`` only, as wide as the widest of them (right-aligned: the columns none of them
+        sees come first, and go)."""
+        visible = self.visible.index_select(0, index)
+        seen = visible.any(dim=0)
+        start = int(seen.int().argmax()) if bool(seen.any()) else self.width
+        keys, values = self.keys.index_select(0, index), self.values.index_select(0, index)
+        return Past(keys[:, :, start:], values[:, :, start:], visible[:, start:])
+
     @property
     def width(self) -> int:
         """Its columns, M."""

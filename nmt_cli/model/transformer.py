@@ -97,29 +97,39 @@ class Transformer(nn.Module):
         the products skip most of the padding (a quarter of Multi30k test 2016's positions at the
         default 6,000-token batches) and a group's activations stay in the processor's cache. Memory at
         padded positions then differs (zero beyond a group's width); it is never attended to."""
-        src_mask = (src != self.pad_id)[:, None, None, :]
-        if self.training or torch.is_grad_enabled() or src.device.type != "cpu" or past is not None:
-            return self._encoded(src, src_mask, past)[0], src_mask
-        positions = torch.arange(1, src.size(1) + 1, device=src.device)
-        widths = (src_mask[:, 0, 0] * positions).amax(dim=1).clamp(min=1).tolist()  # up to the last token
-        groups = length_groups(widths)
-        if len(groups) == 1:
-            return self._encoded(src, src_mask)[0], src_mask
-        memory: Tensor | None = None
-        for rows in groups:
-            width, index = widths[rows[0]], torch.tensor(rows, device=src.device)
-            part = self._encoded(src[index, :width], src_mask[index, :, :, :width])[0]
-            if memory is None:
-                memory = part.new_zeros((*src.shape, part.size(-1)))
-            memory[index, :width] = part
-        assert memory is not None
+        memory, src_mask, _ = self._encoded_in_groups(src, past, keep=False)
         return memory, src_mask
 
     def encode_kept(self, src: Tensor, past: list[Past] | None = None) -> tuple[Tensor, Tensor, Kept]:
         """:meth:`encode`, and each layer's self-attention keys/values of ``src`` (detached): the next sentence's
-        past (``model.recurrence``)."""
+        past (``model.recurrence``); zero at padded positions."""
+        return self._encoded_in_groups(src, past, keep=True)
+
+    def _encoded_in_groups(self, src: Tensor, past: list[Past] | None, keep: bool) -> tuple[Tensor, Tensor, Kept]:
+        """:meth:`encode` (and with ``keep`` :meth:`encode_kept`), in groups of similar length where it pays: each
+        group's past only as wide as the group's longest."""
         src_mask = (src != self.pad_id)[:, None, None, :]
-        memory, kept = self._encoded(src, src_mask, past, keep=True)
+        grouped = not (self.training or torch.is_grad_enabled() or src.device.type != "cpu")
+        positions = torch.arange(1, src.size(1) + 1, device=src.device)
+        widths = (src_mask[:, 0, 0] * positions).amax(dim=1).clamp(min=1).tolist() if grouped else []  # to the last token
+        groups = length_groups(widths)
+        if len(groups) <= 1:
+            whole, whole_kept = self._encoded(src, src_mask, past, keep)
+            return whole, src_mask, whole_kept
+        memory: Tensor | None = None
+        kept: Kept = []
+        for rows in groups:
+            width, index = widths[rows[0]], torch.tensor(rows, device=src.device)
+            group_past = [layer.rows(index) for layer in past] if past is not None else None
+            part, part_kept = self._encoded(src[index, :width], src_mask[index, :, :, :width], group_past, keep)
+            if memory is None:
+                memory = part.new_zeros((*src.shape, part.size(-1)))
+                shape = (len(src), self.config.n_heads, src.size(1), part.size(-1) // self.config.n_heads)
+                kept = [(part.new_zeros(shape), part.new_zeros(shape)) for _ in part_kept]
+            memory[index, :width] = part
+            for (keys, values), (k, v) in zip(kept, part_kept):
+                keys[index, :, :width], values[index, :, :width] = k, v
+        assert memory is not None
         return memory, src_mask, kept
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, past: list[Past] | None = None) -> Tensor:
