@@ -63,6 +63,8 @@ def validate(recipe: Recipe, source: str = "recipe") -> None:
         fail("model.recurrence", "needs model.positions: xl (relative positions that run across the past and the sentence)")
     if m.recurrence and m.concat:
         fail("model.recurrence", "and model.concat are two ways to read context; choose one")
+    if recipe.train.init_optimizer and not recipe.train.init_from:
+        fail("train.init_optimizer", "starts from the Adam moments of the run train.init_from names; set train.init_from")
     if recipe.train.context_dropout and not m.reads_context:
         fail(
             "train.context_dropout", "trains a model to read its document context; it needs model.concat or model.recurrence"

@@ -20,6 +20,12 @@ class TrainConfig:
         "model.pt or any checkpoint), with a fresh optimizer and schedule; prepare the data "
         "with vocab.from naming the same model",
     )
+    init_optimizer: bool = _opt(
+        False,
+        "with train.init_from a run folder or a training checkpoint of the same parameters (stage 2 of document "
+        "training: a context model has no weights of its own): also start from its Adam moments, the newest "
+        "checkpoint's, instead of zero; the learning-rate schedule still starts afresh",
+    )
     seed: int = _opt(1, "random seed (batches, dropout, initialisation)", ge=0, le=2**32 - 1)
     max_tokens: int | Literal["auto"] = _opt(
         4096,

@@ -46,7 +46,7 @@ from .fit_at_end import calibrate_model_file
 from .memory import CPU_MAX_TOKENS, resolve_max_tokens
 from .precision import resolve_precision
 from .reporting import Reporter, describe_validation_time
-from .start import check_compatible, finished_reason, load_parent, start_checkpoint
+from .start import check_compatible, finished_reason, load_parent, parent_moments, start_checkpoint
 from .state import TrainState
 from .stopping import Preempted, StopRequest
 from .update import Updater, gathered_rng, restore_rng
@@ -104,6 +104,8 @@ class Trainer:
         if start is None and self.config.init_from:
             self.parent = load_parent(Path(self.config.init_from), self.folder, self.recipe, self.data, self.model, self.log)
             self.updates.restart_average()  # averages from the parent's weights
+            if self.config.init_optimizer:
+                self.updates.start_moments(parent_moments(Path(self.config.init_from), self.model, self.log))
         if start is not None:
             check_compatible(start, self.recipe, self.data)
             finished = finished_reason(self.config, start.payload["train_state"])

@@ -168,9 +168,45 @@ def load_parent(
     log(
         f"fine-tuning from {source}"
         + (f" (update {step:,} of its run)" if step else "")
-        + ": its weights, a fresh optimizer and learning-rate schedule"
+        + ": its weights, "
+        + ("its Adam moments (below)" if recipe.train.init_optimizer else "a fresh optimizer")
+        + " and a fresh learning-rate schedule"
     )
     return {"path": str(source.resolve()), "sha256": sha256_file(source), "step": step}
+
+
+def parent_moments(path: Path, model: torch.nn.Module, log: Log) -> dict[int, Any]:
+    """``train.init_optimizer``: the optimizer state of ``train.init_from``'s newest training checkpoint (a run
+    folder's, or the file named), after checking that it holds a moment of the right shape for each of the model's
+    parameters, in order; a one-line error naming the file otherwise."""
+    if path.is_dir():
+        found = RunFolder(path).step_checkpoints()[-1:]
+        if not found:
+            raise NmtError(
+                f"train.init_optimizer: {path} holds no training checkpoint (checkpoints/step_*.pt) to take Adam's "
+                "moments from; name a run folder that has one, or drop train.init_optimizer"
+            )
+        path = found[0]
+    payload = checkpoint.load(path)
+    state = payload.get("optimizer") if payload.get("kind") == "training" else None
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+        raise NmtError(
+            f"train.init_optimizer: {path} holds model weights only, no optimizer state; name a training checkpoint "
+            "(checkpoints/step_*.pt) or its run folder"
+        )
+    moments = state["state"]
+    parameters = list(model.parameters())
+    for index, parameter in enumerate(parameters):
+        kept = moments.get(index)
+        shapes = [tuple(kept[k].shape) for k in ("exp_avg", "exp_avg_sq")] if isinstance(kept, dict) else []
+        if len(moments) != len(parameters) or any(shape != tuple(parameter.shape) for shape in shapes) or not shapes:
+            raise NmtError(
+                f"train.init_optimizer: the optimizer state in {path} is not of this model's parameters "
+                f"({len(moments)} moments for {len(parameters)} parameters, or other shapes); drop train.init_optimizer"
+            )
+    step = (payload.get("train_state") or {}).get("step")
+    log(f"Adam's moments from {path}" + (f" (update {step:,})" if step else ""))
+    return moments
 
 
 def _grown(weights: dict[str, torch.Tensor], model: torch.nn.Module, log: Log) -> dict[str, torch.Tensor]:

@@ -158,6 +158,12 @@ class Updater:
             "ema_restarted": self.ema_restarted,
         }
 
+    def start_moments(self, moments: dict[int, Any]) -> None:
+        """Start from another run's Adam state (``train.init_optimizer``), checked to fit this model's parameters;
+        the optimizer's own settings stay this run's."""
+        own = self.optimizer.state_dict()
+        self.optimizer.load_state_dict({"state": moments, "param_groups": own["param_groups"]})
+
     def load_state_dict(self, payload: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(payload["optimizer"])
         # (the learning rate is a function of the train state; older checkpoints' "scheduler" is not needed)

@@ -132,3 +132,35 @@ def test_extended_vocabulary_keeps_old_ids_rows_and_old_domain_output(overfit, m
             compared += 1
             assert ours_hyps[0][0] == theirs_hyps[0][0]
     assert compared >= 5
+
+
+def test_fine_tuning_can_start_from_the_parents_adam_moments(overfit, m30k_slice, tmp_path):
+    """train.init_optimizer: the child's Adam state goes on from the parent's newest training checkpoint (its
+    moments and their step count), where a fresh optimizer starts from zero; weights only are refused."""
+    from nmt_cli.errors import NmtError
+
+    parent, _, _ = overfit
+    newest = checkpoint.load(checkpoint.step_checkpoints(parent)[-1])
+    parent_state = newest["optimizer"]["state"]
+    runs = {}
+    for name, extra in (("fresh", ()), ("carried", ("train.init_optimizer=true",))):
+        recipe = child_recipe(tmp_path / name, m30k_slice, parent, "train.max_steps=1", "train.save_every=1", *extra)
+        prepare(recipe, log=lambda _m: None, progress=False)
+        messages: list[str] = []
+        train(recipe, log=messages.append)
+        runs[name] = checkpoint.load(checkpoint.step_checkpoints(tmp_path / name / "run")[0])["optimizer"]["state"]
+        assert any("Adam's moments from" in m for m in messages) == (name == "carried")
+    assert float(runs["fresh"][0]["step"]) == 1
+    assert float(runs["carried"][0]["step"]) == float(parent_state[0]["step"]) + 1
+    beta2 = 0.98  # the child's second moment is the parent's decayed, plus this update's share
+    assert torch.all(runs["carried"][0]["exp_avg_sq"] >= beta2 * parent_state[0]["exp_avg_sq"] * (1 - 1e-5))
+    assert not torch.allclose(runs["carried"][0]["exp_avg_sq"], runs["fresh"][0]["exp_avg_sq"])
+
+    weights_only = child_recipe(
+        tmp_path / "weights", m30k_slice, parent, "train.init_optimizer=true", f"train.init_from={parent / 'model.pt'}"
+    )
+    prepare(weights_only, log=lambda _m: None, progress=False)
+    with pytest.raises(NmtError, match=r"train\.init_optimizer: .*model\.pt holds model weights only"):
+        train(weights_only, log=lambda _m: None)
+    with pytest.raises(Exception, match=r"train\.init_optimizer.*set train\.init_from"):
+        child_recipe(tmp_path / "alone", m30k_slice, parent, "train.init_optimizer=true", "train.init_from=")
