@@ -254,6 +254,9 @@ def main() -> None:
     parser.add_argument("--model", action="append", default=[], help="NAME=RUN (contrastive scoring)")
     parser.add_argument("--nmt", default=f"{sys.executable} -m nmt_cli")
     parser.add_argument("--write-set", type=Path, help="also write each contrastive test's files here")
+    parser.add_argument(
+        "--no-perplexity", action="store_true", help="skip the models' perplexities (nmt score --docids gives CXMI)"
+    )
     args = parser.parse_args()
     text = args.data / "text"
     src, ref = lines(text / f"{args.split}.{args.src}"), lines(text / f"{args.split}.{args.tgt}")
@@ -280,7 +283,7 @@ def main() -> None:
         report[name]["consistency"] = round(100 * share, 2)
         report[name]["consistency_occurrences"] = pairs
 
-    for name, run in (m.split("=", 1) for m in args.model):
+    for name, run in (m.split("=", 1) for m in args.model) if not args.no_perplexity else ():
         ppl = perplexity(
             Path(run),
             text / f"{args.split}.{args.src}",
