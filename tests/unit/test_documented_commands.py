@@ -56,7 +56,11 @@ def test_every_documented_override_names_a_key_and_a_value_the_recipe_takes(page
 
 
 # Keys that a rule across keys ties to another setting, which the pages give on the same line.
-COMPANIONS = {"train.warmup_fraction": "train.lr_schedule=linear", "train.context_dropout": "model.concat=1"}
+COMPANIONS = {
+    "train.warmup_fraction": "train.lr_schedule=linear",
+    "train.context_dropout": "model.concat=1",
+    "train.init_optimizer": "train.init_from=runs/parent",
+}
 
 
 def test_every_route_and_format_a_page_names_exists():
