@@ -216,11 +216,10 @@ class SearchLoop:
             return []
         places = done.nonzero().flatten().tolist()
         found = self.strategy.take(places)
-        leaving = [(self.keys[p], hyps) for p, hyps in zip(places, found) if self.keys[p] not in cancelled]
-        if self.keep_present:
-            kept = [self.present.pop(self.keys[p], None) for p in places]
-            leaving = [(key, _with_kept(hyps, kv)) for (key, hyps), kv in zip(leaving, kept)]
-        return leaving
+        kept = [self.present.pop(self.keys[p], None) for p in places] if self.keep_present else [None] * len(places)
+        return [
+            (self.keys[p], _with_kept(hyps, kv)) for p, hyps, kv in zip(places, found, kept) if self.keys[p] not in cancelled
+        ]
 
     def _keep_present(self, best_from: Tensor, t: int | Tensor) -> None:
         """Keep the decoder keys/values of the rows whose hypotheses became their sentences' best finished ones
