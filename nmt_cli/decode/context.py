@@ -8,7 +8,7 @@ then left out of what it returns), so the sentences of one document are translat
 
 A recurrent model (:class:`DocumentPast`) reads each sentence alone, its layers attending to the keys and values
 they computed for the previous sentences of its document: the encoder's of their sources, the decoder's of the
-translations chosen for them (beam search's best, read once more teacher-forced). So its documents too go a
+translations chosen for them (beam search's best, as the search cached them). So its documents too go a
 sentence at a time, and nothing is read twice.
 
 Both go through :func:`in_document_order`: the chunk's documents side by side, and each document cut into
