@@ -27,6 +27,11 @@ NAME=RUN`` a trained model to score the contrastive pairs with.
   alone. The gain from context is the difference. EN-FR: one "it" or "they" in the English, one of il/elle or
   ils/elles in the French (gender agreement with the antecedent), the variant the other gender.
 
+- **Context control** (``--context-control``): each model's CXMI (``nmt score --docids``) over the paragraphs that
+  have a predecessor, each read as a two-line document after its true previous paragraph, and after a paragraph of
+  another document drawn at random (Li et al. 2020). Context that is used for what it says gains more from the
+  true paragraph than from the random one.
+
 ``--write-set DIR`` also writes each contrastive test as files any model can be scored on:
 ``DIR/NAME.src``, ``NAME.tgt`` (per item and candidate, the previous paragraph and its reference, then the
 paragraph and the candidate, the reference first), ``NAME.docids`` and ``NAME.candidates`` (candidates per item).
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import re
 import subprocess
 import sys
@@ -244,6 +250,36 @@ def perplexity(model: Path, src: Path, ref: Path, ids: Path, nmt: list[str]) -> 
     return result
 
 
+def context_control(model: Path, src: list[str], ref: list[str], ids: list[str], work: Path, nmt: list[str]) -> dict:
+    """CXMI of each paragraph (after the first of its document) read after its true previous paragraph and after a
+    paragraph of another document drawn at random (Li et al. 2020's control), each as a two-line document: a model
+    that uses what its context says gains more from the true one; one for which context is only a regulariser,
+    about as much from either."""
+    rng = random.Random(1)
+    rows = [i for i in range(1, len(src)) if ids[i] == ids[i - 1]]
+    elsewhere = {i: rng.choice([j for j in rng.sample(range(len(src)), 50) if ids[j] != ids[i]] or [i - 1]) for i in rows}
+    result: dict[str, float | int] = {}
+    for reading, before in (("true", {i: i - 1 for i in rows}), ("random", elsewhere)):
+        pairs_src = [line for i in rows for line in (src[before[i]], src[i])]
+        pairs_ref = [line for i in rows for line in (ref[before[i]], ref[i])]
+        pairs_ids = [str(n) for n in range(len(rows)) for _ in range(2)]
+        files = {}
+        for kind, lines_ in (("src", pairs_src), ("tgt", pairs_ref), ("ids", pairs_ids)):
+            files[kind] = work / f"control.{reading}.{kind}"
+            files[kind].write_text("".join(line + "\n" for line in lines_), encoding="utf-8")
+        command = [*nmt, "score", "--model", str(model), str(files["src"]), str(files["tgt"]), "--docids", str(files["ids"])]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode and "drop --docids" in done.stdout + done.stderr:  # a sentence-level model: no context
+            return {}
+        done.check_returncode()
+        scored = [json.loads(line) for line in done.stdout.splitlines()][1::2]  # each document's second line
+        scored = [r for r in scored if r["total"] is not None]
+        tokens = sum(r["tokens"] for r in scored)
+        result[f"cxmi_{reading}_previous"] = round(sum(r["total"] - r["alone"] for r in scored) / tokens, 5)
+        result["tokens"] = tokens
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True)
@@ -254,6 +290,11 @@ def main() -> None:
     parser.add_argument("--model", action="append", default=[], help="NAME=RUN (contrastive scoring)")
     parser.add_argument("--nmt", default=f"{sys.executable} -m nmt_cli")
     parser.add_argument("--write-set", type=Path, help="also write each contrastive test's files here")
+    parser.add_argument(
+        "--context-control",
+        action="store_true",
+        help="each --model's CXMI after the true previous paragraph and after a random one of another document",
+    )
     parser.add_argument(
         "--no-perplexity", action="store_true", help="skip the models' perplexities (nmt score --docids gives CXMI)"
     )
@@ -292,6 +333,10 @@ def main() -> None:
             args.nmt.split(),
         )
         report.setdefault(name, {})["perplexity"] = ppl
+    for name, run in (m.split("=", 1) for m in args.model) if args.context_control else ():
+        with tempfile.TemporaryDirectory() as work:
+            control = context_control(Path(run), src, ref, ids, Path(work), args.nmt.split())
+        report.setdefault(name, {})["context_control"] = control
     tests = {"terms": term_items(src, ref, ids, lexicon(train, links["train"]))}
     if args.tgt in PRONOUNS:
         tests["pronouns"] = pronoun_items(src, ref, ids, args.tgt)
