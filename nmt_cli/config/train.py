@@ -63,8 +63,9 @@ class TrainConfig:
     context_dropout: float = _opt(
         0.0,
         "with model.concat or model.recurrence: each source token of the sentence being translated is replaced by "
-        "<unk> with this probability in training (its context's are kept), so that the model learns to read its "
-        "context for what it lost (CoWord dropout, Fernandes et al. 2021); 0: off",
+        "<unk> with this probability in training (its context's are kept; in a recurrence chain, where each sentence "
+        "is the next one's past, every other sentence's), so that the model learns to read its context for what it "
+        "lost (CoWord dropout, Fernandes et al. 2021); 0: off",
         ge=0,
         lt=1,
     )

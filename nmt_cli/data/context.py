@@ -45,16 +45,23 @@ class Context:
         return ends[index] - ends[self.first] + (index - self.first) * int(with_break)
 
 
-def context_word_dropout(src: torch.Tensor, p: float, src_break: int | None) -> torch.Tensor:
+def context_word_dropout(
+    src: torch.Tensor, p: float, src_break: int | None, blocks: torch.Tensor | None = None
+) -> torch.Tensor:
     """CoWord dropout (Fernandes et al. 2021): each token of the sentence being translated replaced by ``<unk>``
     with probability ``p``, so that the model must read its context for what it lost; its context (a concatenated
-    row's sentences up to its last ``src_break``) is kept, and so are PAD, EOS and the breaks. A recurrence chain's
-    rows hold no breaks: each of their sentences is one being translated. Draws from torch's CPU generator, whose
-    state a checkpoint keeps, so a resumed run drops the same tokens."""
+    row's sentences up to its last ``src_break``) is kept, and so are PAD, EOS and the breaks. A recurrence chain
+    (``blocks``: each source position's sentence number in its chain) has no breaks, and each of its sentences is
+    the next one's past, computed in the same pass: dropping from all of them would take from the past what was
+    taken from the sentence. So only every other sentence (the odd-numbered) loses tokens, each read after a whole
+    past; the even ones read a past with holes, as any sentence may. Draws from torch's CPU generator, whose state
+    a checkpoint keeps, so a resumed run drops the same tokens."""
     current = src > EOS_ID  # pieces, not PAD/UNK/BOS/EOS
     if src_break is not None:
         is_break = src == src_break
         current &= (is_break.flip(1).cumsum(1).flip(1) == 0) & ~is_break  # after the row's last break
+    if blocks is not None:
+        current &= blocks % 2 == 1
     dropped = current & (torch.rand(src.shape) < p)
     return src.masked_fill(dropped, UNK_ID)
 

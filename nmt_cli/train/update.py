@@ -148,7 +148,8 @@ class Updater:
         if not self.config.context_dropout:
             return batch
         brk = self.train.context.src_break if self.train.context is not None else None
-        return replace(batch, src=context_word_dropout(batch.src, self.config.context_dropout, brk))
+        blocks = batch.blocks[0] if batch.blocks is not None else None
+        return replace(batch, src=context_word_dropout(batch.src, self.config.context_dropout, brk, blocks))
 
     def state_dict(self) -> dict[str, Any]:
         return {

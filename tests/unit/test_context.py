@@ -209,3 +209,21 @@ def test_context_word_dropout_drops_only_the_sentence_being_translated():
     chain = torch.tensor([current + [EOS_ID]] * 20)
     assert 0.25 < (context_word_dropout(chain, 0.3, None) != chain)[:, :-1].float().mean() < 0.35
     assert torch.equal(context_word_dropout(row, 0.0, brk), row)
+
+
+def test_context_word_dropout_in_a_chain_keeps_each_dropped_sentences_past_whole():
+    """A recurrence chain's sentences are each the next one's past: tokens are dropped from the odd-numbered
+    sentences only (at about the rate asked), so every sentence that lost tokens reads a whole predecessor."""
+    import torch
+
+    from nmt_cli.data.context import context_word_dropout
+    from nmt_cli.data.vocab import EOS_ID, PAD_ID
+
+    torch.manual_seed(0)
+    sentences = [list(range(10 + 40 * n, 50 + 40 * n)) + [EOS_ID] for n in range(4)]
+    chain = torch.tensor([sum(sentences, []) + [PAD_ID] * 3] * 30)
+    blocks = torch.tensor([[n for n, sentence in enumerate(sentences) for _ in sentence] + [1 << 20] * 3] * 30)
+    changed = context_word_dropout(chain, 0.3, None, blocks) != chain
+    odd = (blocks % 2 == 1) & (chain > EOS_ID)
+    assert not changed[~odd].any()  # even sentences, EOS and padding kept
+    assert 0.25 < changed[odd].float().mean() < 0.35
