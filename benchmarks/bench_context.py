@@ -257,7 +257,8 @@ def context_control(model: Path, src: list[str], ref: list[str], ids: list[str],
     about as much from either."""
     rng = random.Random(1)
     rows = [i for i in range(1, len(src)) if ids[i] == ids[i - 1]]
-    elsewhere = {i: rng.choice([j for j in rng.sample(range(len(src)), 50) if ids[j] != ids[i]] or [i - 1]) for i in rows}
+    drawn = min(50, len(src))
+    elsewhere = {i: rng.choice([j for j in rng.sample(range(len(src)), drawn) if ids[j] != ids[i]] or [i - 1]) for i in rows}
     result: dict[str, float | int] = {}
     for reading, before in (("true", {i: i - 1 for i in rows}), ("random", elsewhere)):
         pairs_src = [line for i in rows for line in (src[before[i]], src[i])]
