@@ -255,6 +255,9 @@ def context_control(model: Path, src: list[str], ref: list[str], ids: list[str],
     paragraph of another document drawn at random (Li et al. 2020's control), each as a two-line document: a model
     that uses what its context says gains more from the true one; one for which context is only a regulariser,
     about as much from either."""
+    if len(set(ids)) < 2:  # no other document to draw a paragraph from: there is no control
+        print("--context-control needs a split of two documents or more", file=sys.stderr)
+        return {}
     rng = random.Random(1)
     rows = [i for i in range(1, len(src)) if ids[i] == ids[i - 1]]
     drawn = min(50, len(src))
